@@ -1,0 +1,18 @@
+#pragma once
+// The two entry points of the CUDA recomputation backend (gpu/cuda_recompute.cpp),
+// compiled only when TIERLAB_HAVE_CUDA is defined. recompute.cpp reaches the CUDA
+// backend through these alone; the backend computes what gpu/recompute.hpp states.
+#include <memory>
+#include <string>
+
+#include "gpu/recompute.hpp"
+
+namespace tierlab {
+
+// Is a usable CUDA device present? When not, *reason (if given) gets one sentence why.
+bool cuda_device_present(std::string* reason);
+
+// The CUDA Recomputer, or nullptr with one sentence in *reason (if given) saying why.
+std::unique_ptr<Recomputer> make_cuda_recomputer(std::string* reason);
+
+}  // namespace tierlab

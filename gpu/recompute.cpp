@@ -1,0 +1,108 @@
+// Backend choice and input checks for exact recomputation (recompute.hpp).
+#include "gpu/recompute.hpp"
+
+#include <string>
+
+#include "gpu/cpu_recompute.hpp"
+#include "model/error.hpp"
+#ifdef TIERLAB_HAVE_CUDA
+#include "gpu/cuda_backend.hpp"
+#endif
+
+namespace tierlab {
+
+namespace {
+
+std::string shape_of(const MatrixRM& m) {
+  return std::to_string(m.rows()) + " x " + std::to_string(m.cols());
+}
+
+// A reason as a clause to embed in a sentence (no trailing full stop).
+std::string clause(std::string why) {
+  while (!why.empty() && (why.back() == '.' || why.back() == ' ')) why.pop_back();
+  return why;
+}
+
+}  // namespace
+
+Backend parse_backend(const std::string& name) {
+  if (name == "auto") return Backend::Auto;
+  if (name == "cpu") return Backend::Cpu;
+  if (name == "cuda") return Backend::Cuda;
+  throw InputError("The recomputation backend \"" + name + "\" is not one of auto, cpu, cuda.");
+}
+
+std::string check_batch(const HeadBatch& batch) {
+  const HeadProblem& hp = batch.problem;
+  if (!hp.queries) return "HeadProblem.queries is null.";
+  if (!hp.exact_keys) return "HeadProblem.exact_keys is null.";
+  if (!hp.values) return "HeadProblem.values is null.";
+  const long nq = hp.queries->rows(), d = hp.queries->cols(), T = hp.exact_keys->rows();
+  if (d < 1) return "HeadProblem.queries has head dimension d = 0 (shape " + shape_of(*hp.queries) + ").";
+  if (nq < 1) return "HeadProblem.queries has no query rows (shape " + shape_of(*hp.queries) + ").";
+  if (T < 1) return "HeadProblem.exact_keys has no tokens (shape " + shape_of(*hp.exact_keys) + ").";
+  const std::string want = std::to_string(T) + " x " + std::to_string(d) +
+                           " (T from exact_keys, d from queries)";
+  if (hp.exact_keys->cols() != d)
+    return "HeadProblem.exact_keys is " + shape_of(*hp.exact_keys) + " but must be " + want + ".";
+  if (hp.values->rows() != T || hp.values->cols() != d)
+    return "HeadProblem.values is " + shape_of(*hp.values) + " but must be " + want + ".";
+  if (hp.variants.size() > 255)
+    return "HeadProblem.variants has " + std::to_string(hp.variants.size()) +
+           " key variants but a Selection (uint8) can address at most 255.";
+  for (std::size_t v = 0; v < hp.variants.size(); ++v) {
+    const MatrixRM* k = hp.variants[v];
+    if (!k) return "HeadProblem.variants[" + std::to_string(v) + "] is null.";
+    if (k->rows() != T || k->cols() != d)
+      return "HeadProblem.variants[" + std::to_string(v) + "] is " + shape_of(*k) + " but must be " +
+             want + ".";
+  }
+  const std::size_t n_var = hp.variants.size();
+  for (std::size_t s = 0; s < batch.selections.size(); ++s) {
+    const Selection& sel = batch.selections[s];
+    if (static_cast<long>(sel.size()) != T)
+      return "HeadBatch.selections[" + std::to_string(s) + "] has length " + std::to_string(sel.size()) +
+             " but the head has T = " + std::to_string(T) + " tokens.";
+    for (std::size_t t = 0; t < sel.size(); ++t)
+      if (sel[t] > n_var)
+        return "HeadBatch.selections[" + std::to_string(s) + "] picks variant code " +
+               std::to_string(int(sel[t])) + " at token " + std::to_string(t) + " but the head has " +
+               std::to_string(n_var) + " key variants (codes 0 = evict .. " + std::to_string(n_var) + ").";
+  }
+  return {};
+}
+
+bool cuda_available(std::string* reason) {
+#ifdef TIERLAB_HAVE_CUDA
+  std::string why;
+  const bool present = cuda_device_present(&why);
+  if (!present && reason) *reason = why.empty() ? "no CUDA device was found" : why;
+  return present;
+#else
+  if (reason) *reason = "tierlab was built without CUDA (nvcc not found or TIERLAB_CUDA=OFF)";
+  return false;
+#endif
+}
+
+std::unique_ptr<Recomputer> make_recomputer(Backend backend, std::string* note) {
+  if (note) note->clear();
+  if (backend == Backend::Cpu) return make_cpu_recomputer();
+
+  std::string why;
+  std::unique_ptr<Recomputer> cuda;
+  if (cuda_available(&why)) {
+#ifdef TIERLAB_HAVE_CUDA
+    cuda = make_cuda_recomputer(&why);
+    if (!cuda && why.empty()) why = "the CUDA backend could not be created";
+#endif
+  }
+  if (cuda) return cuda;
+  if (backend == Backend::Cuda) {
+    if (note) *note = "The cuda backend is unavailable: " + clause(why) + ".";
+    return nullptr;
+  }
+  if (note) *note = "Using the cpu backend because cuda is unavailable: " + clause(why) + ".";
+  return make_cpu_recomputer();
+}
+
+}  // namespace tierlab

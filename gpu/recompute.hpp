@@ -1,0 +1,76 @@
+#pragma once
+// Exact recomputation (MODEL.md section 2): the ground truth every surrogate and
+// solver is checked against. For query q (one row of the query set) and keys k_t:
+//   s_t = q.k_t / sqrt(d),  p = softmax(s),  o = sum_t p_t v_t                  (exact)
+//   s^_t = q.k^_t / sqrt(d) over kept t,  p^ = softmax over kept,  o^ = sum p^_t v_t
+// Per query:  rel_error   e = ||o^ - o||^2 / ||o||^2
+//             abs_error     = ||o^ - o||^2
+//             attn_tv       = 1/2 sum_t |p^_t - p_t|   (p^_t = 0 for evicted t)
+//             logit_error   = mean over kept t of (s^_t - s_t)^2          [nats^2]
+// A head's errors are the means over its query rows (the g query heads x the query set).
+// An allocation that evicts every token has o^ = 0 (e = 1).
+//
+// Backends: "cpu" (the reference; Eigen + OpenMP, float32 logits and products with
+// double accumulation of the error sums) and "cuda" (gpu/cuda, same numbers within a
+// stated tolerance). Choose at run time with make_recomputer().
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/linalg.hpp"
+
+namespace tierlab {
+
+struct ErrorMetrics {
+  double rel_error = 0, abs_error = 0, attn_tv = 0, logit_error = 0;
+};
+
+// One head and one query set. Key variants are candidate key matrices (T x d), e.g.
+// the dense quantization at each tier; a selection picks, per token, a variant or
+// eviction. The exact keys define the reference output o.
+struct HeadProblem {
+  const MatrixRM* queries = nullptr;     // nq x d
+  const MatrixRM* exact_keys = nullptr;  // T x d
+  const MatrixRM* values = nullptr;      // T x d
+  std::vector<const MatrixRM*> variants; // each T x d
+};
+
+// Per token: 0 = evicted, v >= 1 = variant v - 1.
+using Selection = std::vector<std::uint8_t>;
+
+struct HeadBatch {
+  HeadProblem problem;
+  std::vector<Selection> selections;  // many allocations of one head
+};
+
+// Status of the call, apart from the numbers it computed.
+struct EvalResult {
+  bool ok = true;
+  std::string message;  // why the call failed (bad shapes, device error)
+  std::vector<std::vector<ErrorMetrics>> errors;  // [batch][selection]
+};
+
+class Recomputer {
+ public:
+  virtual ~Recomputer() = default;
+  virtual std::string name() const = 0;         // "cpu" or "cuda"
+  virtual std::string description() const = 0;  // e.g. "cpu (2 OpenMP threads)", "cuda (NVIDIA H200)"
+  virtual EvalResult evaluate(const std::vector<HeadBatch>& batches) = 0;
+};
+
+enum class Backend { Auto, Cpu, Cuda };
+Backend parse_backend(const std::string&);  // "auto" | "cpu" | "cuda"; throws InputError
+
+// Returns the backend asked for. Auto picks CUDA when built and a device is present,
+// else the CPU, and sets *note to the one-line reason for the fallback. Asking for
+// "cuda" where it is unavailable returns nullptr and sets *note to the reason.
+std::unique_ptr<Recomputer> make_recomputer(Backend, std::string* note = nullptr);
+
+// Checks a batch's shapes; returns an empty string or the sentence saying what is wrong.
+std::string check_batch(const HeadBatch&);
+
+// Is the CUDA backend compiled in, and is a device present? (reason when not)
+bool cuda_available(std::string* reason = nullptr);
+
+}  // namespace tierlab

@@ -1,0 +1,137 @@
+// Allocation files: one U8 tensor of tier indices per head, the ladder by name in the
+// metadata (see allocation.hpp).
+#include "model/allocation.hpp"
+
+#include <charconv>
+#include <limits>
+#include <map>
+
+#include "model/error.hpp"
+#include "model/safetensors.hpp"
+
+namespace tierlab {
+
+namespace {
+
+constexpr int kMaxCount = 1 << 20;
+
+std::string tiers_name(int l, int h) {
+  return "layers." + std::to_string(l) + ".heads." + std::to_string(h) + ".tiers";
+}
+
+}  // namespace
+
+void Allocation::validate() const {
+  auto fail = [](const std::string& detail) { throw InputError("Allocation: " + detail + "."); };
+  ladder.validate();
+  if (n_layers < 1 || n_layers > kMaxCount) fail("n_layers = " + std::to_string(n_layers) + " is out of range (expected >= 1)");
+  if (n_kv_heads < 1 || n_kv_heads > kMaxCount) fail("n_kv_heads = " + std::to_string(n_kv_heads) + " is out of range (expected >= 1)");
+  if (prompt_len < 1) fail("prompt_len = " + std::to_string(prompt_len) + " is out of range (expected >= 1)");
+  const std::size_t heads = static_cast<std::size_t>(n_layers) * static_cast<std::size_t>(n_kv_heads);
+  if (tiers.size() != heads) {
+    fail("tiers holds " + std::to_string(tiers.size()) + " heads, expected n_layers x n_kv_heads = " +
+         std::to_string(heads));
+  }
+  for (std::size_t i = 0; i < heads; ++i) {
+    const std::string head = "head (" + std::to_string(i / n_kv_heads) + ", " + std::to_string(i % n_kv_heads) + ")";
+    if (tiers[i].size() != static_cast<std::size_t>(prompt_len)) {
+      fail(head + " has " + std::to_string(tiers[i].size()) + " tokens, expected prompt_len = " + std::to_string(prompt_len));
+    }
+    for (std::size_t t = 0; t < tiers[i].size(); ++t) {
+      if (tiers[i][t] >= ladder.size()) {
+        fail(head + " token " + std::to_string(t) + " has tier " + std::to_string(tiers[i][t]) + ", but ladder '" +
+             ladder.name() + "' has only " + std::to_string(ladder.size()) + " tiers");
+      }
+    }
+  }
+}
+
+void write_allocation(const std::string& path, const Allocation& a) {
+  a.validate();
+  std::map<std::string, std::string> md = {
+      {"tierlab.kind", "allocation"},
+      {"tierlab.ladder", a.ladder.name()},
+      {"n_layers", std::to_string(a.n_layers)},
+      {"n_kv_heads", std::to_string(a.n_kv_heads)},
+      {"prompt_len", std::to_string(a.prompt_len)},
+  };
+  SafetensorsWriter w(path, std::move(md));
+  for (int l = 0; l < a.n_layers; ++l) {
+    for (int h = 0; h < a.n_kv_heads; ++h) w.declare(tiers_name(l, h), DType::U8, {a.prompt_len});
+  }
+  for (int l = 0; l < a.n_layers; ++l) {
+    for (int h = 0; h < a.n_kv_heads; ++h) {
+      const auto& v = a.head(l, h);
+      w.write_u8(tiers_name(l, h), v.data(), v.size());
+    }
+  }
+  w.commit();
+}
+
+Allocation read_allocation(const std::string& path) {
+  SafetensorsFile f(path);
+  const auto& md = f.metadata();
+  auto fail_meta = [&](const std::string& detail) {
+    throw FormatError("allocation '" + path + "': metadata " + detail + ".");
+  };
+  auto required = [&](const std::string& key) -> const std::string& {
+    auto it = md.find(key);
+    if (it == md.end()) fail_meta("field '" + key + "' is missing");
+    return it->second;
+  };
+  auto integer = [&](const std::string& key, long long lo, long long hi) {
+    const std::string& s = required(key);
+    long long v = 0;
+    auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size()) {
+      fail_meta("field '" + key + "' = '" + s + "' is not an integer");
+    }
+    if (v < lo || v > hi) {
+      fail_meta("field '" + key + "' = '" + s + "' is out of range (expected " + std::to_string(lo) + ".." +
+                std::to_string(hi) + ")");
+    }
+    return static_cast<int>(v);
+  };
+
+  const std::string& kind = required("tierlab.kind");
+  if (kind != "allocation") fail_meta("field 'tierlab.kind' = '" + kind + "', expected 'allocation'");
+  Allocation a;
+  const std::string& ladder = required("tierlab.ladder");
+  try {
+    a.ladder = RateLadder::parse(ladder);
+  } catch (const InputError& e) {
+    fail_meta("field 'tierlab.ladder' = '" + ladder + "' is not a valid rate ladder (" + e.what() + ")");
+  }
+  a.n_layers = integer("n_layers", 1, kMaxCount);
+  a.n_kv_heads = integer("n_kv_heads", 1, kMaxCount);
+  a.prompt_len = integer("prompt_len", 1, std::numeric_limits<std::int32_t>::max());
+
+  a.tiers.resize(static_cast<std::size_t>(a.n_layers) * static_cast<std::size_t>(a.n_kv_heads));
+  for (int l = 0; l < a.n_layers; ++l) {
+    for (int h = 0; h < a.n_kv_heads; ++h) {
+      const std::string name = tiers_name(l, h);
+      auto fail = [&](const std::string& detail) {
+        throw FormatError("allocation '" + path + "', tensor '" + name + "': " + detail + ".");
+      };
+      if (!f.has(name)) fail("is missing (expected U8 [prompt_len] = [" + std::to_string(a.prompt_len) + "])");
+      const TensorInfo& ti = f.info(name);
+      if (ti.dtype != DType::U8) fail("has dtype " + std::string(dtype_name(ti.dtype)) + ", expected U8");
+      if (ti.shape != std::vector<std::int64_t>{a.prompt_len}) {
+        std::string s = "[";
+        for (std::size_t k = 0; k < ti.shape.size(); ++k) s += (k ? ", " : "") + std::to_string(ti.shape[k]);
+        fail("has shape " + s + "], expected [prompt_len] = [" + std::to_string(a.prompt_len) + "]");
+      }
+      auto v = f.read_u8(name);
+      for (std::size_t t = 0; t < v.size(); ++t) {
+        if (v[t] >= a.ladder.size()) {
+          fail("tier " + std::to_string(v[t]) + " at index " + std::to_string(t) + " is beyond ladder '" +
+               a.ladder.name() + "' (" + std::to_string(a.ladder.size()) + " tiers)");
+        }
+      }
+      a.head(l, h) = std::move(v);
+    }
+  }
+  return a;
+}
+
+}  // namespace tierlab

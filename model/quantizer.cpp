@@ -1,0 +1,321 @@
+// Bit-exact KIVI per-channel and per-token key quantizers, their rate accounting,
+// the materialisation of a mixed allocation (MODEL.md convention 9) and KIVI's
+// running key cache (quantizer.hpp).
+//
+// Arithmetic is float32 in the reference order: scale = (mx - mn) / (2^b - 1),
+// code = round_half_even(clamp((x - mn) / scale, 0, 2^b - 1)) (torch.round), and
+// x^ = code * scale + mn with the product rounded before the sum (no fused
+// multiply-add, which -march=native would otherwise allow).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "model/quantizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/error.hpp"
+
+namespace tierlab {
+
+namespace {
+
+constexpr int kDefaultKiviGroup = 32;
+constexpr double kMetaBitsPerGroup = 32.0;  // fp16 scale + fp16 min (or zero point)
+
+int kivi_group(const Tier& t) { return t.group > 0 ? t.group : kDefaultKiviGroup; }
+int token_group(const Tier& t, int d) { return t.group > 0 ? std::min(t.group, d) : d; }
+
+struct BlockBits {
+  double code = 0.0, meta = 0.0;
+};
+
+// Bits spent by n tokens of dimension d quantized together at `tier` as one block.
+BlockBits block_bits(long long n, int d, const Tier& tier) {
+  const double elems = double(n) * d;
+  switch (tier.kind) {
+    case QuantizerKind::Evict: return {0.0, 0.0};
+    case QuantizerKind::Exact: return {16.0 * elems, 0.0};
+    case QuantizerKind::KiviPerChannel: {
+      const long long g = kivi_group(tier);
+      const long long groups = (n + g - 1) / g;  // a partial last group counts as a group
+      return {tier.bits * elems, kMetaBitsPerGroup * double(groups) * d};
+    }
+    case QuantizerKind::PerToken: {
+      const int g = token_group(tier, d);
+      const long long groups_per_token = (d + g - 1) / g;
+      return {tier.bits * elems, kMetaBitsPerGroup * double(n) * double(groups_per_token)};
+    }
+  }
+  return {};
+}
+
+// Asymmetric min/max quantize-dequantize of one value given its group's mn and scale.
+inline float dequant_one(float x, float mn, float scale, float max_code) {
+  if (scale == 0.0f) return x;  // constant group: reproduced exactly (x == mn)
+  float c = (x - mn) / scale;
+  c = std::clamp(c, 0.0f, max_code);
+  c = std::nearbyint(c);  // round half to even in the default rounding mode, as torch.round
+  const float prod = c * scale;
+  return prod + mn;
+}
+
+// KIVI per channel over the rows src[rows[0..n)] (one group); writes dst rows out[0..n).
+void kivi_group_quantize(const float* const* src_rows, float* const* dst_rows, int n, int d, int bits,
+                         float* mn, float* mx) {
+  const float max_code = float((1 << bits) - 1);
+  std::copy(src_rows[0], src_rows[0] + d, mn);
+  std::copy(src_rows[0], src_rows[0] + d, mx);
+  for (int i = 1; i < n; ++i) {
+    const float* x = src_rows[i];
+    for (int j = 0; j < d; ++j) {
+      mn[j] = std::min(mn[j], x[j]);
+      mx[j] = std::max(mx[j], x[j]);
+    }
+  }
+  for (int j = 0; j < d; ++j) mx[j] = (mx[j] - mn[j]) / max_code;  // mx now holds the scale
+  for (int i = 0; i < n; ++i) {
+    const float* x = src_rows[i];
+    float* y = dst_rows[i];
+    for (int j = 0; j < d; ++j) y[j] = dequant_one(x[j], mn[j], mx[j], max_code);
+  }
+}
+
+// Per-token: within row x, channel groups of g (partial last group allowed).
+void token_row_quantize(const float* x, float* y, int d, int g, int bits) {
+  const float max_code = float((1 << bits) - 1);
+  for (int j0 = 0; j0 < d; j0 += g) {
+    const int j1 = std::min(d, j0 + g);
+    float mn = x[j0], mx = x[j0];
+    for (int j = j0 + 1; j < j1; ++j) {
+      mn = std::min(mn, x[j]);
+      mx = std::max(mx, x[j]);
+    }
+    const float scale = (mx - mn) / max_code;
+    for (int j = j0; j < j1; ++j) y[j] = dequant_one(x[j], mn, scale, max_code);
+  }
+}
+
+void check_tier_for_quantizer(const Tier& tier, const char* where) {
+  const bool finite = tier.kind == QuantizerKind::KiviPerChannel || tier.kind == QuantizerKind::PerToken;
+  if (finite && (tier.bits < 1 || tier.bits > 15))
+    throw InputError(std::string(where) + ": tier " + tier.name() + " has bits = " + std::to_string(tier.bits) +
+                     "; a finite tier needs 1 <= bits <= 15.");
+  if (finite && tier.group < 0)
+    throw InputError(std::string(where) + ": tier " + tier.name() + " has group = " + std::to_string(tier.group) +
+                     "; the group size must be >= 0.");
+}
+
+// Quantize the listed rows of `keys` into the same rows of `out` (row order of `tokens`
+// inside `out` when `scatter` is false, else out.row(tokens[i])). Returns the bits.
+BlockBits quantize_rows(const MatrixRM& keys, const std::vector<int>& tokens, const Tier& tier, MatrixRM& out,
+                        bool scatter) {
+  const int d = static_cast<int>(keys.cols());
+  const long long n = static_cast<long long>(tokens.size());
+  auto out_row = [&](long long i) -> float* { return out.row(scatter ? tokens[i] : i).data(); };
+  switch (tier.kind) {
+    case QuantizerKind::Evict:
+      for (long long i = 0; i < n; ++i) std::fill(out_row(i), out_row(i) + d, 0.0f);
+      break;
+    case QuantizerKind::Exact:
+      for (long long i = 0; i < n; ++i) std::copy(keys.row(tokens[i]).data(), keys.row(tokens[i]).data() + d, out_row(i));
+      break;
+    case QuantizerKind::KiviPerChannel: {
+      const int g = kivi_group(tier);
+      const long long n_groups = (n + g - 1) / g;
+#pragma omp parallel
+      {
+        std::vector<float> mn(d), mx(d);
+        std::vector<const float*> src(g);
+        std::vector<float*> dst(g);
+#pragma omp for schedule(static)
+        for (long long grp = 0; grp < n_groups; ++grp) {
+          const long long i0 = grp * g;
+          const int m = static_cast<int>(std::min<long long>(g, n - i0));
+          for (int i = 0; i < m; ++i) {
+            src[i] = keys.row(tokens[i0 + i]).data();
+            dst[i] = out_row(i0 + i);
+          }
+          kivi_group_quantize(src.data(), dst.data(), m, d, tier.bits, mn.data(), mx.data());
+        }
+      }
+      break;
+    }
+    case QuantizerKind::PerToken: {
+      const int g = token_group(tier, d);
+#pragma omp parallel for schedule(static)
+      for (long long i = 0; i < n; ++i) token_row_quantize(keys.row(tokens[i]).data(), out_row(i), d, g, tier.bits);
+      break;
+    }
+  }
+  return block_bits(n, d, tier);
+}
+
+void check_tokens(const MatrixRM& keys, const std::vector<int>& tokens) {
+  const long long T = keys.rows();
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= T)
+      throw InputError("quantize_block: token index " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                       " is outside the keys' " + std::to_string(T) + " rows.");
+    if (i > 0 && tokens[i] <= tokens[i - 1])
+      throw InputError("quantize_block: token indices must be strictly ascending, but " + std::to_string(tokens[i]) +
+                       " follows " + std::to_string(tokens[i - 1]) + ".");
+  }
+}
+
+// Tokens of each ladder tier, in position order (convention 9); validates the allocation.
+std::vector<std::vector<int>> tokens_by_tier(long long T, const RateLadder& ladder,
+                                             const std::vector<std::uint8_t>& tier_of_token, const char* where) {
+  ladder.validate();
+  if (static_cast<long long>(tier_of_token.size()) != T)
+    throw InputError(std::string(where) + ": the allocation has " + std::to_string(tier_of_token.size()) +
+                     " tiers but the head has " + std::to_string(T) + " tokens.");
+  std::vector<std::vector<int>> by_tier(ladder.size());
+  for (long long t = 0; t < T; ++t) {
+    const int i = tier_of_token[t];
+    if (i >= ladder.size())
+      throw InputError(std::string(where) + ": token " + std::to_string(t) + " has tier index " + std::to_string(i) +
+                       " but ladder '" + ladder.name() + "' has " + std::to_string(ladder.size()) + " tiers.");
+    by_tier[i].push_back(static_cast<int>(t));
+  }
+  return by_tier;
+}
+
+Rate per_element(double code, double meta, long long T, int d) {
+  const double elems = double(T) * d;
+  if (elems <= 0) return {};
+  return {code / elems, (code + meta) / elems};
+}
+
+}  // namespace
+
+QuantizedBlock quantize_block(const MatrixRM& keys, const std::vector<int>& tokens, const Tier& tier) {
+  check_tier_for_quantizer(tier, "quantize_block");
+  check_tokens(keys, tokens);
+  QuantizedBlock block;
+  block.dequant.resize(static_cast<Eigen::Index>(tokens.size()), keys.cols());
+  const BlockBits bits = quantize_rows(keys, tokens, tier, block.dequant, /*scatter=*/false);
+  block.code_bits = bits.code;
+  block.meta_bits = bits.meta;
+  return block;
+}
+
+MatrixRM dense_tier_keys(const MatrixRM& keys, const Tier& tier) {
+  check_tier_for_quantizer(tier, "dense_tier_keys");
+  if (tier.kind == QuantizerKind::Exact) return keys;
+  std::vector<int> all(static_cast<std::size_t>(keys.rows()));
+  for (std::size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int>(t);
+  MatrixRM out(keys.rows(), keys.cols());
+  quantize_rows(keys, all, tier, out, /*scatter=*/true);
+  return out;
+}
+
+MaterializedKeys materialize(const MatrixRM& keys, const RateLadder& ladder,
+                             const std::vector<std::uint8_t>& tier_of_token) {
+  const long long T = keys.rows();
+  const int d = static_cast<int>(keys.cols());
+  const auto by_tier = tokens_by_tier(T, ladder, tier_of_token, "materialize");
+  MaterializedKeys m;
+  m.keys = MatrixRM::Zero(T, d);
+  m.kept.assign(static_cast<std::size_t>(T), 1);
+  double code = 0.0, meta = 0.0;
+  for (int i = 0; i < ladder.size(); ++i) {
+    const Tier& tier = ladder.tiers[i];
+    if (by_tier[i].empty()) continue;
+    if (tier.kind == QuantizerKind::Evict) {
+      for (int t : by_tier[i]) m.kept[t] = 0;
+      continue;  // rows stay zero, no bits
+    }
+    const BlockBits b = quantize_rows(keys, by_tier[i], tier, m.keys, /*scatter=*/true);
+    code += b.code;
+    meta += b.meta;
+  }
+  m.rate = per_element(code, meta, T, d);
+  return m;
+}
+
+Rate allocation_rate(int n_tokens, int head_dim, const RateLadder& ladder,
+                     const std::vector<std::uint8_t>& tier_of_token) {
+  if (head_dim <= 0) throw InputError("allocation_rate: head_dim = " + std::to_string(head_dim) + " must be positive.");
+  const auto by_tier = tokens_by_tier(n_tokens, ladder, tier_of_token, "allocation_rate");
+  double code = 0.0, meta = 0.0;
+  for (int i = 0; i < ladder.size(); ++i) {
+    const BlockBits b = block_bits(static_cast<long long>(by_tier[i].size()), head_dim, ladder.tiers[i]);
+    code += b.code;
+    meta += b.meta;
+  }
+  return per_element(code, meta, n_tokens, head_dim);
+}
+
+// ---- KiviKeyCache -----------------------------------------------------------
+
+KiviKeyCache::KiviKeyCache(int head_dim, int bits, int group, int residual)
+    : d_(head_dim), bits_(bits), group_(group), residual_(residual) {
+  if (head_dim <= 0) throw InputError("KiviKeyCache: head_dim = " + std::to_string(head_dim) + " must be positive.");
+  if (bits < 1 || bits > 15) throw InputError("KiviKeyCache: bits = " + std::to_string(bits) + " must be in 1..15.");
+  if (group <= 0) throw InputError("KiviKeyCache: group = " + std::to_string(group) + " must be positive.");
+  if (residual <= 0 || residual % group != 0)
+    throw InputError("KiviKeyCache: residual = " + std::to_string(residual) + " must be a positive multiple of group = " +
+                     std::to_string(group) + ".");
+  quantized_.resize(0, d_);
+  full_.resize(residual_, d_);
+}
+
+void KiviKeyCache::prefill(const MatrixRM& keys) {
+  if (n_tokens() != 0)
+    throw InputError("KiviKeyCache: prefill was called on a cache that already holds " + std::to_string(n_tokens()) +
+                     " tokens; prefill starts an empty cache.");
+  if (keys.cols() != d_)
+    throw InputError("KiviKeyCache: prefill keys have " + std::to_string(keys.cols()) + " columns but head_dim is " +
+                     std::to_string(d_) + ".");
+  const long long T = keys.rows();
+  const long long n_q = T - T % residual_;  // the reference quantizes all but T mod R tokens
+  std::vector<int> rows(static_cast<std::size_t>(n_q));
+  for (long long t = 0; t < n_q; ++t) rows[t] = static_cast<int>(t);
+  const Tier tier{QuantizerKind::KiviPerChannel, bits_, group_};
+  quantized_.resize(n_q, d_);
+  const BlockBits b = quantize_rows(keys, rows, tier, quantized_, /*scatter=*/false);
+  code_bits_ += b.code;
+  meta_bits_ += b.meta;
+  n_quantized_ = static_cast<int>(n_q);
+  n_full_ = static_cast<int>(T - n_q);
+  for (int i = 0; i < n_full_; ++i) full_.row(i) = keys.row(n_q + i);
+}
+
+void KiviKeyCache::append(const float* key) {
+  full_.row(n_full_) = Eigen::Map<const Eigen::RowVectorXf>(key, d_);
+  ++n_full_;
+  if (n_full_ == residual_) flush_();
+}
+
+void KiviKeyCache::flush_() {
+  std::vector<int> rows(static_cast<std::size_t>(n_full_));
+  for (int i = 0; i < n_full_; ++i) rows[i] = i;
+  const Tier tier{QuantizerKind::KiviPerChannel, bits_, group_};
+  MatrixRM block(n_full_, d_);
+  const BlockBits b = quantize_rows(full_, rows, tier, block, /*scatter=*/false);
+  quantized_.conservativeResize(n_quantized_ + n_full_, d_);
+  quantized_.bottomRows(n_full_) = block;
+  code_bits_ += b.code;
+  meta_bits_ += b.meta;
+  n_quantized_ += n_full_;
+  n_full_ = 0;
+}
+
+MatrixRM KiviKeyCache::dequantized() const {
+  MatrixRM out(n_tokens(), d_);
+  out.topRows(n_quantized_) = quantized_.topRows(n_quantized_);
+  out.bottomRows(n_full_) = full_.topRows(n_full_);
+  return out;
+}
+
+Rate KiviKeyCache::rate() const {
+  const double window = 16.0 * double(n_full_) * d_;
+  return per_element(code_bits_ + window, meta_bits_, n_tokens(), d_);
+}
+
+}  // namespace tierlab

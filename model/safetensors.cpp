@@ -1,0 +1,650 @@
+// safetensors reading (mmap, validated header, per-tensor conversion) and atomic writing.
+// Layout and writer conventions follow the reference implementation
+// (huggingface/safetensors): 8-byte little-endian header length N, N bytes of compact
+// JSON padded with spaces to a multiple of 8, then the data buffer; per tensor the keys
+// "dtype", "shape", "data_offsets" in that order; "__metadata__" first when present.
+#include "model/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "model/error.hpp"
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; this reader assumes a little-endian host");
+
+namespace tierlab {
+
+namespace {
+
+constexpr std::string_view kSupported = "F32, F16, BF16, I32, I64, U8";
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string file_context(const std::string& path) { return "safetensors file '" + path + "'"; }
+
+std::string tensor_context(const std::string& path, const std::string& tensor) {
+  return file_context(path) + ", tensor '" + tensor + "'";
+}
+
+[[noreturn]] void fail_file(const std::string& path, const std::string& detail) {
+  throw FormatError(file_context(path) + ": " + detail + ".");
+}
+
+[[noreturn]] void fail_tensor(const std::string& path, const std::string& tensor,
+                              const std::string& detail) {
+  throw FormatError(tensor_context(path, tensor) + ": " + detail + ".");
+}
+
+// numel x element size, or false on overflow of 64 bits.
+bool checked_bytes(const std::vector<std::int64_t>& shape, std::size_t elem, std::uint64_t& out) {
+  std::uint64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return false;
+  }
+  return !__builtin_mul_overflow(n, static_cast<std::uint64_t>(elem), &out);
+}
+
+// Row-major multi-index of a flat index, e.g. "[4, 1]".
+std::string multi_index(std::size_t flat, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> idx(shape.size());
+  for (std::size_t k = shape.size(); k-- > 0;) {
+    const auto d = static_cast<std::size_t>(shape[k]);
+    idx[k] = static_cast<std::int64_t>(flat % d);
+    flat /= d;
+  }
+  return shape_string(idx);
+}
+
+// Tell the kernel the pages of a tensor just read are not needed any more: the mapping is
+// read-only and file-backed, so they are dropped from this process (the page cache keeps
+// them) and re-read on the next access. This keeps the resident set at about one tensor
+// when a file much larger than memory is walked head by head.
+void release_pages(const std::uint8_t* begin, std::size_t bytes) {
+  if (bytes == 0) return;
+  static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  auto lo = reinterpret_cast<std::uintptr_t>(begin) & ~(page - 1);
+  auto hi = (reinterpret_cast<std::uintptr_t>(begin) + bytes + page - 1) & ~(page - 1);
+  madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+// ---- dtypes and conversions ------------------------------------------------------
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view name, const std::string& context) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8}) {
+    if (name == dtype_name(t)) return t;
+  }
+  throw FormatError(context + ": dtype '" + std::string(name) + "' is not supported (expected one of " +
+                    std::string(kSupported) + ").");
+}
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+    case DType::U8: return 1;
+  }
+  return 0;
+}
+
+std::uint16_t float_to_half(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN / Inf
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to Inf
+  const std::uint32_t e = a >> 23;               // biased f32 exponent
+  if (e >= 113) {                                // normal half: exponent e - 112
+    std::uint32_t h = ((e - 112) << 10) | ((a & 0x7fffffu) >> 13);
+    const std::uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent
+    return static_cast<std::uint16_t>(sign | h);
+  }
+  if (e < 102) return sign;  // below 2^-25: rounds to zero (2^-25 itself ties to even 0)
+  // Subnormal half: value = m * 2^(e-150) = h * 2^-24, so h = m >> (126 - e).
+  const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const std::uint32_t s = 126 - e;  // 14..24
+  std::uint32_t h = m >> s;
+  const std::uint32_t rem = m & ((1u << s) - 1);
+  const std::uint32_t halfway = 1u << (s - 1);
+  if (rem > halfway || (rem == halfway && (h & 1u))) ++h;  // 0x400 is the smallest normal
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1fu;
+  const std::uint32_t m = h & 0x3ffu;
+  std::uint32_t x;
+  if (e == 0x1f) {
+    x = sign | 0x7f800000u | (m << 13);
+  } else if (e != 0) {
+    x = sign | ((e + 112) << 23) | (m << 13);
+  } else if (m == 0) {
+    x = sign;
+  } else {  // subnormal: m * 2^-24, exact in float
+    const float v = static_cast<float>(m) * 0x1p-24f;
+    return std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) | sign);
+  }
+  return std::bit_cast<float>(x);
+}
+
+std::uint16_t float_to_bf16(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
+  const std::uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<std::uint16_t>(rounded >> 16);
+}
+
+float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+
+std::int64_t TensorInfo::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+// ---- reading ---------------------------------------------------------------------
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw InputError("Cannot open safetensors file '" + path + "': " + errno_text() + ".");
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw InputError("Cannot read safetensors file '" + path + "': it is not a regular file.");
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ > 0) {
+    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (m == MAP_FAILED) {
+      const std::string why = errno_text();
+      ::close(fd_);
+      throw InputError("Cannot map safetensors file '" + path + "': " + why + ".");
+    }
+    map_ = static_cast<const std::uint8_t*>(m);
+  }
+  ::close(fd_);  // the mapping stays valid without the descriptor
+  fd_ = -1;
+
+  try {
+    if (size_ < 8) {
+      fail_file(path, "the file is " + std::to_string(size_) +
+                          " bytes long, shorter than the 8-byte header length (truncated file?)");
+    }
+    std::uint64_t n = 0;
+    std::memcpy(&n, map_, 8);
+    if (n > size_ - 8) {
+      fail_file(path, "the header length field says " + std::to_string(n) + " bytes but only " +
+                          std::to_string(size_ - 8) + " bytes follow it (truncated file?)");
+    }
+    data_start_ = 8 + static_cast<std::size_t>(n);
+    const std::uint64_t buffer = size_ - data_start_;
+
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(reinterpret_cast<const char*>(map_) + 8,
+                                     reinterpret_cast<const char*>(map_) + data_start_);
+    } catch (const nlohmann::json::exception& e) {
+      fail_file(path, std::string("the JSON header does not parse (") + e.what() + ")");
+    }
+    if (!header.is_object()) {
+      fail_file(path, std::string("the JSON header is a ") + header.type_name() + ", expected an object");
+    }
+
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      const std::string& name = it.key();
+      const nlohmann::json& v = it.value();
+      if (name == "__metadata__") {
+        if (v.is_null()) continue;
+        if (!v.is_object()) {
+          fail_tensor(path, name, std::string("expected an object of strings, found a ") + v.type_name());
+        }
+        for (auto m = v.begin(); m != v.end(); ++m) {
+          if (!m.value().is_string()) {
+            fail_tensor(path, name, "the value of key '" + m.key() + "' is a " + m.value().type_name() +
+                                        ", expected a string");
+          }
+          metadata_[m.key()] = m.value().get<std::string>();
+        }
+        continue;
+      }
+      if (!v.is_object()) fail_tensor(path, name, std::string("expected an object, found a ") + v.type_name());
+      TensorInfo ti;
+      ti.name = name;
+      if (!v.contains("dtype")) fail_tensor(path, name, "the entry has no 'dtype'");
+      if (!v["dtype"].is_string()) {
+        fail_tensor(path, name, std::string("'dtype' is a ") + v["dtype"].type_name() + ", expected a string");
+      }
+      ti.dtype = parse_dtype(v["dtype"].get<std::string>(), tensor_context(path, name));
+
+      if (!v.contains("shape")) fail_tensor(path, name, "the entry has no 'shape'");
+      const auto& shape = v["shape"];
+      if (!shape.is_array()) fail_tensor(path, name, std::string("'shape' is a ") + shape.type_name() + ", expected an array");
+      for (const auto& d : shape) {
+        if (!d.is_number_integer()) fail_tensor(path, name, "'shape' " + shape.dump() + " holds a non-integer");
+        if (d.is_number_unsigned() ? d.get<std::uint64_t>() > static_cast<std::uint64_t>(
+                                                                   std::numeric_limits<std::int64_t>::max())
+                                   : d.get<std::int64_t>() < 0) {
+          fail_tensor(path, name, "'shape' " + shape.dump() + " holds a negative or too large dimension");
+        }
+        ti.shape.push_back(d.get<std::int64_t>());
+      }
+
+      if (!v.contains("data_offsets")) fail_tensor(path, name, "the entry has no 'data_offsets'");
+      const auto& off = v["data_offsets"];
+      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+        fail_tensor(path, name, "'data_offsets' is " + off.dump() + ", expected [begin, end] with non-negative integers");
+      }
+      ti.begin = off[0].get<std::uint64_t>();
+      ti.end = off[1].get<std::uint64_t>();
+      if (ti.begin > ti.end) {
+        fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) +
+                                    "] has begin > end");
+      }
+      if (ti.end > buffer) {
+        fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) +
+                                    "] run past the end of the " + std::to_string(buffer) +
+                                    "-byte data buffer (truncated file?)");
+      }
+      std::uint64_t need = 0;
+      if (!checked_bytes(ti.shape, dtype_size(ti.dtype), need)) {
+        fail_tensor(path, name, "shape " + shape_string(ti.shape) + " overflows 64-bit sizes");
+      }
+      if (ti.end - ti.begin != need) {
+        fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) + "] hold " +
+                                    std::to_string(ti.end - ti.begin) + " bytes but dtype " +
+                                    std::string(dtype_name(ti.dtype)) + " with shape " + shape_string(ti.shape) +
+                                    " needs " + std::to_string(need));
+      }
+      tensors_.emplace(name, std::move(ti));
+    }
+
+    // No two tensors may share bytes (empty tensors occupy none).
+    std::vector<const TensorInfo*> by_offset;
+    for (const auto& [name, ti] : tensors_) {
+      if (ti.end > ti.begin) by_offset.push_back(&ti);
+    }
+    std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+      return a->begin != b->begin ? a->begin < b->begin : a->name < b->name;
+    });
+    for (std::size_t i = 1; i < by_offset.size(); ++i) {
+      const TensorInfo& prev = *by_offset[i - 1];
+      const TensorInfo& cur = *by_offset[i];
+      if (cur.begin < prev.end) {
+        fail_tensor(path, cur.name, "bytes [" + std::to_string(cur.begin) + ", " + std::to_string(cur.end) +
+                                        ") overlap tensor '" + prev.name + "' at [" + std::to_string(prev.begin) +
+                                        ", " + std::to_string(prev.end) + ")");
+      }
+    }
+  } catch (...) {
+    if (map_) ::munmap(const_cast<std::uint8_t*>(map_), size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(const_cast<std::uint8_t*>(map_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool SafetensorsFile::has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    throw FormatError(tensor_context(path_, name) + ": no such tensor in the file (it holds " +
+                      std::to_string(tensors_.size()) + " tensors).");
+  }
+  return it->second;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (const auto& kv : tensors_) out.push_back(kv.first);
+  return out;
+}
+
+namespace {
+
+// Converts a floating tensor's bytes into dst (numel floats) and checks every value.
+void convert_floats(const std::string& path, const TensorInfo& ti, const std::uint8_t* src, float* dst) {
+  const auto n = static_cast<std::size_t>(ti.numel());
+  switch (ti.dtype) {
+    case DType::F32:
+      std::memcpy(dst, src, n * 4);
+      break;
+    case DType::F16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = half_to_float(h);
+      }
+      break;
+    case DType::BF16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        dst[i] = bf16_to_float(b);
+      }
+      break;
+    default:
+      fail_tensor(path, ti.name, "dtype " + std::string(dtype_name(ti.dtype)) +
+                                     " is not a floating dtype (expected F32, F16 or BF16)");
+  }
+  release_pages(src, n * dtype_size(ti.dtype));
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(dst[i])) {
+      fail_tensor(path, ti.name, std::string(std::isnan(dst[i]) ? "NaN" : "Inf") + " at flat index " +
+                                     std::to_string(i) + " (index " + multi_index(i, ti.shape) +
+                                     " of shape " + shape_string(ti.shape) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
+  const TensorInfo& ti = info(name);
+  std::vector<float> out(static_cast<std::size_t>(ti.numel()));
+  convert_floats(path_, ti, map_ + data_start_ + ti.begin, out.data());
+  return out;
+}
+
+MatrixRM SafetensorsFile::read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const {
+  const TensorInfo& ti = info(name);
+  // [rows, cols], or [a, b, ..., cols] with a*b*... = rows (e.g. [g, W, d] as (g*W) x d).
+  bool ok = ti.shape.size() >= 2 && ti.shape.back() == cols;
+  if (ok) {
+    std::int64_t lead = 1;
+    for (std::size_t k = 0; k + 1 < ti.shape.size(); ++k) lead *= ti.shape[k];
+    ok = lead == rows;
+  }
+  if (!ok) {
+    fail_tensor(path_, name, "has shape " + shape_string(ti.shape) + ", expected " +
+                                 shape_string({rows, cols}) + " (or leading dimensions multiplying to " +
+                                 std::to_string(rows) + ")");
+  }
+  MatrixRM m(rows, cols);
+  convert_floats(path_, ti, map_ + data_start_ + ti.begin, m.data());
+  return m;
+}
+
+std::vector<std::int32_t> SafetensorsFile::read_i32(const std::string& name) const {
+  const TensorInfo& ti = info(name);
+  const auto n = static_cast<std::size_t>(ti.numel());
+  const std::uint8_t* src = map_ + data_start_ + ti.begin;
+  std::vector<std::int32_t> out(n);
+  if (ti.dtype == DType::I32) {
+    std::memcpy(out.data(), src, n * 4);
+  } else if (ti.dtype == DType::I64) {  // PyTorch's default integer dtype; narrowed with a check
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t v;
+      std::memcpy(&v, src + 8 * i, 8);
+      if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
+        fail_tensor(path_, name, "I64 value " + std::to_string(v) + " at flat index " + std::to_string(i) +
+                                     " does not fit in 32 bits");
+      }
+      out[i] = static_cast<std::int32_t>(v);
+    }
+  } else {
+    fail_tensor(path_, name, "dtype " + std::string(dtype_name(ti.dtype)) + " is not an integer dtype (expected I32 or I64)");
+  }
+  release_pages(src, n * dtype_size(ti.dtype));
+  return out;
+}
+
+std::vector<std::uint8_t> SafetensorsFile::read_u8(const std::string& name) const {
+  const TensorInfo& ti = info(name);
+  if (ti.dtype != DType::U8) {
+    fail_tensor(path_, name, "dtype " + std::string(dtype_name(ti.dtype)) + ", expected U8");
+  }
+  const auto n = static_cast<std::size_t>(ti.numel());
+  const std::uint8_t* src = map_ + data_start_ + ti.begin;
+  std::vector<std::uint8_t> out(src, src + n);
+  release_pages(src, n);
+  return out;
+}
+
+// ---- writing ---------------------------------------------------------------------
+
+struct SafetensorsWriter::Impl {
+  std::string path;
+  std::string tmp;
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorInfo> tensors;  // declaration order
+  std::map<std::string, std::size_t> index;
+  std::uint64_t next_offset = 0;
+  std::size_t next_write = 0;
+  bool header_written = false;
+  bool committed = false;
+  std::FILE* file = nullptr;
+  std::vector<char> buffer;
+
+  std::string context() const { return "safetensors writer for '" + path + "'"; }
+  [[noreturn]] void fail(const std::string& detail) const { throw InputError(context() + ": " + detail + "."); }
+
+  void put(const void* data, std::size_t bytes) {
+    if (bytes && std::fwrite(data, 1, bytes, file) != bytes) {
+      fail("cannot write to '" + tmp + "': " + errno_text());
+    }
+  }
+
+  void write_header() {
+    nlohmann::ordered_json h = nlohmann::ordered_json::object();
+    if (!metadata.empty()) {
+      nlohmann::ordered_json m = nlohmann::ordered_json::object();
+      for (const auto& [k, v] : metadata) m[k] = v;
+      h["__metadata__"] = std::move(m);
+    }
+    for (const TensorInfo& ti : tensors) {
+      nlohmann::ordered_json e = nlohmann::ordered_json::object();
+      e["dtype"] = std::string(dtype_name(ti.dtype));
+      e["shape"] = ti.shape;
+      e["data_offsets"] = {ti.begin, ti.end};
+      h[ti.name] = std::move(e);
+    }
+    std::string text;
+    try {
+      text = h.dump();
+    } catch (const nlohmann::json::exception& e) {
+      fail(std::string("a tensor name or metadata string is not valid UTF-8 (") + e.what() + ")");
+    }
+    text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
+    const std::uint64_t n = text.size();
+    put(&n, 8);
+    put(text.data(), text.size());
+    header_written = true;
+  }
+
+  // Checks that `name` is the next tensor to write with `count` elements; returns it.
+  const TensorInfo& begin_write(const std::string& name, std::size_t count) {
+    if (committed) fail("tensor '" + name + "' written after commit()");
+    auto it = index.find(name);
+    if (it == index.end()) fail("tensor '" + name + "' was never declared");
+    if (next_write >= tensors.size() || it->second != next_write) {
+      fail("tensor '" + name + "' written out of order; tensors are written in declaration order and " +
+           (next_write < tensors.size() ? "'" + tensors[next_write].name + "' is next" : std::string("all are written")));
+    }
+    const TensorInfo& ti = tensors[next_write];
+    if (count != static_cast<std::size_t>(ti.numel())) {
+      fail("tensor '" + name + "' got " + std::to_string(count) + " values but its shape " +
+           shape_string(ti.shape) + " holds " + std::to_string(ti.numel()));
+    }
+    if (!header_written) write_header();
+    return ti;
+  }
+};
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::map<std::string, std::string> metadata)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->path = std::move(path);
+  impl_->tmp = impl_->path + ".tmp-" + std::to_string(::getpid());
+  impl_->metadata = std::move(metadata);
+  impl_->file = std::fopen(impl_->tmp.c_str(), "wb");
+  if (!impl_->file) impl_->fail("cannot create the temporary file '" + impl_->tmp + "': " + errno_text());
+  impl_->buffer.resize(1 << 20);
+  std::setvbuf(impl_->file, impl_->buffer.data(), _IOFBF, impl_->buffer.size());
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!impl_) return;
+  if (impl_->file) std::fclose(impl_->file);
+  if (!impl_->committed) std::remove(impl_->tmp.c_str());
+}
+
+void SafetensorsWriter::declare(const std::string& name, DType dtype, std::vector<std::int64_t> shape) {
+  Impl& w = *impl_;
+  if (w.header_written || w.committed) w.fail("tensor '" + name + "' declared after data writing started");
+  if (name.empty() || name == "__metadata__") w.fail("'" + name + "' is not a valid tensor name");
+  if (w.index.count(name)) w.fail("tensor '" + name + "' declared twice");
+  for (std::int64_t d : shape) {
+    if (d < 0) w.fail("tensor '" + name + "' has negative dimension in shape " + shape_string(shape));
+  }
+  std::uint64_t bytes = 0;
+  if (!checked_bytes(shape, dtype_size(dtype), bytes) || w.next_offset + bytes < w.next_offset) {
+    w.fail("tensor '" + name + "' with shape " + shape_string(shape) + " overflows 64-bit sizes");
+  }
+  TensorInfo ti;
+  ti.name = name;
+  ti.dtype = dtype;
+  ti.shape = std::move(shape);
+  ti.begin = w.next_offset;
+  ti.end = w.next_offset + bytes;
+  w.next_offset = ti.end;
+  w.index[name] = w.tensors.size();
+  w.tensors.push_back(std::move(ti));
+}
+
+void SafetensorsWriter::write_f32(const std::string& name, const float* data, std::size_t count) {
+  Impl& w = *impl_;
+  const TensorInfo& ti = w.begin_write(name, count);
+  if (ti.dtype != DType::F32 && ti.dtype != DType::F16 && ti.dtype != DType::BF16) {
+    w.fail("tensor '" + name + "' is declared " + std::string(dtype_name(ti.dtype)) + ", not a floating dtype");
+  }
+  constexpr std::size_t kChunk = 1 << 14;
+  std::uint16_t narrow[kChunk];
+  for (std::size_t base = 0; base < count; base += kChunk) {
+    const std::size_t n = std::min(kChunk, count - base);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = data[base + i];
+      if (!std::isfinite(v)) {
+        w.fail("tensor '" + name + "' value at flat index " + std::to_string(base + i) + " is " +
+               (std::isnan(v) ? "NaN" : "Inf") + " (readers reject non-finite values)");
+      }
+      if (ti.dtype == DType::F16) narrow[i] = float_to_half(v);
+      if (ti.dtype == DType::BF16) narrow[i] = float_to_bf16(v);
+      if (ti.dtype == DType::F16 && (narrow[i] & 0x7fffu) == 0x7c00u) {
+        w.fail("tensor '" + name + "' value " + std::to_string(v) + " at flat index " + std::to_string(base + i) +
+               " overflows F16 (largest finite 65504)");
+      }
+      if (ti.dtype == DType::BF16 && (narrow[i] & 0x7fffu) == 0x7f80u) {
+        w.fail("tensor '" + name + "' value " + std::to_string(v) + " at flat index " + std::to_string(base + i) +
+               " overflows BF16");
+      }
+    }
+    if (ti.dtype == DType::F32) {
+      w.put(data + base, n * 4);
+    } else {
+      w.put(narrow, n * 2);
+    }
+  }
+  ++w.next_write;
+}
+
+void SafetensorsWriter::write_i32(const std::string& name, const std::int32_t* data, std::size_t count) {
+  Impl& w = *impl_;
+  const TensorInfo& ti = w.begin_write(name, count);
+  if (ti.dtype == DType::I32) {
+    w.put(data, count * 4);
+  } else if (ti.dtype == DType::I64) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t v = data[i];
+      w.put(&v, 8);
+    }
+  } else {
+    w.fail("tensor '" + name + "' is declared " + std::string(dtype_name(ti.dtype)) + ", not I32 or I64");
+  }
+  ++w.next_write;
+}
+
+void SafetensorsWriter::write_u8(const std::string& name, const std::uint8_t* data, std::size_t count) {
+  Impl& w = *impl_;
+  const TensorInfo& ti = w.begin_write(name, count);
+  if (ti.dtype != DType::U8) {
+    w.fail("tensor '" + name + "' is declared " + std::string(dtype_name(ti.dtype)) + ", not U8");
+  }
+  w.put(data, count);
+  ++w.next_write;
+}
+
+void SafetensorsWriter::commit() {
+  Impl& w = *impl_;
+  if (w.committed) w.fail("commit() called twice");
+  if (w.next_write < w.tensors.size()) {
+    w.fail("commit() before every declared tensor was written; '" + w.tensors[w.next_write].name +
+           "' is next (" + std::to_string(w.next_write) + " of " + std::to_string(w.tensors.size()) + " written)");
+  }
+  if (!w.header_written) w.write_header();  // a file without tensors
+  if (std::fflush(w.file) != 0 || ::fsync(::fileno(w.file)) != 0) {
+    w.fail("cannot flush '" + w.tmp + "': " + errno_text());
+  }
+  const int rc = std::fclose(w.file);
+  w.file = nullptr;
+  if (rc != 0) w.fail("cannot close '" + w.tmp + "': " + errno_text());
+  if (std::rename(w.tmp.c_str(), w.path.c_str()) != 0) {
+    w.fail("cannot rename '" + w.tmp + "' onto the destination: " + errno_text());
+  }
+  w.committed = true;
+  // Make the rename itself durable.
+  std::filesystem::path dir = std::filesystem::path(w.path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace tierlab

@@ -1,0 +1,97 @@
+#pragma once
+// A safetensors file (https://huggingface.co/docs/safetensors): 8-byte little-endian
+// header length N, N bytes of JSON header {name: {dtype, shape, data_offsets:[begin,end]},
+// "__metadata__": {string: string}}, then the data buffer. Offsets are relative to the
+// start of the buffer. Reading maps the file (mmap) and validates the header once;
+// tensor data is converted to float32 only when a caller asks for one tensor, so that
+// files far larger than memory can be processed one head at a time.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/linalg.hpp"
+
+namespace tierlab {
+
+enum class DType { F32, F16, BF16, I32, I64, U8 };
+
+std::string_view dtype_name(DType);            // "F32", "F16", "BF16", "I32", "I64", "U8"
+DType parse_dtype(std::string_view name, const std::string& context);  // throws FormatError
+std::size_t dtype_size(DType);
+
+// Conversion helpers (round-to-nearest-even for f32 -> f16/bf16).
+std::uint16_t float_to_half(float);
+float half_to_float(std::uint16_t);
+std::uint16_t float_to_bf16(float);
+float bf16_to_float(std::uint16_t);
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0;  // byte offset into the data buffer
+  std::uint64_t end = 0;
+  std::int64_t numel() const;
+};
+
+// Read-only view of a safetensors file. Construction validates: file size, header
+// length, header JSON, every dtype, shape and offset (in range, size = numel x
+// dtype size, no overlap). Errors are FormatError naming the file and the tensor.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool has(const std::string& name) const;
+  const TensorInfo& info(const std::string& name) const;  // throws FormatError naming it
+  std::vector<std::string> names() const;                 // sorted
+
+  // Copy a floating tensor into float32. Every value is checked: a NaN or Inf
+  // throws FormatError naming the file, the tensor and the flat index.
+  std::vector<float> read_f32(const std::string& name) const;
+  // Same, checked against an expected shape (FormatError names expected and found).
+  MatrixRM read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  std::vector<std::int32_t> read_i32(const std::string& name) const;
+  std::vector<std::uint8_t> read_u8(const std::string& name) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const std::uint8_t* map_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t data_start_ = 0;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, TensorInfo> tensors_;
+};
+
+// Streaming, atomic writer. Declare every tensor first (the header carries all
+// offsets), then write their data in declaration order; commit() flushes, fsyncs and
+// renames the temporary file "<path>.tmp-<pid>" onto path. A writer destroyed
+// without commit() removes its temporary file, so a crash never leaves a partial file.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(std::string path, std::map<std::string, std::string> metadata);
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  void declare(const std::string& name, DType dtype, std::vector<std::int64_t> shape);
+  // Float data is converted to the declared dtype (F32/F16/BF16); count must equal numel.
+  void write_f32(const std::string& name, const float* data, std::size_t count);
+  void write_i32(const std::string& name, const std::int32_t* data, std::size_t count);
+  void write_u8(const std::string& name, const std::uint8_t* data, std::size_t count);
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tierlab

@@ -1,0 +1,258 @@
+// The local surrogate (surrogate.hpp, MODEL.md section 3): token weights, per-tier
+// costs and logit noise, and the per-head noise fit n_h(b) = alpha beta^(-b).
+//
+// All accumulation is in double. Queries are processed in chunks: the chunk's exact
+// logits S = Q K^T / sqrt(d), its softmax (max-subtracted, per row), its outputs
+// O = P V and, per finite tier, the logit perturbations D = Q (K^ - K)^T are formed
+// as dense products; then every token accumulates its terms over the chunk's queries
+// in query order (one thread per token range), so results do not depend on the
+// number of threads.
+#include "model/surrogate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "model/error.hpp"
+#include "model/quantizer.hpp"
+
+namespace tierlab {
+
+namespace {
+
+constexpr Eigen::Index kQueryChunk = 64;
+
+struct Accumulated {
+  TokenWeights weights;
+  MatrixRMd cost;   // n_finite x T
+  MatrixRMd noise;  // n_finite x T
+  double output_norm2 = 0.0;
+};
+
+void check_shapes(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries, const char* where) {
+  if (keys.rows() < 1) throw InputError(std::string(where) + ": the keys have no tokens (T = 0).");
+  if (queries.rows() < 1) throw InputError(std::string(where) + ": the query set is empty.");
+  if (values.rows() != keys.rows())
+    throw InputError(std::string(where) + ": values have " + std::to_string(values.rows()) + " rows but keys have " +
+                     std::to_string(keys.rows()) + ".");
+  if (queries.cols() != keys.cols())
+    throw InputError(std::string(where) + ": queries have dimension " + std::to_string(queries.cols()) +
+                     " but keys have " + std::to_string(keys.cols()) + ".");
+}
+
+// Exact cost of removing token t* alone for one query, computed without the
+// cancellation of 1 - p near 1: o = p v* + (1 - p) o_rest, so
+// ||o^ - o||^2 = p^2 ||v* - o||^2 / (1 - p)^2 = p^2 ||v* - o_rest||^2, with o_rest the
+// softmax output over the other tokens (its own max subtraction). With T = 1 the
+// output after removal is zero and the cost is ||v*||^2.
+double removal_cost_stable(const double* s, const MatrixRMd& V, Eigen::Index t_star, double p_star) {
+  const Eigen::Index T = V.rows();
+  if (T == 1) return V.row(0).squaredNorm();
+  double m = -std::numeric_limits<double>::infinity();
+  for (Eigen::Index u = 0; u < T; ++u)
+    if (u != t_star) m = std::max(m, s[u]);
+  Eigen::RowVectorXd o_rest = Eigen::RowVectorXd::Zero(V.cols());
+  double z = 0.0;
+  for (Eigen::Index u = 0; u < T; ++u) {
+    if (u == t_star) continue;
+    const double w = std::exp(s[u] - m);
+    z += w;
+    o_rest.noalias() += w * V.row(u);
+  }
+  o_rest /= z;
+  return p_star * p_star * (V.row(t_star) - o_rest).squaredNorm();
+}
+
+Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                       const std::vector<MatrixRMd>& key_errors) {
+  const Eigen::Index T = keys.rows();
+  const Eigen::Index d = keys.cols();
+  const Eigen::Index m = queries.rows();
+  const int n_fin = static_cast<int>(key_errors.size());
+  const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
+  const double inv_d = 1.0 / double(d);
+
+  const MatrixRMd K = keys.cast<double>();
+  const MatrixRMd V = values.cast<double>();
+  const MatrixRMd Q = queries.cast<double>();
+
+  Accumulated acc;
+  acc.weights.a = VectorD::Zero(T);
+  acc.weights.evict_cost = VectorD::Zero(T);
+  acc.weights.attention = VectorD::Zero(T);
+  acc.cost = MatrixRMd::Zero(n_fin, T);
+  acc.noise = MatrixRMd::Zero(n_fin, T);
+
+  MatrixRMd S, O;
+  std::vector<MatrixRMd> D(n_fin);
+  std::vector<Eigen::Index> star_t;
+  std::vector<double> star_cost;
+
+  for (Eigen::Index q0 = 0; q0 < m; q0 += kQueryChunk) {
+    const Eigen::Index C = std::min(kQueryChunk, m - q0);
+    const auto Qc = Q.middleRows(q0, C);
+    S.noalias() = (Qc * K.transpose()) * inv_sqrt_d;  // exact logits, C x T
+    for (int i = 0; i < n_fin; ++i) D[i].noalias() = Qc * key_errors[i].transpose();  // q.(k^ - k), C x T
+
+    // Softmax per row (in place: S becomes P), and the stable removal cost of a
+    // dominant token (p > 1/2; at most one per query).
+    MatrixRMd P(C, T);
+    star_t.assign(C, -1);
+    star_cost.assign(C, 0.0);
+#pragma omp parallel for schedule(static)
+    for (Eigen::Index r = 0; r < C; ++r) {
+      const double* s = S.row(r).data();
+      double* p = P.row(r).data();
+      const double mx = *std::max_element(s, s + T);
+      double z = 0.0;
+      for (Eigen::Index t = 0; t < T; ++t) {
+        p[t] = std::exp(s[t] - mx);
+        z += p[t];
+      }
+      Eigen::Index arg = 0;
+      for (Eigen::Index t = 0; t < T; ++t) {
+        p[t] /= z;
+        if (p[t] > p[arg]) arg = t;
+      }
+      if (p[arg] > 0.5) {
+        star_t[r] = arg;
+        star_cost[r] = removal_cost_stable(s, V, arg, p[arg]);
+      }
+    }
+    O.noalias() = P * V;  // outputs, C x dv
+    for (Eigen::Index r = 0; r < C; ++r) acc.output_norm2 += O.row(r).squaredNorm();
+
+#pragma omp parallel for schedule(static)
+    for (Eigen::Index t = 0; t < T; ++t) {
+      double a = 0.0, ev = 0.0, att = 0.0;
+      const auto vt = V.row(t);
+      for (Eigen::Index r = 0; r < C; ++r) {
+        const double p = P(r, t);
+        const double diff2 = (vt - O.row(r)).squaredNorm();
+        const double w = p * p * diff2;  // p_{q,t}^2 ||v_t - o_q||^2
+        a += w;
+        att += p;
+        if (star_t[r] == t) {
+          ev += star_cost[r];
+        } else {
+          const double one_minus_p = 1.0 - p;
+          ev += w / (one_minus_p * one_minus_p);
+        }
+        for (int i = 0; i < n_fin; ++i) {
+          const double dl = D[i](r, t);
+          const double n = dl * dl * inv_d;  // (q.(k^_t - k_t))^2 / d
+          acc.noise(i, t) += n;
+          acc.cost(i, t) += w * n;
+        }
+      }
+      acc.weights.a[t] += a;
+      acc.weights.evict_cost[t] += ev;
+      acc.weights.attention[t] += att;
+    }
+  }
+
+  const double inv_m = 1.0 / double(m);
+  acc.weights.a *= inv_m;
+  acc.weights.evict_cost *= inv_m;
+  acc.weights.attention *= inv_m;
+  acc.cost *= inv_m;
+  acc.noise *= inv_m;
+  acc.output_norm2 *= inv_m;
+  return acc;
+}
+
+}  // namespace
+
+TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries) {
+  check_shapes(keys, values, queries, "token_weights");
+  return accumulate(keys, values, queries, {}).weights;
+}
+
+SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                               const RateLadder& ladder) {
+  check_shapes(keys, values, queries, "surrogate_costs");
+  ladder.validate();
+  const int n_tiers = ladder.size();
+  const Eigen::Index T = keys.rows();
+  const int d = static_cast<int>(keys.cols());
+
+  std::vector<MatrixRMd> key_errors;
+  key_errors.reserve(n_tiers - 2);
+  const MatrixRMd K = keys.cast<double>();
+  for (int i = 1; i + 1 < n_tiers; ++i)
+    key_errors.push_back(dense_tier_keys(keys, ladder.tiers[i]).cast<double>() - K);
+
+  Accumulated acc = accumulate(keys, values, queries, key_errors);
+
+  SurrogateCosts out;
+  out.ladder = ladder;
+  out.rates.reserve(n_tiers);
+  for (const Tier& t : ladder.tiers) out.rates.push_back(t.nominal_rate(d));
+  out.cost = MatrixRMd::Zero(n_tiers, T);
+  out.noise = MatrixRMd::Zero(n_tiers, T);
+  out.cost.row(0) = acc.weights.evict_cost.transpose();
+  if (n_tiers > 2) {
+    out.cost.middleRows(1, n_tiers - 2) = acc.cost;
+    out.noise.middleRows(1, n_tiers - 2) = acc.noise;
+  }
+  out.weights = std::move(acc.weights);
+  out.output_norm2 = acc.output_norm2;
+  return out;
+}
+
+double NoiseFit::operator()(double bits) const { return alpha * std::pow(beta, -bits); }
+
+NoiseFit fit_noise(const std::vector<double>& bits, const std::vector<double>& mean_noise) {
+  if (bits.size() != mean_noise.size())
+    throw InputError("fit_noise: " + std::to_string(bits.size()) + " bit widths but " +
+                     std::to_string(mean_noise.size()) + " noise values; they must pair up.");
+  std::vector<double> x, y;
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    if (std::isfinite(bits[i]) && std::isfinite(mean_noise[i]) && mean_noise[i] > 0) {
+      x.push_back(bits[i]);
+      y.push_back(std::log(mean_noise[i]));
+    }
+  }
+  const std::size_t n = x.size();
+  const double mx = n ? [&] { double s = 0; for (double v : x) s += v; return s / n; }() : 0.0;
+  double sxx = 0.0;
+  for (double v : x) sxx += (v - mx) * (v - mx);
+  if (n < 2 || !(sxx > 0))
+    throw InputError("fit_noise: " + std::to_string(n) +
+                     " usable points (finite bits, noise > 0); the fit needs at least two distinct bit widths.");
+  double my = 0.0;
+  for (double v : y) my += v;
+  my /= double(n);
+  double sxy = 0.0;
+  for (std::size_t i = 0; i < n; ++i) sxy += (x[i] - mx) * (y[i] - my);
+  const double slope = sxy / sxx;  // log n = log alpha - b log beta
+  const double intercept = my - slope * mx;
+  NoiseFit fit;
+  fit.alpha = std::exp(intercept);
+  fit.beta = std::exp(-slope);
+  double ss = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double r = y[i] - (intercept + slope * x[i]);
+    ss += r * r;
+  }
+  fit.residual = std::sqrt(ss / double(n));
+  return fit;
+}
+
+NoiseFit fit_noise(const SurrogateCosts& costs, QuantizerKind kind) {
+  const RateLadder& ladder = costs.ladder;
+  std::vector<double> bits, noise;
+  for (int i = 1; i + 1 < ladder.size(); ++i) {
+    if (ladder.tiers[i].kind != kind) continue;
+    bits.push_back(ladder.tiers[i].bits);
+    noise.push_back(costs.noise.cols() > 0 ? costs.noise.row(i).mean() : 0.0);
+  }
+  if (bits.size() < 2)
+    throw InputError("fit_noise: ladder '" + ladder.name() + "' has " + std::to_string(bits.size()) +
+                     " finite tiers of quantizer '" + std::string(to_string(kind)) +
+                     "'; the noise fit needs at least two.");
+  return fit_noise(bits, noise);
+}
+
+}  // namespace tierlab

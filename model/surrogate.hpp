@@ -1,0 +1,56 @@
+#pragma once
+// The local surrogate of MODEL.md section 3, for one head and one query set.
+//
+// For query q (row of Q, g*W rows) with exact logits s_t = q.k_t / sqrt(d), attention
+// p_{q,t} = softmax(s)_t and output o_q = sum_t p_{q,t} v_t:
+//   token weight         a_t       = mean_q p_{q,t}^2 ||v_t - o_q||^2
+//   logit noise          n_t(tau)  = mean_q (q.(k^_t(tau) - k_t))^2 / d          [nats^2]
+//   cost of finite tier  c_t(tau)  = mean_q p_{q,t}^2 ||v_t - o_q||^2 (q.(k^_t - k_t))^2 / d
+//   cost of eviction     c_t(0)    = mean_q p_{q,t}^2 ||v_t - o_q||^2 / (1 - p_{q,t})^2
+//   cost of exact        0
+// c_t(0) is exact for one removed token: removing t alone gives
+// ||o^ - o||^2 = p_t^2 ||v_t - o||^2 / (1 - p_t)^2. Costs are absolute squared-output
+// units (divide by ||o||^2 for a relative error). k^_t(tau) is the dense quantization
+// of the head's keys at tau (quantizer.hpp dense_tier_keys).
+//
+// Per-head noise model (fitted by least squares on log n over b):
+//   n_h(b) = alpha_h * beta_h^(-b),  n_h(b) = mean_t n_t(tau_b)
+#include <vector>
+
+#include "model/linalg.hpp"
+#include "model/tier.hpp"
+
+namespace tierlab {
+
+struct TokenWeights {
+  VectorD a;           // a_t
+  VectorD evict_cost;  // c_t(0)
+  VectorD attention;   // mean_q p_{q,t} (for scorers and plots)
+};
+
+TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries);
+
+// Costs of every tier of a ladder for every token: cost(i, t) = c_t(ladder.tiers[i]).
+struct SurrogateCosts {
+  RateLadder ladder;
+  std::vector<Rate> rates;  // nominal rate of each tier at this head dim
+  MatrixRMd cost;           // ladder.size() x T; row 0 = c_t(0), last row = 0
+  MatrixRMd noise;          // ladder.size() x T; n_t(tau) (row 0 and last row unused = 0)
+  TokenWeights weights;
+  double output_norm2 = 0;  // mean_q ||o_q||^2, to turn costs into relative errors
+};
+
+SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                               const RateLadder& ladder);
+
+// n_h(b) = alpha * beta^(-b); residual = RMS of log n - log n_h over the fitted points.
+struct NoiseFit {
+  double alpha = 0, beta = 0, residual = 0;
+  double operator()(double bits) const;
+};
+// Fit on (bits, mean noise) points; needs at least two distinct bit widths with n > 0.
+NoiseFit fit_noise(const std::vector<double>& bits, const std::vector<double>& mean_noise);
+// Convenience: fit over the finite tiers of a ladder that share one quantizer kind.
+NoiseFit fit_noise(const SurrogateCosts& costs, QuantizerKind kind);
+
+}  // namespace tierlab

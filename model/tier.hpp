@@ -1,0 +1,61 @@
+#pragma once
+// Tiers and the rate ladder (MODEL.md sections 1 and 9).
+//
+// A tier tau = (bits b, quantizer Q) is the precision of one key vector. Tier 0 of
+// every ladder is eviction (zero rate: the token is removed); the last is exact
+// (16-bit). Rates are in bits per key element and always come in two forms:
+//   code bits  r_code(tau)  = b
+//   total bits r_total(tau) = b + metadata per element
+// Nominal (dense) metadata per element, d the head dim:
+//   KIVI per-channel, groups of G tokens : fp16 scale + fp16 min per channel per group = 32/G
+//   per-token, groups of n channels      : fp16 scale + fp16 zero per token per group  = 32/n
+//   exact: 16 / 16;  evict: 0 / 0.
+// In a mixed allocation the metadata actually formed is counted instead (quantizer.hpp).
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tierlab {
+
+enum class QuantizerKind { Evict, Exact, KiviPerChannel, PerToken };
+
+std::string_view to_string(QuantizerKind);
+// Accepts "evict", "exact", "kivi", "token"; throws InputError naming the valid choices.
+QuantizerKind parse_quantizer_kind(std::string_view);
+
+struct Rate {
+  double code_bits = 0.0;   // bits per key element spent on codes
+  double total_bits = 0.0;  // codes + metadata (scales, zero points, windows, padding)
+};
+
+enum class RateKind { Code, Total };
+std::string_view to_string(RateKind);
+RateKind parse_rate_kind(std::string_view);  // "code" | "total"
+inline double rate_of(const Rate& r, RateKind k) { return k == RateKind::Code ? r.code_bits : r.total_bits; }
+
+struct Tier {
+  QuantizerKind kind = QuantizerKind::Exact;
+  int bits = 16;   // code bits per element (0 for evict, 16 for exact)
+  int group = 0;   // KIVI: tokens per group G (default 32); per-token: channels per group (0 = d)
+
+  // "evict", "exact", "kivi2" (G=32) or "kivi2g64", "token4" (group d) or "token4g64".
+  std::string name() const;
+  static Tier parse(std::string_view name);  // inverse of name(); throws InputError
+  Rate nominal_rate(int head_dim) const;
+  bool operator==(const Tier&) const = default;
+};
+
+// The tiers an allocation may use: tiers[0] is evict, tiers.back() is exact, in
+// increasing code bits between them.
+struct RateLadder {
+  std::vector<Tier> tiers;
+
+  int size() const { return static_cast<int>(tiers.size()); }
+  int exact_index() const { return size() - 1; }
+  std::string name() const;                        // "evict,kivi2,kivi4,exact"
+  static RateLadder parse(std::string_view list);  // comma-separated; adds evict/exact if missing
+  static RateLadder kivi(std::vector<int> bits = {2, 4, 8}, int group = 32);
+  void validate() const;                           // throws InputError with the reason
+};
+
+}  // namespace tierlab

@@ -1,0 +1,442 @@
+// Trace container: TraceMeta <-> safetensors "__metadata__" strings, per-head tensors.
+// docs/trace-format.md describes the format for users.
+#include "model/trace.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "model/error.hpp"
+
+namespace tierlab {
+
+namespace {
+
+constexpr const char* kFormat = "trace-v1";
+constexpr int kMaxCount = 1 << 20;  // sanity bound on layers, heads, group size, head dim
+constexpr int kMaxLen = std::numeric_limits<std::int32_t>::max();
+
+const char* const kFields[] = {"keys", "keys_pre_rope", "values", "obs_queries",
+                               "decode_queries", "decode_keys", "decode_values"};
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  return std::string(buf, r.ptr);
+}
+
+bool parse_int(const std::string& s, long long& out) {
+  const char* b = s.data();
+  const char* e = b + s.size();
+  auto r = std::from_chars(b, e, out);
+  return r.ec == std::errc() && r.ptr == e && !s.empty();
+}
+
+bool parse_double(const std::string& s, double& out) {
+  const char* b = s.data();
+  const char* e = b + s.size();
+  auto r = std::from_chars(b, e, out);
+  return r.ec == std::errc() && r.ptr == e && !s.empty();
+}
+
+bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// Expected shape of one per-head field; symbolic form for messages in `symbolic`.
+std::vector<std::int64_t> field_shape(const TraceMeta& m, const std::string& field, std::string& symbolic) {
+  const std::int64_t T = m.prompt_len, d = m.head_dim, g = m.group_size, W = m.obs_window, S = m.decode_steps;
+  if (field == "keys" || field == "keys_pre_rope" || field == "values") {
+    symbolic = "[prompt_len, head_dim]";
+    return {T, d};
+  }
+  if (field == "obs_queries") {
+    symbolic = "[group_size, obs_window, head_dim]";
+    return {g, W, d};
+  }
+  if (field == "decode_queries") {
+    symbolic = "[group_size, decode_steps, head_dim]";
+    return {g, S, d};
+  }
+  symbolic = "[decode_steps, head_dim]";  // decode_keys, decode_values
+  return {S, d};
+}
+
+// The fields a trace with this meta stores per head, in file order.
+std::vector<std::string> head_fields(const TraceMeta& m) {
+  std::vector<std::string> out;
+  for (const char* f : kFields) {
+    if (std::string(f) == "keys_pre_rope" && !m.has_pre_rope) continue;
+    out.emplace_back(f);
+  }
+  return out;
+}
+
+// The first problem with a meta's values as a phrase ("n_layers = 0 is out of range
+// (expected >= 1)"), or an empty string. Shared by the reader and the writer.
+std::string meta_problem(const TraceMeta& m) {
+  auto range = [](const char* name, long long v, long long lo, long long hi) -> std::string {
+    if (v >= lo && v <= hi) return {};
+    return std::string(name) + " = " + std::to_string(v) + " is out of range (expected " + std::to_string(lo) +
+           ".." + std::to_string(hi) + ")";
+  };
+  std::string p;
+  if (!(p = range("n_layers", m.n_layers, 1, kMaxCount)).empty()) return p;
+  if (!(p = range("n_kv_heads", m.n_kv_heads, 1, kMaxCount)).empty()) return p;
+  if (!(p = range("group_size", m.group_size, 1, kMaxCount)).empty()) return p;
+  if (!(p = range("head_dim", m.head_dim, 1, kMaxCount)).empty()) return p;
+  if (!(p = range("prompt_len", m.prompt_len, 1, kMaxLen)).empty()) return p;
+  if (!(p = range("obs_window", m.obs_window, 0, m.prompt_len)).empty()) return p + " (at most prompt_len)";
+  if (!(p = range("decode_steps", m.decode_steps, 0, static_cast<long long>(kMaxLen) - m.prompt_len)).empty()) return p;
+  if (!(p = range("rope_dim", m.rope.rotary_dim, 0, m.head_dim)).empty()) return p + " (0 means head_dim)";
+  if (m.rope.rotary_dim % 2 != 0) return "rope_dim = " + std::to_string(m.rope.rotary_dim) + " is odd (RoPE rotates pairs)";
+  if (!(m.rope.theta > 0.0) || !std::isfinite(m.rope.theta)) return "rope_theta = " + format_double(m.rope.theta) + " is not a positive number";
+  if (m.rope.style != "interleaved" && m.rope.style != "half") {
+    return "rope_style = '" + m.rope.style + "' is not 'interleaved' or 'half'";
+  }
+  if (!is_float_dtype(m.storage)) {
+    return "storage_dtype = " + std::string(dtype_name(m.storage)) + " is not a floating dtype (F32, F16 or BF16)";
+  }
+  if (!m.spans.empty() && static_cast<int>(m.spans.size()) != m.n_heads()) {
+    return "spans has " + std::to_string(m.spans.size()) + " entries, expected n_layers x n_kv_heads = " +
+           std::to_string(m.n_heads()) + " (or none)";
+  }
+  for (std::size_t i = 0; i < m.spans.size(); ++i) {
+    for (const Span& s : m.spans[i]) {
+      if (s.begin < 0 || s.begin >= s.end || s.end > m.prompt_len) {
+        return "spans of head (" + std::to_string(i / m.n_kv_heads) + ", " + std::to_string(i % m.n_kv_heads) +
+               ") holds [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+               "), expected 0 <= begin < end <= prompt_len = " + std::to_string(m.prompt_len);
+      }
+    }
+  }
+  if (!m.token_ids.empty() && static_cast<long long>(m.token_ids.size()) !=
+                                  static_cast<long long>(m.prompt_len) + m.decode_steps) {
+    return "token_ids has " + std::to_string(m.token_ids.size()) + " entries, expected prompt_len + decode_steps = " +
+           std::to_string(static_cast<long long>(m.prompt_len) + m.decode_steps);
+  }
+  if (!m.provenance.empty()) {
+    auto j = nlohmann::json::parse(m.provenance, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return "provenance = '" + m.provenance + "' is not a JSON object";
+  }
+  return {};
+}
+
+std::string spans_json(const TraceMeta& m) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < m.spans.size(); ++i) {
+    if (m.spans[i].empty()) continue;
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const Span& s : m.spans[i]) list.push_back({s.begin, s.end});
+    j[std::to_string(i / m.n_kv_heads) + "." + std::to_string(i % m.n_kv_heads)] = std::move(list);
+  }
+  return j.dump();
+}
+
+std::map<std::string, std::string> meta_strings(const TraceMeta& m) {
+  return {
+      {"tierlab.format", kFormat},
+      {"n_layers", std::to_string(m.n_layers)},
+      {"n_kv_heads", std::to_string(m.n_kv_heads)},
+      {"group_size", std::to_string(m.group_size)},
+      {"head_dim", std::to_string(m.head_dim)},
+      {"prompt_len", std::to_string(m.prompt_len)},
+      {"obs_window", std::to_string(m.obs_window)},
+      {"decode_steps", std::to_string(m.decode_steps)},
+      {"has_pre_rope", m.has_pre_rope ? "true" : "false"},
+      {"rope_theta", format_double(m.rope.theta)},
+      {"rope_dim", std::to_string(m.rope.rotary_dim)},
+      {"rope_style", m.rope.style},
+      {"storage_dtype", std::string(dtype_name(m.storage))},
+      {"provenance", m.provenance.empty() ? std::string("{}") : m.provenance},
+      {"spans", spans_json(m)},
+  };
+}
+
+// Reads the metadata strings of a trace file into a TraceMeta (FormatError naming the
+// field and its value).
+class MetaParser {
+ public:
+  MetaParser(const std::string& path, const std::map<std::string, std::string>& md) : path_(path), md_(md) {}
+
+  [[noreturn]] void fail(const std::string& detail) const {
+    throw FormatError("trace '" + path_ + "': metadata " + detail + ".");
+  }
+
+  const std::string* find(const std::string& key) const {
+    auto it = md_.find(key);
+    return it == md_.end() ? nullptr : &it->second;
+  }
+
+  const std::string& required(const std::string& key) const {
+    const std::string* v = find(key);
+    if (!v) fail("field '" + key + "' is missing");
+    return *v;
+  }
+
+  int integer(const std::string& key, long long lo, long long hi) const {
+    const std::string& s = required(key);
+    long long v = 0;
+    if (!parse_int(s, v)) fail("field '" + key + "' = '" + s + "' is not an integer");
+    if (v < lo || v > hi) {
+      fail("field '" + key + "' = '" + s + "' is out of range (expected " + std::to_string(lo) + ".." +
+           std::to_string(hi) + ")");
+    }
+    return static_cast<int>(v);
+  }
+
+  TraceMeta parse() const {
+    TraceMeta m;
+    const std::string& format = required("tierlab.format");
+    if (format != kFormat) fail("field 'tierlab.format' = '" + format + "', expected '" + kFormat + "'");
+    m.n_layers = integer("n_layers", 1, kMaxCount);
+    m.n_kv_heads = integer("n_kv_heads", 1, kMaxCount);
+    m.group_size = integer("group_size", 1, kMaxCount);
+    m.head_dim = integer("head_dim", 1, kMaxCount);
+    m.prompt_len = integer("prompt_len", 1, kMaxLen);
+    m.obs_window = integer("obs_window", 0, m.prompt_len);
+    m.decode_steps = integer("decode_steps", 0, static_cast<long long>(kMaxLen) - m.prompt_len);
+
+    const std::string& pre = required("has_pre_rope");
+    if (pre == "true" || pre == "1") {
+      m.has_pre_rope = true;
+    } else if (pre == "false" || pre == "0") {
+      m.has_pre_rope = false;
+    } else {
+      fail("field 'has_pre_rope' = '" + pre + "' is not 'true' or 'false'");
+    }
+
+    const std::string& st = required("storage_dtype");
+    DType storage = DType::F32;
+    try {
+      storage = parse_dtype(st, "trace '" + path_ + "': metadata field 'storage_dtype'");
+    } catch (const FormatError&) {
+      fail("field 'storage_dtype' = '" + st + "' is not F32, F16 or BF16");
+    }
+    if (!is_float_dtype(storage)) fail("field 'storage_dtype' = '" + st + "' is not F32, F16 or BF16");
+    m.storage = storage;
+
+    // RoPE fields are optional (defaults as RopeParams).
+    if (const std::string* s = find("rope_theta")) {
+      if (!parse_double(*s, m.rope.theta) || !(m.rope.theta > 0.0) || !std::isfinite(m.rope.theta)) {
+        fail("field 'rope_theta' = '" + *s + "' is not a positive number");
+      }
+    }
+    if (find("rope_dim")) m.rope.rotary_dim = integer("rope_dim", 0, m.head_dim);
+    if (m.rope.rotary_dim % 2 != 0) fail("field 'rope_dim' = '" + required("rope_dim") + "' is odd (RoPE rotates pairs)");
+    if (const std::string* s = find("rope_style")) {
+      if (*s != "interleaved" && *s != "half") fail("field 'rope_style' = '" + *s + "' is not 'interleaved' or 'half'");
+      m.rope.style = *s;
+    }
+
+    if (const std::string* s = find("provenance")) {
+      auto j = nlohmann::json::parse(*s, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) fail("field 'provenance' = '" + *s + "' is not a JSON object");
+      m.provenance = *s;
+    }
+    if (const std::string* s = find("spans")) parse_spans(*s, m);
+    return m;
+  }
+
+ private:
+  void parse_spans(const std::string& text, TraceMeta& m) const {
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("field 'spans' = '" + text + "' is not a JSON object");
+    if (j.empty()) return;
+    m.spans.assign(static_cast<std::size_t>(m.n_heads()), {});
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      const auto dot = key.find('.');
+      long long l = -1, h = -1;
+      if (dot == std::string::npos || !parse_int(key.substr(0, dot), l) || !parse_int(key.substr(dot + 1), h) ||
+          l < 0 || l >= m.n_layers || h < 0 || h >= m.n_kv_heads) {
+        fail("field 'spans' has key '" + key + "', expected 'layer.head' with layer < " + std::to_string(m.n_layers) +
+             " and head < " + std::to_string(m.n_kv_heads));
+      }
+      if (!it.value().is_array()) fail("field 'spans' entry '" + key + "' = " + it.value().dump() + " is not a list");
+      auto& out = m.spans[static_cast<std::size_t>(l * m.n_kv_heads + h)];
+      for (const auto& pair : it.value()) {
+        if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || !pair[1].is_number_integer()) {
+          fail("field 'spans' entry '" + key + "' holds " + pair.dump() + ", expected [begin, end]");
+        }
+        const long long b = pair[0].get<long long>(), e = pair[1].get<long long>();
+        if (b < 0 || b >= e || e > m.prompt_len) {
+          fail("field 'spans' entry '" + key + "' holds " + pair.dump() +
+               ", expected 0 <= begin < end <= prompt_len = " + std::to_string(m.prompt_len));
+        }
+        out.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(e)});
+      }
+    }
+  }
+
+  const std::string& path_;
+  const std::map<std::string, std::string>& md_;
+};
+
+}  // namespace
+
+std::string head_tensor_name(int layer, int kv_head, const std::string& field) {
+  return "layers." + std::to_string(layer) + ".heads." + std::to_string(kv_head) + "." + field;
+}
+
+// ---- reader ----------------------------------------------------------------------
+
+TraceReader::TraceReader(const std::string& path) : file_(std::make_unique<SafetensorsFile>(path)) {
+  meta_ = MetaParser(path, file_->metadata()).parse();
+  auto fail = [&](const std::string& tensor, const std::string& detail) {
+    throw FormatError("trace '" + path + "', tensor '" + tensor + "': " + detail + ".");
+  };
+  for (int l = 0; l < meta_.n_layers; ++l) {
+    for (int h = 0; h < meta_.n_kv_heads; ++h) {
+      for (const std::string& field : head_fields(meta_)) {
+        const std::string name = head_tensor_name(l, h, field);
+        std::string symbolic;
+        const auto want = field_shape(meta_, field, symbolic);
+        if (!file_->has(name)) fail(name, "is missing (expected shape " + symbolic + " = " + shape_string(want) + ")");
+        const TensorInfo& ti = file_->info(name);
+        if (ti.shape != want) {
+          fail(name, "has shape " + shape_string(ti.shape) + ", expected " + symbolic + " = " + shape_string(want));
+        }
+        if (ti.dtype != meta_.storage) {
+          fail(name, "has dtype " + std::string(dtype_name(ti.dtype)) + ", expected storage_dtype " +
+                         std::string(dtype_name(meta_.storage)));
+        }
+      }
+    }
+  }
+  if (file_->has("token_ids")) {
+    const TensorInfo& ti = file_->info("token_ids");
+    const std::vector<std::int64_t> want = {static_cast<std::int64_t>(meta_.prompt_len) + meta_.decode_steps};
+    if (ti.shape != want) {
+      fail("token_ids", "has shape " + shape_string(ti.shape) + ", expected [prompt_len + decode_steps] = " +
+                            shape_string(want));
+    }
+    meta_.token_ids = file_->read_i32("token_ids");  // I32 or I64 (range-checked)
+  }
+}
+
+const std::string& TraceReader::path() const { return file_->path(); }
+
+HeadData TraceReader::head(int layer, int kv_head) const {
+  if (layer < 0 || layer >= meta_.n_layers) {
+    throw InputError("trace '" + path() + "': layer " + std::to_string(layer) + " is out of range (n_layers = " +
+                     std::to_string(meta_.n_layers) + ").");
+  }
+  if (kv_head < 0 || kv_head >= meta_.n_kv_heads) {
+    throw InputError("trace '" + path() + "': KV head " + std::to_string(kv_head) + " is out of range (n_kv_heads = " +
+                     std::to_string(meta_.n_kv_heads) + ").");
+  }
+  const std::int64_t T = meta_.prompt_len, d = meta_.head_dim, g = meta_.group_size;
+  const std::int64_t W = meta_.obs_window, S = meta_.decode_steps;
+  auto read = [&](const char* field, std::int64_t rows) {
+    return file_->read_matrix(head_tensor_name(layer, kv_head, field), rows, d);
+  };
+  HeadData hd;
+  hd.layer = layer;
+  hd.kv_head = kv_head;
+  hd.keys = read("keys", T);
+  if (meta_.has_pre_rope) hd.keys_pre_rope = read("keys_pre_rope", T);
+  hd.values = read("values", T);
+  hd.obs_queries = read("obs_queries", g * W);
+  hd.decode_queries = read("decode_queries", g * S);
+  hd.decode_keys = read("decode_keys", S);
+  hd.decode_values = read("decode_values", S);
+  if (!meta_.spans.empty()) hd.spans = meta_.spans[static_cast<std::size_t>(layer * meta_.n_kv_heads + kv_head)];
+  return hd;
+}
+
+// ---- writer ----------------------------------------------------------------------
+
+TraceWriter::TraceWriter(std::string path, TraceMeta meta) : path_(std::move(path)), meta_(std::move(meta)) {
+  const std::string problem = meta_problem(meta_);
+  if (!problem.empty()) throw InputError("trace writer for '" + path_ + "': TraceMeta." + problem + ".");
+  writer_ = std::make_unique<SafetensorsWriter>(path_, meta_strings(meta_));
+  if (!meta_.token_ids.empty()) {
+    writer_->declare("token_ids", DType::I32, {static_cast<std::int64_t>(meta_.token_ids.size())});
+  }
+  for (int l = 0; l < meta_.n_layers; ++l) {
+    for (int h = 0; h < meta_.n_kv_heads; ++h) {
+      for (const std::string& field : head_fields(meta_)) {
+        std::string symbolic;
+        writer_->declare(head_tensor_name(l, h, field), meta_.storage, field_shape(meta_, field, symbolic));
+      }
+    }
+  }
+  if (!meta_.token_ids.empty()) writer_->write_i32("token_ids", meta_.token_ids.data(), meta_.token_ids.size());
+}
+
+void TraceWriter::write_head(const HeadData& head) {
+  auto fail = [&](const std::string& detail) {
+    throw InputError("trace writer for '" + path_ + "', head (" + std::to_string(head.layer) + ", " + std::to_string(head.kv_head) +
+                     "): " + detail + ".");
+  };
+  if (next_ >= meta_.n_heads()) fail("all " + std::to_string(meta_.n_heads()) + " heads are already written");
+  const int l = next_ / meta_.n_kv_heads, h = next_ % meta_.n_kv_heads;
+  if (head.layer != l || head.kv_head != h) {
+    fail("heads are written in order (layer-major) and head (" + std::to_string(l) + ", " + std::to_string(h) +
+         ") is next");
+  }
+  const std::int64_t T = meta_.prompt_len, d = meta_.head_dim, g = meta_.group_size;
+  const std::int64_t W = meta_.obs_window, S = meta_.decode_steps;
+  auto check = [&](const char* field, const MatrixRM& m, std::int64_t rows, const char* rows_text) {
+    if (m.rows() != rows || m.cols() != d) {
+      fail("HeadData." + std::string(field) + " is " + std::to_string(m.rows()) + " x " + std::to_string(m.cols()) +
+           ", expected " + rows_text + " x head_dim = " + std::to_string(rows) + " x " + std::to_string(d));
+    }
+  };
+  check("keys", head.keys, T, "prompt_len");
+  if (meta_.has_pre_rope) {
+    check("keys_pre_rope", head.keys_pre_rope, T, "prompt_len");
+  } else if (head.keys_pre_rope.size() != 0) {
+    fail("HeadData.keys_pre_rope is " + std::to_string(head.keys_pre_rope.rows()) + " x " +
+         std::to_string(head.keys_pre_rope.cols()) + " but TraceMeta.has_pre_rope is false");
+  }
+  check("values", head.values, T, "prompt_len");
+  check("obs_queries", head.obs_queries, g * W, "group_size * obs_window");
+  check("decode_queries", head.decode_queries, g * S, "group_size * decode_steps");
+  check("decode_keys", head.decode_keys, S, "decode_steps");
+  check("decode_values", head.decode_values, S, "decode_steps");
+  if (!head.spans.empty()) {
+    const bool same = !meta_.spans.empty() && [&] {
+      const auto& declared = meta_.spans[static_cast<std::size_t>(next_)];
+      if (declared.size() != head.spans.size()) return false;
+      for (std::size_t i = 0; i < declared.size(); ++i) {
+        if (declared[i].begin != head.spans[i].begin || declared[i].end != head.spans[i].end) return false;
+      }
+      return true;
+    }();
+    if (!same) fail("HeadData.spans differ from TraceMeta.spans (spans go in the header, so TraceMeta must carry them)");
+  }
+
+  auto put = [&](const char* field, const MatrixRM& m) {
+    writer_->write_f32(head_tensor_name(l, h, field), m.data(), static_cast<std::size_t>(m.size()));
+  };
+  put("keys", head.keys);
+  if (meta_.has_pre_rope) put("keys_pre_rope", head.keys_pre_rope);
+  put("values", head.values);
+  put("obs_queries", head.obs_queries);
+  put("decode_queries", head.decode_queries);
+  put("decode_keys", head.decode_keys);
+  put("decode_values", head.decode_values);
+  ++next_;
+}
+
+void TraceWriter::commit() {
+  if (next_ < meta_.n_heads()) {
+    throw InputError("trace writer for '" + path_ + "': commit() after " + std::to_string(next_) + " of " +
+                     std::to_string(meta_.n_heads()) + " heads; head (" + std::to_string(next_ / meta_.n_kv_heads) +
+                     ", " + std::to_string(next_ % meta_.n_kv_heads) + ") is missing.");
+  }
+  writer_->commit();
+}
+
+}  // namespace tierlab

@@ -1,0 +1,104 @@
+#pragma once
+// A trace: what attention saw for every layer l and KV head h (MODEL.md section 1).
+// Stored as one safetensors file (docs/trace-format.md). Tensor names, per head:
+//   layers.{l}.heads.{h}.keys            [T, d]    post-RoPE keys k_t
+//   layers.{l}.heads.{h}.keys_pre_rope   [T, d]    optional, pre-RoPE keys
+//   layers.{l}.heads.{h}.values          [T, d]    values v_t
+//   layers.{l}.heads.{h}.obs_queries     [g, W, d] observation queries (last W prompt positions)
+//   layers.{l}.heads.{h}.decode_queries  [g, S, d] decode-step queries q_s, s = 1..S
+//   layers.{l}.heads.{h}.decode_keys     [S, d]    key appended at each decode step (post-RoPE)
+//   layers.{l}.heads.{h}.decode_values   [S, d]    value appended at each decode step
+//   token_ids                            [T + S]   I32, optional
+// and the metadata (all values strings, as safetensors requires) listed in TraceMeta.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/linalg.hpp"
+#include "model/safetensors.hpp"
+
+namespace tierlab {
+
+// RoPE as applied to the keys: pairs are rotated by angle pos / theta^(2i/rotary_dim).
+// style "interleaved" rotates (2i, 2i+1) (llama2.c, Meta); "half" rotates (i, i + d/2)
+// (Hugging Face transformers).
+struct RopeParams {
+  double theta = 10000.0;
+  int rotary_dim = 0;  // 0 means the whole head dim
+  std::string style = "interleaved";
+};
+
+// A planted multi-token span [begin, end) of prompt positions (synthetic retrieval heads).
+struct Span {
+  std::int32_t begin = 0;
+  std::int32_t end = 0;
+};
+
+struct TraceMeta {
+  int n_layers = 0;
+  int n_kv_heads = 0;
+  int group_size = 1;    // g: query heads per KV head (GQA)
+  int head_dim = 0;      // d
+  int prompt_len = 0;    // T: cached prompt positions
+  int obs_window = 0;    // W: observation queries per query head
+  int decode_steps = 0;  // S
+  bool has_pre_rope = false;
+  RopeParams rope;
+  DType storage = DType::F32;  // dtype of the float tensors
+  std::string provenance;      // JSON text: source ("synthetic"/"captured"), model, preset, seed, ...
+  // Spans per head, indexed [l * n_kv_heads + h]; empty when the trace has none.
+  std::vector<std::vector<Span>> spans;
+  std::vector<std::int32_t> token_ids;  // T + S ids, or empty
+
+  int n_heads() const { return n_layers * n_kv_heads; }
+};
+
+// One KV head of one layer, in memory as float32.
+struct HeadData {
+  int layer = 0;
+  int kv_head = 0;
+  MatrixRM keys;            // T x d
+  MatrixRM keys_pre_rope;   // T x d, or 0 x 0 when the trace has none
+  MatrixRM values;          // T x d
+  MatrixRM obs_queries;     // (g * W) x d, row = query_head * W + i
+  MatrixRM decode_queries;  // (g * S) x d, row = query_head * S + (s - 1)
+  MatrixRM decode_keys;     // S x d
+  MatrixRM decode_values;   // S x d
+  std::vector<Span> spans;
+};
+
+// Reads a trace one head at a time through the memory map. The constructor checks
+// the metadata and that every expected tensor exists with the right shape and dtype;
+// head() converts and checks the values (NaN/Inf -> FormatError with the index).
+class TraceReader {
+ public:
+  explicit TraceReader(const std::string& path);
+  const TraceMeta& meta() const { return meta_; }
+  const std::string& path() const;
+  HeadData head(int layer, int kv_head) const;
+  const SafetensorsFile& file() const { return *file_; }
+
+ private:
+  std::unique_ptr<SafetensorsFile> file_;
+  TraceMeta meta_;
+};
+
+// Writes a trace head by head (in order l = 0.., h = 0..), atomically.
+class TraceWriter {
+ public:
+  TraceWriter(std::string path, TraceMeta meta);
+  void write_head(const HeadData& head);  // checks shapes against the meta
+  void commit();                          // all heads must have been written
+
+ private:
+  std::string path_;  // for error messages
+  TraceMeta meta_;
+  std::unique_ptr<SafetensorsWriter> writer_;
+  int next_ = 0;
+};
+
+std::string head_tensor_name(int layer, int kv_head, const std::string& field);
+
+}  // namespace tierlab

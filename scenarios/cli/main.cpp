@@ -1,0 +1,28 @@
+// tierlab: the command-line tool. `tierlab --help` lists the commands.
+#include <cstdio>
+#include <exception>
+
+#include "model/error.hpp"
+#include "scenarios/cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tierlab: key-cache budgets as rate-distortion allocation (quantize, evict, or mix)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tierlab 0.1.0");
+  tierlab::cli::add_demo(app);
+  tierlab::cli::add_synth(app);
+  tierlab::cli::add_info(app);
+  tierlab::cli::add_eval(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tierlab::InputError& e) {
+    std::fprintf(stderr, "tierlab: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tierlab: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,60 @@
+#pragma once
+// Evaluating one allocation of a whole trace: the exact recomputed errors (MODEL.md
+// section 2) next to the surrogate's prediction (section 3), per head, per layer and for
+// the model.
+//
+// Query sets: "obs" = the observation queries (in-sample: the allocation is decided from
+// them) and "decode" = the decode-step queries (out-of-sample). At decode step s the cache
+// holds the T prompt tokens (under the allocation) and the s tokens appended so far, which
+// stay exact (MODEL.md section 9); the query of step s attends to all T + s of them.
+// Surrogate prediction (obs queries): predicted abs error = sum_t c_t(tau_t), predicted
+// relative error = sum_t c_t(tau_t) / mean_q ||o_q||^2.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu/recompute.hpp"
+#include "model/allocation.hpp"
+#include "model/tier.hpp"
+#include "model/trace.hpp"
+
+namespace tierlab {
+
+struct HeadEvaluation {
+  int layer = 0, kv_head = 0;
+  Rate rate;                   // bits per key element of this head's prompt tokens
+  double evicted_fraction = 0;
+  ErrorMetrics obs;            // recomputed on the observation queries
+  ErrorMetrics decode;         // recomputed on the decode queries (zeros when S = 0)
+  double predicted_abs = 0;    // surrogate, obs queries
+  double predicted_rel = 0;
+};
+
+struct Aggregate {
+  Rate rate;
+  ErrorMetrics obs, decode;
+  double predicted_abs = 0, predicted_rel = 0;
+};
+
+struct TraceEvaluation {
+  std::string trace_path, policy, backend;
+  RateLadder ladder;
+  std::vector<HeadEvaluation> heads;   // in (layer, head) order
+  std::vector<Aggregate> layers;       // means over each layer's heads
+  Aggregate model;                     // mean over all heads
+  double seconds = 0;
+};
+
+// The tier of every token of one head: called once per head.
+using HeadAllocator = std::function<std::vector<std::uint8_t>(const HeadData&, const TokenWeights&)>;
+using EvalProgress = std::function<void(int done, int total)>;
+
+TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladder,
+                               const HeadAllocator& allocate, Recomputer& backend,
+                               const EvalProgress& progress = {});
+
+// Recomputed errors of one head's allocation on its decode steps (see above).
+ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocated_keys,
+                                   const std::vector<std::uint8_t>& kept, Recomputer& backend);
+
+}  // namespace tierlab
