@@ -59,7 +59,7 @@ PreparedHead prepare_head(const HeadProblem&, int row_begin, int row_end);
 
 // Scratch space of one thread (grown on demand, reused across calls).
 struct Workspace {
-  std::vector<float> u, delta, out;
+  std::vector<float> u, zeros, delta, out;
 };
 
 // Sums over the rows [r0, r1) (indices into the prepared rows) of e, abs and tv.

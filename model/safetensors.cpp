@@ -353,7 +353,7 @@ void convert_floats(const std::string& path, const TensorInfo& ti, const std::ui
   const auto n = static_cast<std::size_t>(ti.numel());
   switch (ti.dtype) {
     case DType::F32:
-      std::memcpy(dst, src, n * 4);
+      if (n) std::memcpy(dst, src, n * 4);
       break;
     case DType::F16:
       for (std::size_t i = 0; i < n; ++i) {
@@ -417,7 +417,7 @@ std::vector<std::int32_t> SafetensorsFile::read_i32(const std::string& name) con
   const std::uint8_t* src = map_ + data_start_ + ti.begin;
   std::vector<std::int32_t> out(n);
   if (ti.dtype == DType::I32) {
-    std::memcpy(out.data(), src, n * 4);
+    if (n) std::memcpy(out.data(), src, n * 4);
   } else if (ti.dtype == DType::I64) {  // PyTorch's default integer dtype; narrowed with a check
     for (std::size_t i = 0; i < n; ++i) {
       std::int64_t v;

@@ -5,8 +5,10 @@
 // logits S = Q K^T / sqrt(d), its softmax (max-subtracted, per row), its outputs
 // O = P V and, per finite tier, the logit perturbations D = Q (K^ - K)^T are formed
 // as dense products; then every token accumulates its terms over the chunk's queries
-// in query order (one thread per token range), so results do not depend on the
-// number of threads.
+// in query order (one thread per token range). The products are explicit loops
+// whose summation order does not depend on the thread partition (Eigen's threaded
+// GEMM changes its blocking, hence its summation order, with the thread count), so
+// results are bit-identical for any number of threads.
 #include "model/surrogate.hpp"
 
 #include <algorithm>
@@ -22,6 +24,39 @@ namespace tierlab {
 namespace {
 
 constexpr Eigen::Index kQueryChunk = 64;
+constexpr Eigen::Index kTokenBlock = 256;  // column blocks of A B^T
+constexpr Eigen::Index kRowBlock = 4;      // row blocks of P V
+
+// out = scale * A B^T (A: C x d, B: T x d): one dot product per entry, by blocks of
+// B's rows; each entry's summation order is fixed by its length alone.
+void product_abt(const Eigen::Ref<const MatrixRMd>& A, const MatrixRMd& B, double scale, MatrixRMd& out) {
+  const Eigen::Index T = B.rows(), C = A.rows();
+  out.resize(C, T);
+  const Eigen::Index n_blocks = (T + kTokenBlock - 1) / kTokenBlock;
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index blk = 0; blk < n_blocks; ++blk) {
+    const Eigen::Index t1 = std::min(T, (blk + 1) * kTokenBlock);
+    for (Eigen::Index t = blk * kTokenBlock; t < t1; ++t) {
+      const auto b = B.row(t);
+      for (Eigen::Index r = 0; r < C; ++r) out(r, t) = scale * A.row(r).dot(b);
+    }
+  }
+}
+
+// out = P V, accumulated over tokens in position order, by blocks of P's rows.
+void product_pv(const MatrixRMd& P, const MatrixRMd& V, MatrixRMd& out) {
+  const Eigen::Index T = V.rows(), C = P.rows();
+  out = MatrixRMd::Zero(C, V.cols());
+  const Eigen::Index n_blocks = (C + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (Eigen::Index blk = 0; blk < n_blocks; ++blk) {
+    const Eigen::Index r1 = std::min(C, (blk + 1) * kRowBlock);
+    for (Eigen::Index t = 0; t < T; ++t) {
+      const auto v = V.row(t);
+      for (Eigen::Index r = blk * kRowBlock; r < r1; ++r) out.row(r).noalias() += P(r, t) * v;
+    }
+  }
+}
 
 struct Accumulated {
   TokenWeights weights;
@@ -92,8 +127,8 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Matri
   for (Eigen::Index q0 = 0; q0 < m; q0 += kQueryChunk) {
     const Eigen::Index C = std::min(kQueryChunk, m - q0);
     const auto Qc = Q.middleRows(q0, C);
-    S.noalias() = (Qc * K.transpose()) * inv_sqrt_d;  // exact logits, C x T
-    for (int i = 0; i < n_fin; ++i) D[i].noalias() = Qc * key_errors[i].transpose();  // q.(k^ - k), C x T
+    product_abt(Qc, K, inv_sqrt_d, S);                                       // exact logits, C x T
+    for (int i = 0; i < n_fin; ++i) product_abt(Qc, key_errors[i], 1.0, D[i]);  // q.(k^ - k), C x T
 
     // Softmax per row (in place: S becomes P), and the stable removal cost of a
     // dominant token (p > 1/2; at most one per query).
@@ -120,7 +155,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Matri
         star_cost[r] = removal_cost_stable(s, V, arg, p[arg]);
       }
     }
-    O.noalias() = P * V;  // outputs, C x dv
+    product_pv(P, V, O);  // outputs, C x dv
     for (Eigen::Index r = 0; r < C; ++r) acc.output_norm2 += O.row(r).squaredNorm();
 
 #pragma omp parallel for schedule(static)

@@ -88,13 +88,15 @@ std::string Tier::name() const {
     case QuantizerKind::Evict: return "evict";
     case QuantizerKind::Exact: return "exact";
     case QuantizerKind::KiviPerChannel: {
-      std::string s = "kivi" + std::to_string(bits);
-      if (group > 0 && group != kDefaultKiviGroup) s += "g" + std::to_string(group);
+      std::string s = "kivi";
+      s += std::to_string(bits);
+      if (group > 0 && group != kDefaultKiviGroup) (s += 'g') += std::to_string(group);
       return s;
     }
     case QuantizerKind::PerToken: {
-      std::string s = "token" + std::to_string(bits);
-      if (group > 0) s += "g" + std::to_string(group);
+      std::string s = "token";
+      s += std::to_string(bits);
+      if (group > 0) (s += 'g') += std::to_string(group);
       return s;
     }
   }

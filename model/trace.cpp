@@ -31,8 +31,11 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 }
 
 std::string format_double(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  // Shortest text that reads back exactly; integral values in plain digits ("500000").
+  char buf[400];
+  const bool integral = std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15;
+  auto r = integral ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed)
+                    : std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
 }
 

@@ -15,6 +15,7 @@
 
 #include "gpu/recompute.hpp"
 #include "model/allocation.hpp"
+#include "model/surrogate.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
 

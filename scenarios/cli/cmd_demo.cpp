@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/dominance.hpp"
+#include "model/error.hpp"
 #include "model/surrogate.hpp"
 #include "model/synthetic.hpp"
 #include "scenarios/atomic_file.hpp"

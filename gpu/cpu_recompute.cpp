@@ -1,0 +1,521 @@
+// The reference CPU backend of exact recomputation: Eigen float32 GEMMs, OpenMP over
+// blocks of query rows and selections, sums in double. The formulas are stated in
+// cpu_recompute.hpp (the two phases) and recompute.hpp (the metrics).
+#include "gpu/cpu_recompute.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <string>
+
+namespace tierlab {
+
+namespace {
+constexpr int kPrepareRowBlock = 64;     // query rows per tile in prepare_head
+constexpr int kPrepareTokenBlock = 256;  // tokens per tile in prepare_head
+constexpr int kOutputRowBlock = 16;      // query rows per task of the exact output o = p V
+constexpr int kEvaluateRowBlock = 64;    // most query rows in one delta GEMM
+constexpr int kFusedVariants = 4;        // up to this many variants are gathered in one pass
+constexpr double kMaxFastLogitRise = 30.0;  // nats; above, expm1 products leave float's comfort zone
+constexpr double kMinFastKeptMass = 1e-12;  // below, kept probabilities may have underflowed in float
+constexpr double kPreparedBytesBudget = 512.0 * 1024 * 1024;  // per chunk of query rows
+constexpr int kMaxChunkRows = 4096;      // and at most this many rows per chunk
+}  // namespace
+
+namespace cpu {
+
+namespace {
+
+double sum_double(const float* x, int n) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += double(x[i]);
+  return s;
+}
+
+double squared_norm_double(const float* x, int n) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return s;
+}
+
+double rel_of(double abs, double on2) {
+  if (on2 > 0) return abs / on2;
+  return abs == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+}
+
+// One row recomputed directly in double precision from the inputs (the guard path).
+RowSums direct_row_double(const HeadProblem& hp, const Selection& sel, int row) {
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  const MatrixRM& V = *hp.values;
+  const int T = static_cast<int>(K.rows()), d = static_cast<int>(K.cols());
+  const double scale = 1.0 / std::sqrt(double(d));
+  const Eigen::VectorXd q = Q.row(row).transpose().cast<double>();
+  Eigen::VectorXd s(T), sh(T);
+  double m = -std::numeric_limits<double>::infinity(), mh = m;
+  for (int t = 0; t < T; ++t) {
+    s[t] = K.row(t).cast<double>().dot(q) * scale;
+    m = std::max(m, s[t]);
+    if (sel[t] != 0) {
+      sh[t] = hp.variants[sel[t] - 1]->row(t).cast<double>().dot(q) * scale;
+      mh = std::max(mh, sh[t]);
+    }
+  }
+  Eigen::VectorXd p(T), ph(T);
+  double z = 0, zh = 0;
+  for (int t = 0; t < T; ++t) {
+    p[t] = std::exp(s[t] - m);
+    z += p[t];
+    ph[t] = sel[t] != 0 ? std::exp(sh[t] - mh) : 0.0;
+    zh += ph[t];
+  }
+  p /= z;
+  if (zh > 0) ph /= zh;
+  Eigen::VectorXd o = Eigen::VectorXd::Zero(d), D = Eigen::VectorXd::Zero(d);
+  RowSums r;
+  for (int t = 0; t < T; ++t) {
+    const double delta = ph[t] - p[t];
+    const Eigen::VectorXd v = V.row(t).transpose().cast<double>();
+    o += p[t] * v;
+    D += delta * v;
+    r.tv += 0.5 * std::abs(delta);
+  }
+  r.abs = D.squaredNorm();
+  r.rel = zh > 0 ? rel_of(r.abs, o.squaredNorm()) : 1.0;
+  return r;
+}
+
+void grow(std::vector<float>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  const MatrixRM& V = *hp.values;
+  const int T = static_cast<int>(K.rows()), d = static_cast<int>(K.cols());
+  const int rows = row_end - row_begin;
+  const int nv = static_cast<int>(hp.variants.size());
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(d)));
+  const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
+
+  PreparedHead ph;
+  ph.problem = hp;
+  ph.row_begin = row_begin;
+  ph.rows = rows;
+  ph.n_queries = static_cast<int>(Q.rows());
+  ph.T = T;
+  ph.d = d;
+  ph.p.resize(rows, T);
+  ph.p_sum.resize(rows);
+  ph.o_norm2.resize(rows);
+  ph.u.resize(nv);
+  ph.logit_sq.resize(nv);
+  ph.max_ds.resize(nv);
+  ph.identical.assign(nv, false);
+  for (int v = 0; v < nv; ++v) {
+    ph.identical[v] = hp.variants[v] == hp.exact_keys || *hp.variants[v] == K;
+    if (ph.identical[v]) continue;
+    ph.u[v].resize(rows, T);
+    ph.max_ds[v].assign(rows, -std::numeric_limits<float>::infinity());
+  }
+
+  // Tiles of (query rows) x (tokens). Per tile: the exact logits in double (stored in
+  // float; p's precision sets the error's) and, per variant, ds from the key
+  // difference (exact in float when k^ and k are within a factor 2), u = expm1(ds).
+  const int row_blocks = (rows + kPrepareRowBlock - 1) / kPrepareRowBlock;
+  const int token_blocks = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
+  const MatrixRMd Qd = Q.middleRows(row_begin, rows).cast<double>();
+  // Partial results reduced after the tiles: sum over a row block of ds^2 per token,
+  // and max over a token block of ds per row.
+  std::vector<std::vector<VectorD>> logit_part(nv);
+  std::vector<std::vector<std::vector<float>>> max_part(nv);
+  for (int v = 0; v < nv; ++v) {
+    if (ph.identical[v]) continue;
+    logit_part[v].assign(row_blocks, VectorD(T));
+    max_part[v].assign(token_blocks, std::vector<float>(rows));
+  }
+  const int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  struct TileScratch {
+    MatrixRMd kd, sd;
+    MatrixRM kdiff, ds;
+  };
+  std::vector<TileScratch> scratch(nthreads);
+  for (TileScratch& s : scratch) {
+    s.kd.resize(kPrepareTokenBlock, d);
+    s.sd.resize(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock);
+    s.kdiff.resize(kPrepareTokenBlock, d);
+    s.ds.resize(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock);
+  }
+
+#pragma omp parallel num_threads(nthreads)
+  {
+    TileScratch& sc = scratch[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 1)
+    for (int tile = 0; tile < row_blocks * token_blocks; ++tile) {
+      const int rb = tile / token_blocks, tb = tile % token_blocks;
+      const int r0 = rb * kPrepareRowBlock, nr = std::min(kPrepareRowBlock, rows - r0);
+      const int t0 = tb * kPrepareTokenBlock, nt = std::min(kPrepareTokenBlock, T - t0);
+      const auto kblk = K.middleRows(t0, nt);
+      auto kd = sc.kd.topRows(nt);
+      kd = kblk.cast<double>();
+      auto sd = sc.sd.topLeftCorner(nr, nt);
+      sd.noalias() = Qd.middleRows(r0, nr) * kd.transpose();
+      ph.p.block(r0, t0, nr, nt) = (sd * inv_sqrt_d).cast<float>();
+      for (int v = 0; v < nv; ++v) {
+        if (ph.identical[v]) continue;
+        auto kdiff = sc.kdiff.topRows(nt);
+        kdiff = hp.variants[v]->middleRows(t0, nt) - kblk;
+        auto ds = sc.ds.topLeftCorner(nr, nt);
+        ds.noalias() = Q.middleRows(row_begin + r0, nr) * kdiff.transpose();
+        ds *= scale;
+        double* lsq = logit_part[v][rb].data() + t0;
+        std::fill(lsq, lsq + nt, 0.0);
+        for (int r = 0; r < nr; ++r) {
+          const float* x = ds.row(r).data();
+#pragma omp simd
+          for (int t = 0; t < nt; ++t) lsq[t] += double(x[t]) * double(x[t]);
+          max_part[v][tb][r0 + r] = ds.row(r).maxCoeff();
+        }
+        ph.u[v].block(r0, t0, nr, nt) = ds.array().expm1().matrix();
+      }
+    }
+
+    // Exact softmax per row (max-subtracted, normaliser in double).
+#pragma omp for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      auto row = ph.p.row(r).array();
+      const float m = row.maxCoeff();
+      row = (row - m).exp();
+      const double z = sum_double(row.data(), T);
+      row *= static_cast<float>(1.0 / z);
+      ph.p_sum[r] = sum_double(row.data(), T);
+      for (int v = 0; v < nv; ++v)
+        if (!ph.identical[v])
+          for (int tb = 0; tb < token_blocks; ++tb) ph.max_ds[v][r] = std::max(ph.max_ds[v][r], max_part[v][tb][r]);
+    }
+
+    // o = p V / P1 per block of rows, and ||o||^2.
+#pragma omp for schedule(dynamic, 1)
+    for (int rb = 0; rb < (rows + kOutputRowBlock - 1) / kOutputRowBlock; ++rb) {
+      const int r0 = rb * kOutputRowBlock, nr = std::min(kOutputRowBlock, rows - r0);
+      MatrixRM o = ph.p.middleRows(r0, nr) * V;
+      for (int r = 0; r < nr; ++r) {
+        const double p1 = ph.p_sum[r0 + r];
+        ph.o_norm2[r0 + r] = squared_norm_double(o.row(r).data(), d) / (p1 * p1);
+      }
+    }
+
+    // Sum of ds^2 over all rows, per token.
+#pragma omp for schedule(static)
+    for (int v = 0; v < nv; ++v) {
+      if (ph.identical[v]) continue;
+      ph.logit_sq[v] = logit_part[v][0];
+      for (int rb = 1; rb < row_blocks; ++rb) ph.logit_sq[v] += logit_part[v][rb];
+    }
+  }
+  return ph;
+}
+
+double kept_logit_sq(const PreparedHead& ph, const Selection& sel, int* n_kept) {
+  double s = 0;
+  int kept = 0;
+  for (int t = 0; t < ph.T; ++t) {
+    const int code = sel[t];
+    if (code == 0) continue;
+    ++kept;
+    if (!ph.identical[code - 1]) s += ph.logit_sq[code - 1][t];
+  }
+  if (n_kept) *n_kept = kept;
+  return s;
+}
+
+RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int r1, Workspace& ws) {
+  const int T = ph.T, d = ph.d, nb = r1 - r0;
+  const int nv = static_cast<int>(ph.identical.size());
+  RowSums sums;
+  if (nb <= 0) return sums;
+  if (nb > kEvaluateRowBlock) {  // one GEMM block at a time
+    for (int b0 = r0; b0 < r1; b0 += kEvaluateRowBlock) {
+      const RowSums s = evaluate_rows(ph, sel, b0, std::min(r1, b0 + kEvaluateRowBlock), ws);
+      sums.rel += s.rel;
+      sums.abs += s.abs;
+      sums.tv += s.tv;
+    }
+    return sums;
+  }
+
+  std::vector<char> used(nv, 0);
+  int n_kept = 0;
+  for (int t = 0; t < T; ++t)
+    if (sel[t] != 0) {
+      used[sel[t] - 1] = 1;
+      ++n_kept;
+    }
+  if (n_kept == 0) {  // o^ = 0: e = 1, abs = ||o||^2, tv = 1/2
+    for (int r = r0; r < r1; ++r) {
+      sums.rel += 1.0;
+      sums.abs += ph.o_norm2[r];
+      sums.tv += 0.5;
+    }
+    return sums;
+  }
+
+  grow(ws.u, std::size_t(T));
+  grow(ws.zeros, std::size_t(T));  // never written: stays zero
+  grow(ws.delta, std::size_t(nb) * T);
+  grow(ws.out, std::size_t(nb) * d);
+  bool fallback[kEvaluateRowBlock] = {};
+  RowSums direct[kEvaluateRowBlock];
+  const std::uint8_t* code = sel.data();
+
+  for (int rr = 0; rr < nb; ++rr) {
+    const int r = r0 + rr;
+    const float* p = ph.p.row(r).data();
+    float* u = ws.u.data();
+    float* delta = ws.delta.data() + std::size_t(rr) * T;
+
+    // Gather u_t (-1 evicted, 0 for a variant equal to the exact keys) and the sums.
+    bool safe = true;
+    for (int v = 0; v < nv; ++v)
+      if (used[v] && !ph.identical[v] && ph.max_ds[v][r] > kMaxFastLogitRise) safe = false;
+    double ub = 0, z = 0;
+    if (nv <= kFusedVariants) {
+      const float* src[kFusedVariants];
+      std::uint8_t cv[kFusedVariants];
+      for (int v = 0; v < kFusedVariants; ++v) {
+        src[v] = v < nv && !ph.identical[v] ? ph.u[v].row(r).data() : ws.zeros.data();
+        cv[v] = v < nv ? static_cast<std::uint8_t>(v + 1) : std::uint8_t(255);  // 255: never selected here
+      }
+      const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
+      const std::uint8_t c0 = cv[0], c1 = cv[1], c2 = cv[2], c3 = cv[3];
+#pragma omp simd reduction(+ : ub, z)
+      for (int t = 0; t < T; ++t) {
+        const std::uint8_t c = code[t];
+        float x = -1.0f;
+        x = c == c0 ? s0[t] : x;
+        x = c == c1 ? s1[t] : x;
+        x = c == c2 ? s2[t] : x;
+        x = c == c3 ? s3[t] : x;
+        u[t] = x;
+        const double pt = p[t], ut = x;
+        ub += pt * ut;
+        z += pt * (1.0 + ut);
+      }
+    } else {
+      std::fill(u, u + T, -1.0f);
+      for (int v = 0; v < nv; ++v) {
+        if (!used[v]) continue;
+        const std::uint8_t c = static_cast<std::uint8_t>(v + 1);
+        const float* U = ph.identical[v] ? ws.zeros.data() : ph.u[v].row(r).data();
+#pragma omp simd
+        for (int t = 0; t < T; ++t) u[t] = code[t] == c ? U[t] : u[t];
+      }
+#pragma omp simd reduction(+ : ub, z)
+      for (int t = 0; t < T; ++t) {
+        const double pt = p[t], ut = u[t];
+        ub += pt * ut;
+        z += pt * (1.0 + ut);
+      }
+    }
+    const double p1 = ph.p_sum[r];
+    const double ubar = ub / p1, zk = z / p1;
+    if (!safe || !(zk >= kMinFastKeptMass)) {
+      fallback[rr] = true;
+      direct[rr] = direct_row_double(ph.problem, sel, ph.row_begin + r);
+      std::fill(delta, delta + T, 0.0f);
+      continue;
+    }
+    const float a = static_cast<float>(1.0 / (zk * p1)), b = static_cast<float>(ubar),
+                c = static_cast<float>(1.0 / p1);
+    double tv = 0;
+#pragma omp simd reduction(+ : tv)
+    for (int t = 0; t < T; ++t) {
+      const float dl = code[t] != 0 ? p[t] * (u[t] - b) * a : -p[t] * c;
+      delta[t] = dl;
+      tv += std::abs(double(dl));
+    }
+    sums.tv += 0.5 * tv;
+  }
+
+  Eigen::Map<const MatrixRM> delta(ws.delta.data(), nb, T);
+  Eigen::Map<MatrixRM> D(ws.out.data(), nb, d);
+  D.noalias() = delta * (*ph.problem.values);
+  for (int rr = 0; rr < nb; ++rr) {
+    if (fallback[rr]) {
+      sums.rel += direct[rr].rel;
+      sums.abs += direct[rr].abs;
+      sums.tv += direct[rr].tv;
+      continue;
+    }
+    const double n2 = squared_norm_double(D.row(rr).data(), d);
+    sums.abs += n2;
+    sums.rel += rel_of(n2, ph.o_norm2[r0 + rr]);
+  }
+  return sums;
+}
+
+ErrorMetrics evaluate_selection(const PreparedHead& ph, const Selection& sel, Workspace& ws) {
+  const RowSums total = evaluate_rows(ph, sel, 0, ph.rows, ws);
+  int n_kept = 0;
+  const double lsq = kept_logit_sq(ph, sel, &n_kept);
+  ErrorMetrics m;
+  m.rel_error = total.rel / ph.rows;
+  m.abs_error = total.abs / ph.rows;
+  m.attn_tv = total.tv / ph.rows;
+  m.logit_error = n_kept > 0 ? lsq / (double(n_kept) * ph.rows) : 0.0;
+  return m;
+}
+
+}  // namespace cpu
+
+namespace {
+
+using cpu::PreparedHead;
+using cpu::RowSums;
+using cpu::Workspace;
+
+class CpuRecomputer final : public Recomputer {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string description() const override {
+    const int n = omp_get_max_threads();
+    return "cpu (" + std::to_string(n) + (n == 1 ? " OpenMP thread)" : " OpenMP threads)");
+  }
+
+  // With at least two batches per thread, each thread takes whole batches (one parallel
+  // region, one barrier: robust when the machine is shared); otherwise the threads share
+  // each batch's row blocks and selections.
+  EvalResult evaluate(const std::vector<HeadBatch>& batches) override {
+    EvalResult res;
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      const std::string why = check_batch(batches[b]);
+      if (!why.empty()) {
+        res.ok = false;
+        res.message = "Batch " + std::to_string(b) + ": " + why;
+        return res;
+      }
+    }
+    const int nb = static_cast<int>(batches.size());
+    const int nthreads = omp_get_max_threads();
+    std::vector<std::string> failure(nb);
+    try {
+      res.errors.resize(nb);
+      std::vector<Workspace> ws(nthreads);
+      if (nthreads > 1 && nb >= 2 * nthreads) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int b = 0; b < nb; ++b) {
+          try {
+            res.errors[b] = evaluate_batch(batches[b], /*threads_inside=*/false, ws[omp_get_thread_num()], ws);
+          } catch (const std::exception& e) {
+            failure[b] = e.what();
+          }
+        }
+      } else {
+        for (int b = 0; b < nb; ++b) res.errors[b] = evaluate_batch(batches[b], nthreads > 1, ws[0], ws);
+      }
+    } catch (const std::exception& e) {
+      failure.push_back(e.what());
+    }
+    for (const std::string& f : failure)
+      if (!f.empty()) {
+        res.ok = false;
+        res.message = "The cpu backend failed: " + f;
+        res.errors.clear();
+        break;
+      }
+    return res;
+  }
+
+ private:
+  // One batch. threads_inside: share its work among the threads (workspace per thread in
+  // `all`); else run on the calling thread with `own`.
+  static std::vector<ErrorMetrics> evaluate_batch(const HeadBatch& batch, bool threads_inside, Workspace& own,
+                                                  std::vector<Workspace>& all) {
+    const HeadProblem& hp = batch.problem;
+    const int nsel = static_cast<int>(batch.selections.size());
+    std::vector<ErrorMetrics> out(nsel);
+    if (nsel == 0) return out;
+    const int nq = static_cast<int>(hp.queries->rows());
+    const int T = static_cast<int>(hp.exact_keys->rows()), d = static_cast<int>(hp.exact_keys->cols());
+    const int nv = static_cast<int>(hp.variants.size());
+    const int nthreads = threads_inside ? static_cast<int>(all.size()) : 1;
+
+    // Query rows in chunks so that the prepared head (p and one u per variant) stays bounded.
+    const double bytes_per_row = double(1 + nv) * T * sizeof(float);
+    const int chunk = std::clamp(static_cast<int>(kPreparedBytesBudget / bytes_per_row) / kEvaluateRowBlock *
+                                     kEvaluateRowBlock,
+                                 kEvaluateRowBlock, kMaxChunkRows);
+    std::vector<RowSums> acc(nsel);
+    std::vector<double> logit(nsel, 0.0);
+    std::vector<int> kept(nsel, 0);
+
+    for (int c0 = 0; c0 < nq; c0 += chunk) {
+      const int c1 = std::min(nq, c0 + chunk);
+      const PreparedHead ph = cpu::prepare_head(hp, c0, c1);  // threads inside unless in a parallel region
+      const int rows = c1 - c0;
+      // Split rows into blocks so that there are enough tasks for the threads.
+      int nblk = (rows + kEvaluateRowBlock - 1) / kEvaluateRowBlock;
+      if (nsel * nblk < 2 * nthreads) nblk = std::min((rows + 7) / 8, (2 * nthreads + nsel - 1) / nsel);
+      nblk = std::max(nblk, 1);
+      const int rpb = (rows + nblk - 1) / nblk;
+      std::vector<RowSums> part(std::size_t(nsel) * nblk);
+      if (threads_inside) {
+        for (auto& w : all) reserve(w, T, d, rpb);  // no allocation inside the parallel loop
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int task = 0; task < nsel * nblk; ++task) {
+          const int s = task / nblk, k = task % nblk;
+          const int r0 = k * rpb, r1 = std::min(rows, r0 + rpb);
+          part[task] = cpu::evaluate_rows(ph, batch.selections[s], r0, r1, all[omp_get_thread_num()]);
+        }
+      } else {
+        reserve(own, T, d, rpb);
+        for (int task = 0; task < nsel * nblk; ++task) {
+          const int s = task / nblk, k = task % nblk;
+          const int r0 = k * rpb, r1 = std::min(rows, r0 + rpb);
+          part[task] = cpu::evaluate_rows(ph, batch.selections[s], r0, r1, own);
+        }
+      }
+      for (int s = 0; s < nsel; ++s) {
+        for (int k = 0; k < nblk; ++k) {
+          const RowSums& p = part[std::size_t(s) * nblk + k];
+          acc[s].rel += p.rel;
+          acc[s].abs += p.abs;
+          acc[s].tv += p.tv;
+        }
+        logit[s] += cpu::kept_logit_sq(ph, batch.selections[s], &kept[s]);
+      }
+    }
+    for (int s = 0; s < nsel; ++s) {
+      out[s].rel_error = acc[s].rel / nq;
+      out[s].abs_error = acc[s].abs / nq;
+      out[s].attn_tv = acc[s].tv / nq;
+      out[s].logit_error = kept[s] > 0 ? logit[s] / (double(kept[s]) * nq) : 0.0;
+    }
+    return out;
+  }
+
+  static void reserve(Workspace& w, int T, int d, int rows) {
+    grow(w.u, std::size_t(T));
+    grow(w.zeros, std::size_t(T));
+    grow(w.delta, std::size_t(std::min(rows, kEvaluateRowBlock)) * T);
+    grow(w.out, std::size_t(std::min(rows, kEvaluateRowBlock)) * d);
+  }
+
+  static void grow(std::vector<float>& v, std::size_t n) {
+    if (v.size() < n) v.resize(n);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Recomputer> make_cpu_recomputer() { return std::make_unique<CpuRecomputer>(); }
+
+}  // namespace tierlab

@@ -1,0 +1,486 @@
+// llama2.c checkpoint loader and forward pass (see llama2c.hpp for the maths).
+#include "model/llama2c.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "model/error.hpp"
+
+namespace tierlab {
+
+namespace {
+
+using ConstMatMap = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+using ConstVecMap = Eigen::Map<const Eigen::VectorXf>;
+using VecMap = Eigen::Map<Eigen::VectorXf>;
+
+constexpr float kRmsEps = 1e-5f;
+constexpr double kRopeTheta = 10000.0;
+
+// y = W x with W (rows x cols) row-major.
+inline void matvec(float* y, const float* w, const float* x, int rows, int cols) {
+  VecMap(y, rows).noalias() = ConstMatMap(w, rows, cols) * ConstVecMap(x, cols);
+}
+
+inline void rmsnorm(float* out, const float* x, const float* weight, int n) {
+  float ss = 0.0f;
+  for (int j = 0; j < n; ++j) ss += x[j] * x[j];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + kRmsEps);
+  for (int j = 0; j < n; ++j) out[j] = weight[j] * (inv * x[j]);
+}
+
+// Rotates the pairs (2i, 2i+1) of each of n_heads heads of size hs.
+inline void rope_interleaved(float* v, int n_heads, int hs, const float* cos_row, const float* sin_row) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* p = v + h * hs;
+    for (int i = 0; i < hs / 2; ++i) {
+      const float a = p[2 * i], b = p[2 * i + 1];
+      p[2 * i] = a * cos_row[i] - b * sin_row[i];
+      p[2 * i + 1] = a * sin_row[i] + b * cos_row[i];
+    }
+  }
+}
+
+std::string quote(const std::string& path) { return "'" + path + "'"; }
+
+// ---- SHA-256 (FIPS 180-4) ----------------------------------------------------------
+
+constexpr std::array<std::uint32_t, 64> kSha256K = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+inline std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+void sha256_block(std::array<std::uint32_t, 8>& h, const unsigned char* p) {
+  std::uint32_t w[64];
+  for (int i = 0; i < 16; ++i) {
+    w[i] = (std::uint32_t(p[4 * i]) << 24) | (std::uint32_t(p[4 * i + 1]) << 16) | (std::uint32_t(p[4 * i + 2]) << 8) |
+           std::uint32_t(p[4 * i + 3]);
+  }
+  for (int i = 16; i < 64; ++i) {
+    const std::uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    const std::uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  std::uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+  for (int i = 0; i < 64; ++i) {
+    const std::uint32_t S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+    const std::uint32_t ch = (e & f) ^ (~e & g);
+    const std::uint32_t t1 = hh + S1 + ch + kSha256K[i] + w[i];
+    const std::uint32_t S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+    const std::uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+    const std::uint32_t t2 = S0 + maj;
+    hh = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+}
+
+}  // namespace
+
+std::string sha256_hex(const void* data, std::size_t size) {
+  std::array<std::uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::size_t full = size / 64;
+  for (std::size_t i = 0; i < full; ++i) sha256_block(h, p + 64 * i);
+  unsigned char tail[128] = {};
+  const std::size_t rest = size - 64 * full;
+  if (rest) std::memcpy(tail, p + 64 * full, rest);
+  tail[rest] = 0x80;
+  const std::size_t tail_len = rest + 1 + 8 <= 64 ? 64 : 128;
+  const std::uint64_t bits = static_cast<std::uint64_t>(size) * 8;
+  for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
+  for (std::size_t off = 0; off < tail_len; off += 64) sha256_block(h, tail + off);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(64);
+  for (std::uint32_t v : h) {
+    for (int s = 28; s >= 0; s -= 4) out.push_back(hex[(v >> s) & 0xf]);
+  }
+  return out;
+}
+
+// ---- configuration ---------------------------------------------------------------
+
+std::uint64_t Llama2cConfig::expected_floats() const {
+  const std::uint64_t D = dim, H = hidden_dim, L = n_layers, V = vocab_size, S = seq_len;
+  const std::uint64_t hs = static_cast<std::uint64_t>(head_size()), kv = static_cast<std::uint64_t>(kv_dim());
+  std::uint64_t n = V * D;        // token embedding
+  n += L * D;                     // rms_att
+  n += L * D * D;                 // wq (n_heads*hs = dim rows)
+  n += 2 * L * kv * D;            // wk, wv
+  n += L * D * D;                 // wo
+  n += L * D;                     // rms_ffn
+  n += 3 * L * H * D;             // w1, w2, w3
+  n += D;                         // rms_final
+  n += 2 * (S * hs / 2);          // RoPE tables (unused)
+  if (!shared_classifier) n += V * D;
+  return n;
+}
+
+std::string Llama2cConfig::describe() const {
+  return "dim=" + std::to_string(dim) + " hidden_dim=" + std::to_string(hidden_dim) +
+         " n_layers=" + std::to_string(n_layers) + " n_heads=" + std::to_string(n_heads) +
+         " n_kv_heads=" + std::to_string(n_kv_heads) + " vocab_size=" + std::to_string(vocab_size) +
+         " seq_len=" + std::to_string(seq_len) + (shared_classifier ? " (shared classifier)" : " (unshared classifier)");
+}
+
+// ---- loading ---------------------------------------------------------------------
+
+Llama2cModel::Llama2cModel(const std::string& path) : path_(path) {
+  const std::string file = "llama2.c checkpoint " + quote(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(file + " cannot be opened: " + std::strerror(errno) + ".");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(file + " could not be read.");
+  if (bytes.size() < 28) {
+    throw FormatError(file + " is " + std::to_string(bytes.size()) +
+                      " bytes, shorter than the 28-byte header (7 int32: dim, hidden_dim, n_layers, n_heads, "
+                      "n_kv_heads, vocab_size, seq_len).");
+  }
+  std::int32_t header[7];
+  std::memcpy(header, bytes.data(), sizeof header);
+  const char* names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
+  // Fields are bounded so that every size below fits comfortably in 64 bits.
+  constexpr std::int64_t kMaxField = 1 << 20;
+  for (int i = 0; i < 7; ++i) {
+    const std::int64_t v = i == 5 ? std::abs(static_cast<std::int64_t>(header[i])) : header[i];
+    if (v <= 0 || v > kMaxField) {
+      throw FormatError(file + ": header field " + names[i] + " = " + std::to_string(header[i]) + " is " +
+                        (v <= 0 ? std::string(i == 5 ? "zero" : "not positive")
+                                : "larger than " + std::to_string(kMaxField)) +
+                        (i == 5 ? " (a negative vocab_size means an unshared classifier)." : "."));
+    }
+  }
+  cfg_.dim = header[0];
+  cfg_.hidden_dim = header[1];
+  cfg_.n_layers = header[2];
+  cfg_.n_heads = header[3];
+  cfg_.n_kv_heads = header[4];
+  cfg_.shared_classifier = header[5] > 0;
+  cfg_.vocab_size = std::abs(header[5]);
+  cfg_.seq_len = header[6];
+  if (cfg_.dim % cfg_.n_heads != 0) {
+    throw FormatError(file + ": header field dim = " + std::to_string(cfg_.dim) + " is not a multiple of n_heads = " +
+                      std::to_string(cfg_.n_heads) + ".");
+  }
+  if (cfg_.n_heads % cfg_.n_kv_heads != 0) {
+    throw FormatError(file + ": header field n_heads = " + std::to_string(cfg_.n_heads) +
+                      " is not a multiple of n_kv_heads = " + std::to_string(cfg_.n_kv_heads) + ".");
+  }
+  if (cfg_.head_size() % 2 != 0) {
+    throw FormatError(file + ": head size dim / n_heads = " + std::to_string(cfg_.head_size()) +
+                      " is odd (RoPE rotates pairs of channels).");
+  }
+  const std::uint64_t want = cfg_.expected_bytes();
+  if (bytes.size() != want) {
+    throw FormatError(file + " is " + std::to_string(bytes.size()) + " bytes, but its header (" + cfg_.describe() +
+                      ") needs exactly " + std::to_string(want) + " bytes (28-byte header + " +
+                      std::to_string(cfg_.expected_floats()) + " float32 weights, RoPE tables included)" +
+                      (bytes.size() < want ? "; the file is truncated." : "; the file has trailing bytes."));
+  }
+  sha256_ = sha256_hex(bytes.data(), bytes.size());
+  w_.resize(cfg_.expected_floats());
+  std::memcpy(w_.data(), bytes.data() + 28, w_.size() * sizeof(float));
+
+  const std::size_t D = cfg_.dim, H = cfg_.hidden_dim, L = cfg_.n_layers, V = cfg_.vocab_size;
+  const std::size_t hs = cfg_.head_size(), kv = cfg_.kv_dim(), S = cfg_.seq_len;
+  struct Array {
+    const char* name;
+    std::size_t* offset;
+    std::size_t count;
+  };
+  std::size_t rope = 0;
+  std::vector<Array> arrays = {{"token_embedding", &tok_emb_, V * D}, {"rms_att", &rms_att_, L * D},
+                               {"wq", &wq_, L * D * D},               {"wk", &wk_, L * kv * D},
+                               {"wv", &wv_, L * kv * D},              {"wo", &wo_, L * D * D},
+                               {"rms_ffn", &rms_ffn_, L * D},         {"w1", &w1_, L * H * D},
+                               {"w2", &w2_, L * D * H},               {"w3", &w3_, L * H * D},
+                               {"rms_final", &rms_final_, D},         {"rope_tables", &rope, S * hs}};
+  if (!cfg_.shared_classifier) arrays.push_back({"wcls", &wcls_, V * D});
+  std::size_t at = 0;
+  for (const Array& a : arrays) {
+    *a.offset = at;
+    if (std::string(a.name) != "rope_tables") {
+      for (std::size_t i = 0; i < a.count; ++i) {
+        if (!std::isfinite(w_[at + i])) {
+          throw FormatError(file + ": weight array " + a.name + " holds a non-finite value (" +
+                            std::to_string(w_[at + i]) + ") at flat index " + std::to_string(i) + ".");
+        }
+      }
+    }
+    at += a.count;
+  }
+  if (cfg_.shared_classifier) wcls_ = tok_emb_;
+
+  // RoPE angles pos / 10000^(2i/hs), computed in double (FORMAT.md's formula).
+  rope_cos_.resize(S * hs / 2);
+  rope_sin_.resize(S * hs / 2);
+  for (std::size_t pos = 0; pos < S; ++pos) {
+    for (std::size_t i = 0; i < hs / 2; ++i) {
+      const double angle =
+          static_cast<double>(pos) / std::pow(kRopeTheta, static_cast<double>(2 * i) / static_cast<double>(hs));
+      rope_cos_[pos * hs / 2 + i] = static_cast<float>(std::cos(angle));
+      rope_sin_[pos * hs / 2 + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+std::string Llama2cModel::name() const {
+  std::string base = path_.substr(path_.find_last_of('/') == std::string::npos ? 0 : path_.find_last_of('/') + 1);
+  if (base.size() > 4 && base.compare(base.size() - 4, 4, ".bin") == 0) base.resize(base.size() - 4);
+  return base;
+}
+
+// ---- session ---------------------------------------------------------------------
+
+Llama2cSession::Llama2cSession(const Llama2cModel& model) : model_(&model), cfg_(model.config()) {
+  const std::size_t D = cfg_.dim, H = cfg_.hidden_dim;
+  x_.assign(D, 0.0f);
+  xb_.assign(D, 0.0f);
+  xb2_.assign(D, 0.0f);
+  hb_.assign(H, 0.0f);
+  hb2_.assign(H, 0.0f);
+  q_.assign(D, 0.0f);
+  k_pre_.assign(cfg_.kv_dim(), 0.0f);
+  att_.assign(static_cast<std::size_t>(cfg_.seq_len), 0.0f);
+  logits_.assign(cfg_.vocab_size, 0.0f);
+  const std::size_t cache = static_cast<std::size_t>(cfg_.n_layers) * cfg_.seq_len * cfg_.kv_dim();
+  key_cache_.assign(cache, 0.0f);
+  value_cache_.assign(cache, 0.0f);
+  keys_t_.assign(cache, 0.0f);
+  values_t_.assign(cache, 0.0f);
+  kept_.assign(static_cast<std::size_t>(cfg_.n_layers) * cfg_.n_kv_heads * cfg_.seq_len, 1);
+}
+
+void Llama2cSession::set_kept(int layer, int kv_head, int pos, bool kept) {
+  if (layer < 0 || layer >= cfg_.n_layers || kv_head < 0 || kv_head >= cfg_.n_kv_heads || pos < 0 ||
+      pos >= cfg_.seq_len) {
+    throw InputError("Llama2cSession::set_kept: (layer " + std::to_string(layer) + ", KV head " +
+                     std::to_string(kv_head) + ", position " + std::to_string(pos) + ") is out of range.");
+  }
+  std::uint8_t& k = kept_[(static_cast<std::size_t>(layer) * cfg_.n_kv_heads + kv_head) * cfg_.seq_len + pos];
+  const std::uint8_t want = kept ? 1 : 0;
+  if (k == want) return;
+  if (want) --n_evicted_; else ++n_evicted_;
+  k = want;
+}
+
+bool Llama2cSession::kept(int layer, int kv_head, int pos) const {
+  return kept_[(static_cast<std::size_t>(layer) * cfg_.n_kv_heads + kv_head) * cfg_.seq_len + pos] != 0;
+}
+
+void Llama2cSession::keep_all() {
+  std::fill(kept_.begin(), kept_.end(), std::uint8_t{1});
+  n_evicted_ = 0;
+}
+
+void Llama2cSession::set_key(int layer, int kv_head, int pos, const float* k) {
+  if (layer < 0 || layer >= cfg_.n_layers || kv_head < 0 || kv_head >= cfg_.n_kv_heads || pos < 0 ||
+      pos >= cfg_.seq_len) {
+    throw InputError("Llama2cSession::set_key: (layer " + std::to_string(layer) + ", KV head " +
+                     std::to_string(kv_head) + ", position " + std::to_string(pos) + ") is out of range.");
+  }
+  const int hs = cfg_.head_size();
+  std::memcpy(&key_cache_[index(layer, pos) + static_cast<std::size_t>(kv_head) * hs], k, hs * sizeof(float));
+  float* kt = &keys_t_[index_t(layer, kv_head)];
+  for (int i = 0; i < hs; ++i) kt[static_cast<std::size_t>(i) * cfg_.seq_len + pos] = k[i];
+}
+
+// Copies the key and value rows of (layer, pos) into the channel-major blocks.
+void Llama2cSession::store_kv_t(int layer, int pos) {
+  const int hs = cfg_.head_size();
+  const float* k = &key_cache_[index(layer, pos)];
+  const float* v = &value_cache_[index(layer, pos)];
+  for (int h = 0; h < cfg_.n_kv_heads; ++h) {
+    float* kt = &keys_t_[index_t(layer, h)];
+    float* vt = &values_t_[index_t(layer, h)];
+    for (int i = 0; i < hs; ++i) {
+      kt[static_cast<std::size_t>(i) * cfg_.seq_len + pos] = k[h * hs + i];
+      vt[static_cast<std::size_t>(i) * cfg_.seq_len + pos] = v[h * hs + i];
+    }
+  }
+}
+
+// xb_ = a_j of every query head j over positions 0..pos (kept ones only).
+void Llama2cSession::attention(int layer, int pos) {
+  const int hs = cfg_.head_size(), g = cfg_.group_size(), n = pos + 1;
+  const std::size_t seq = static_cast<std::size_t>(cfg_.seq_len);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  float* att = att_.data();
+  Eigen::Map<Eigen::ArrayXf> a(att, n);
+  for (int j = 0; j < cfg_.n_heads; ++j) {
+    const int h = j / g;
+    const float* q = &q_[static_cast<std::size_t>(j) * hs];
+    const float* kt = &keys_t_[index_t(layer, h)];
+    // s_t = q . k_t / sqrt(hs), channel by channel over contiguous positions.
+    for (int t = 0; t < n; ++t) att[t] = q[0] * kt[t];
+    for (int i = 1; i < hs; ++i) {
+      const float qi = q[i];
+      const float* row = kt + i * seq;
+      for (int t = 0; t < n; ++t) att[t] += qi * row[t];
+    }
+    const std::uint8_t* keep =
+        n_evicted_ ? &kept_[(static_cast<std::size_t>(layer) * cfg_.n_kv_heads + h) * seq] : nullptr;
+    if (keep) {
+      for (int t = 0; t < n; ++t) {
+        if (!keep[t]) att[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    const float mx = a.maxCoeff();  // finite: position pos is always kept
+    a = ((a - mx) * scale).exp();
+    if (keep) {
+      for (int t = 0; t < n; ++t) {
+        if (!keep[t]) att[t] = 0.0f;  // exactly removed
+      }
+    }
+    const float inv = 1.0f / a.sum();
+    // a_j = V^T p: hs dot products over contiguous positions.
+    const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                     Eigen::OuterStride<>>
+        vt(&values_t_[index_t(layer, h)], hs, n, Eigen::OuterStride<>(cfg_.seq_len));
+    VecMap(&xb_[static_cast<std::size_t>(j) * hs], hs).noalias() = (vt * a.matrix()) * inv;
+  }
+}
+
+const float* Llama2cSession::forward(std::int32_t token, int pos, ForwardObserver* observer) {
+  if (token < 0 || token >= cfg_.vocab_size) {
+    throw InputError("llama2.c forward pass: token id " + std::to_string(token) + " is out of range (vocab_size = " +
+                     std::to_string(cfg_.vocab_size) + ").");
+  }
+  if (pos < 0 || pos >= cfg_.seq_len) {
+    throw InputError("llama2.c forward pass: position " + std::to_string(pos) + " is out of range (seq_len = " +
+                     std::to_string(cfg_.seq_len) + ").");
+  }
+  const Llama2cModel& m = *model_;
+  const float* w = m.w_.data();
+  const int D = cfg_.dim, H = cfg_.hidden_dim, hs = cfg_.head_size(), kv = cfg_.kv_dim();
+  const std::size_t DD = static_cast<std::size_t>(D) * D, KD = static_cast<std::size_t>(kv) * D,
+                    HD = static_cast<std::size_t>(H) * D;
+  const float* cos_row = &m.rope_cos_[static_cast<std::size_t>(pos) * hs / 2];
+  const float* sin_row = &m.rope_sin_[static_cast<std::size_t>(pos) * hs / 2];
+  float* x = x_.data();
+  std::memcpy(x, w + m.tok_emb_ + static_cast<std::size_t>(token) * D, D * sizeof(float));
+
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    // A new token at pos replaces whatever was evicted there before.
+    if (n_evicted_) {
+      for (int h = 0; h < cfg_.n_kv_heads; ++h) set_kept(l, h, pos, true);
+    }
+
+    rmsnorm(xb_.data(), x, w + m.rms_att_ + static_cast<std::size_t>(l) * D, D);
+    float* kc = &key_cache_[index(l, pos)];
+    float* vc = &value_cache_[index(l, pos)];
+    matvec(q_.data(), w + m.wq_ + l * DD, xb_.data(), D, D);
+    matvec(kc, w + m.wk_ + l * KD, xb_.data(), kv, D);
+    matvec(vc, w + m.wv_ + l * KD, xb_.data(), kv, D);
+    if (observer) std::memcpy(k_pre_.data(), kc, kv * sizeof(float));
+    rope_interleaved(q_.data(), cfg_.n_heads, hs, cos_row, sin_row);
+    rope_interleaved(kc, cfg_.n_kv_heads, hs, cos_row, sin_row);
+    store_kv_t(l, pos);
+
+    attention(l, pos);  // xb_ = per-head attention outputs
+    if (observer) {
+      observer->on_layer(LayerActivations{l, pos, q_.data(), k_pre_.data(), kc, vc, xb_.data()});
+    }
+    matvec(xb2_.data(), w + m.wo_ + l * DD, xb_.data(), D, D);
+    for (int i = 0; i < D; ++i) x[i] += xb2_[i];
+
+    rmsnorm(xb_.data(), x, w + m.rms_ffn_ + static_cast<std::size_t>(l) * D, D);
+    matvec(hb_.data(), w + m.w1_ + l * HD, xb_.data(), H, D);
+    matvec(hb2_.data(), w + m.w3_ + l * HD, xb_.data(), H, D);
+    {
+      Eigen::Map<Eigen::ArrayXf> z(hb_.data(), H);
+      z = z / (1.0f + (-z).exp()) * Eigen::Map<const Eigen::ArrayXf>(hb2_.data(), H);  // silu(w1 u) * w3 u
+    }
+    matvec(xb_.data(), w + m.w2_ + l * HD, hb_.data(), D, H);
+    for (int i = 0; i < D; ++i) x[i] += xb_[i];
+  }
+  rmsnorm(x, x, w + m.rms_final_, D);
+  matvec(logits_.data(), w + m.wcls_, x, cfg_.vocab_size, D);
+  return logits_.data();
+}
+
+// ---- sampling --------------------------------------------------------------------
+
+std::int32_t argmax(const float* logits, int n) {
+  int best = 0;
+  for (int i = 1; i < n; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+Sampler::Sampler(float temperature, std::uint64_t seed) : temperature_(temperature), state_(seed) {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+    throw InputError("sampler: temperature " + std::to_string(temperature) + " is not a number >= 0.");
+  }
+}
+
+double Sampler::uniform() {
+  state_ += 0x9E3779B97F4A7C15ull;
+  std::uint64_t z = state_;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+std::int32_t Sampler::next(const float* logits, int n) {
+  if (temperature_ == 0.0f) return argmax(logits, n);
+  probs_.resize(static_cast<std::size_t>(n));
+  const double mx = logits[argmax(logits, n)];
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) {
+    probs_[i] = std::exp((static_cast<double>(logits[i]) - mx) / temperature_);
+    sum += probs_[i];
+  }
+  const double u = uniform() * sum;
+  double cdf = 0.0;
+  for (int i = 0; i < n; ++i) {
+    cdf += probs_[i];
+    if (u < cdf) return i;
+  }
+  return n - 1;  // rounding
+}
+
+std::vector<std::int32_t> generate(const Llama2cModel& model, const std::vector<std::int32_t>& prompt, int n_new,
+                                   Sampler& sampler) {
+  const Llama2cConfig& c = model.config();
+  if (prompt.empty()) throw InputError("generate: the prompt is empty (start it with BOS = 1).");
+  if (n_new < 0 || static_cast<long long>(prompt.size()) + n_new > c.seq_len) {
+    throw InputError("generate: " + std::to_string(prompt.size()) + " prompt tokens + " + std::to_string(n_new) +
+                     " new tokens exceed the model's seq_len = " + std::to_string(c.seq_len) + ".");
+  }
+  std::vector<std::int32_t> out = prompt;
+  out.reserve(prompt.size() + n_new);
+  Llama2cSession session(model);
+  const float* logits = nullptr;
+  int pos = 0;
+  for (; pos < static_cast<int>(prompt.size()); ++pos) logits = session.forward(prompt[pos], pos);
+  for (int i = 0; i < n_new; ++i) {
+    out.push_back(sampler.next(logits, c.vocab_size));
+    if (i + 1 < n_new) logits = session.forward(out.back(), pos++);
+  }
+  return out;
+}
+
+}  // namespace tierlab

@@ -1,0 +1,65 @@
+#pragma once
+// The exact solver of the shared-ladder multiple-choice knapsack (mckp.hpp): the integer
+// optimum with a certificate.
+//
+// 1. Hulls. Per item, the lower convex hull of (r_j, c_ij) (mckp.hpp item_hull), whose
+//    upgrades k-1 -> k have strictly decreasing efficiencies
+//      e_ik = (c_{i,h_{k-1}} - c_{i,h_k}) / (r_{h_k} - r_{h_{k-1}})   [cost per bit].
+// 2. Lagrangian / LP relaxation. For lambda >= 0 every item takes the hull vertex after
+//    all its upgrades with e_ik > lambda. lambda* is the weighted quantile of the
+//    efficiencies at the capacity: W(> lambda*) <= B N - N r_min < W(>= lambda*), with
+//    W(> x) the rate of all upgrades more efficient than x. It is found by selection
+//    (a sample brackets lambda*, one pass collects the upgrades inside the bracket,
+//    weighted quickselect on them): O(N m) expected. The bound
+//      L(lambda*) = sum_i min_j (c_ij + lambda* (r_j - r_min)) - lambda* (B N - N r_min)
+//    equals the LP optimum (at most one fractional item) and bounds the integer optimum.
+// 3. Integer gap, closed exactly (core MCKP, Pisinger). With the base choice x^0 (all
+//    upgrades with e > lambda*, feasible, slack S), reduced costs
+//      rc_ij = c_ij + lambda* r_j - min_j' (c_ij' + lambda* r_j') >= 0
+//    give, for every feasible x, objective(x) = L(lambda*) + sum_i rc_{i,x_i} + lambda* slack(x).
+//    So a solution better than an incumbent with gap G = UB - L uses only tiers with
+//    rc < G. Items whose every other tier has rc >= tau are fixed; the rest (the core)
+//    are solved exactly by a Pareto dynamic programme over the net rate change
+//    (integer rate units when the ladder is on a 1/64-bit grid, else doubles) with
+//    bound pruning. If the DP's incumbent has G <= tau the incumbent is proven optimal
+//    (lower_bound = objective, gap 0); otherwise tau grows to G and the DP reruns. If the
+//    core or the DP outgrows the options' limits the result is Feasible with the honest
+//    gap objective - L(lambda*).
+// Budgets below the smallest rate are Infeasible; a budget that affords every item its
+// cheapest tier is Trivial (optimal, gap 0). Costs must be finite (InputError otherwise).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "solvers/mckp.hpp"
+
+namespace tierlab {
+
+struct ExactOptions {
+  std::int64_t max_core_items = 2'000'000;  // a larger core ends the proof: Feasible with the honest gap
+  std::int64_t max_dp_states = 50'000'000;  // DP states summed over the core's layers
+  std::int64_t initial_core_items = 256;    // target size of the first core (grows x8 per round)
+  int max_rounds = 8;                       // core DP rounds before giving up the proof
+  // Instances up to this many items select lambda* on all upgrades in memory; larger
+  // ones bracket it from a sample first (same answer, less memory and time).
+  std::int64_t full_selection_max_items = 1 << 18;
+  std::int64_t sample_items = 1 << 16;  // items drawn (in contiguous blocks) to bracket lambda*
+  void validate() const;                // throws InputError naming the option and value
+};
+
+// The Lagrangian relaxation alone (steps 1-2): also used by the greedy solver to
+// report its gap. status is Infeasible, Trivial, or Feasible (bound valid).
+struct LagrangianRelaxation {
+  SolveStatus status = SolveStatus::Feasible;
+  double lambda = 0.0;       // lambda*, cost per bit (0 when Trivial)
+  double bound = 0.0;        // L(lambda*) = LP optimum
+  double base_objective = 0.0;  // sum_i c at the base choice (all upgrades with e > lambda*)
+  double base_slack_bits = 0.0; // B N - sum_i r at the base choice
+  std::int64_t upgrades_in_window = 0;  // upgrades the selection kept in memory
+  int selection_passes = 0;             // full passes over the costs the selection needed
+};
+LagrangianRelaxation lagrangian_relaxation(const MckpInstance&, const ExactOptions& = {});
+
+MckpResult solve_exact(const MckpInstance&, const ExactOptions& = {});
+
+}  // namespace tierlab

@@ -1,0 +1,216 @@
+// The shared-ladder multiple-choice knapsack: views, validation, rate units, results.
+#include "solvers/mckp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+
+#include "model/error.hpp"
+
+namespace tierlab {
+
+namespace {
+
+std::string number(double v) {
+  std::ostringstream os;
+  os << std::setprecision(10) << v;
+  return os.str();
+}
+
+// Neumaier's compensated sum: the objective of millions of items to ~1 ulp.
+struct CompensatedSum {
+  double sum = 0.0, carry = 0.0;
+  void add(double x) {
+    const double t = sum + x;
+    carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+    sum = t;
+  }
+  double value() const { return sum + carry; }
+};
+
+}  // namespace
+
+CostView CostView::item_major(const double* data, std::int64_t items, int tiers) {
+  return CostView{data, items, tiers, tiers, 1};
+}
+
+CostView CostView::tier_major(const double* data, int tiers, std::int64_t items) {
+  return CostView{data, items, tiers, 1, items};
+}
+
+CostView CostView::of_tier_major(const MatrixRMd& m) {
+  return tier_major(m.data(), static_cast<int>(m.rows()), static_cast<std::int64_t>(m.cols()));
+}
+
+void MckpInstance::validate() const {
+  const int m = tiers();
+  if (m < 1) throw InputError("MckpInstance.rates is empty; the ladder needs at least one tier.");
+  if (m > 255)
+    throw InputError("MckpInstance.rates has " + std::to_string(m) + " tiers; at most 255 fit the uint8 choice.");
+  if (cost.tiers != m)
+    throw InputError("MckpInstance.cost has " + std::to_string(cost.tiers) + " tiers but rates has " +
+                     std::to_string(m) + ".");
+  if (cost.items < 0) throw InputError("MckpInstance.cost has a negative item count " + std::to_string(cost.items) + ".");
+  if (cost.items > 0 && cost.data == nullptr) throw InputError("MckpInstance.cost.data is null for " +
+                                                                std::to_string(cost.items) + " items.");
+  for (int j = 0; j < m; ++j) {
+    if (!std::isfinite(rates[j]) || rates[j] < 0)
+      throw InputError("MckpInstance.rates[" + std::to_string(j) + "] = " + number(rates[j]) +
+                       " bits; rates must be finite and >= 0.");
+  }
+  std::vector<double> sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  for (int j = 1; j < m; ++j)
+    if (sorted[j] == sorted[j - 1])
+      throw InputError("MckpInstance.rates has the rate " + number(sorted[j]) +
+                       " bits twice; tiers of one ladder need distinct rates (keep the cheaper one).");
+  if (!std::isfinite(budget))
+    throw InputError("MckpInstance.budget = " + number(budget) + " bits per element is not finite.");
+}
+
+bool RateUnits::fits_bits(double used) const {
+  return used <= capacity_bits + 1e-9 * std::max(1.0, std::fabs(budget_bits));
+}
+
+RateUnits rate_units(const MckpInstance& inst) {
+  RateUnits u;
+  const auto n = static_cast<double>(inst.items());
+  u.r_min = *std::min_element(inst.rates.begin(), inst.rates.end());
+  u.budget_bits = inst.budget * n;
+  u.capacity_bits = static_cast<double>(static_cast<long double>(inst.budget) * n - static_cast<long double>(u.r_min) * n);
+
+  std::vector<std::int64_t> sixty_fourths;
+  u.integral = true;
+  for (double r : inst.rates) {
+    const double x = r * 64.0;
+    const double k = std::round(x);
+    if (std::fabs(x - k) > 1e-9 * std::max(1.0, std::fabs(x)) || k > 9.0e15) {
+      u.integral = false;
+      break;
+    }
+    sixty_fourths.push_back(static_cast<std::int64_t>(k));
+  }
+  if (!u.integral) return u;
+
+  const std::int64_t base = *std::min_element(sixty_fourths.begin(), sixty_fourths.end());
+  std::int64_t g = 0;
+  for (auto k : sixty_fourths) g = std::gcd(g, k - base);
+  if (g == 0) g = 64;  // one tier: any unit works
+  u.unit = static_cast<double>(g) / 64.0;
+  for (auto k : sixty_fourths) u.tier_units.push_back((k - base) / g);
+  const long double cap = (static_cast<long double>(inst.budget) * n - static_cast<long double>(u.r_min) * n) /
+                          static_cast<long double>(u.unit);
+  const long double tol = 1e-9L + 1e-12L * std::fabs(cap);
+  const long double fl = std::floor(cap + tol);
+  u.capacity_units = fl > 9.0e18L ? std::numeric_limits<std::int64_t>::max() / 4 : static_cast<std::int64_t>(fl);
+  return u;
+}
+
+std::string_view to_string(SolveStatus s) {
+  switch (s) {
+    case SolveStatus::Optimal: return "optimal";
+    case SolveStatus::Feasible: return "feasible";
+    case SolveStatus::Infeasible: return "infeasible";
+    case SolveStatus::Trivial: return "trivial";
+  }
+  return "unknown";
+}
+
+SolveStatus parse_solve_status(std::string_view s) {
+  if (s == "optimal") return SolveStatus::Optimal;
+  if (s == "feasible") return SolveStatus::Feasible;
+  if (s == "infeasible") return SolveStatus::Infeasible;
+  if (s == "trivial") return SolveStatus::Trivial;
+  throw InputError("Solve status '" + std::string(s) +
+                   "' is not valid; valid choices are optimal, feasible, infeasible, trivial.");
+}
+
+std::string MckpResult::summary() const {
+  std::ostringstream os;
+  os << solver << ": " << to_string(status);
+  if (has_solution()) {
+    os << ", objective " << number(objective) << ", bound " << number(lower_bound) << " (gap " << number(gap)
+       << ", rel " << std::setprecision(3) << relative_gap << ")";
+    os << ", rate " << std::setprecision(6) << mean_rate() << " bits/element (budget "
+       << (items > 0 ? rate_budget / static_cast<double>(items) : 0.0) << ")";
+  }
+  os << ", " << items << " items, " << std::setprecision(4) << seconds << " s";
+  return os.str();
+}
+
+std::string MckpResult::report() const {
+  std::ostringstream os;
+  os << "solver        " << solver << "\n"
+     << "status        " << to_string(status) << "\n"
+     << "message       " << message << "\n"
+     << "items         " << items << "\n"
+     << "objective     " << number(objective) << "\n"
+     << "lower bound   " << number(lower_bound) << "\n"
+     << "gap           " << number(gap) << " (relative " << number(relative_gap) << ")\n"
+     << "LP bound      " << number(lp_bound) << "\n"
+     << "lambda        " << number(lambda) << " cost per bit\n"
+     << "rate used     " << number(rate_used) << " bits (" << number(mean_rate()) << " per element)\n"
+     << "rate budget   " << number(rate_budget) << " bits ("
+     << number(items > 0 ? rate_budget / static_cast<double>(items) : 0.0) << " per element)\n"
+     << "seconds       " << number(seconds) << "\n"
+     << "iterations    " << iterations << "\n"
+     << "core items    " << core_items << "\n"
+     << "DP states     " << dp_states << "\n";
+  return os.str();
+}
+
+Evaluation evaluate(const MckpInstance& inst, const std::vector<std::uint8_t>& choice) {
+  if (static_cast<std::int64_t>(choice.size()) != inst.items())
+    throw InputError("The choice has " + std::to_string(choice.size()) + " entries but the instance has " +
+                     std::to_string(inst.items()) + " items.");
+  const RateUnits u = rate_units(inst);
+  CompensatedSum obj, rate;
+  Evaluation e;
+  for (std::int64_t i = 0; i < inst.items(); ++i) {
+    const int j = choice[static_cast<std::size_t>(i)];
+    if (j >= inst.tiers())
+      throw InputError("The choice of item " + std::to_string(i) + " is tier " + std::to_string(j) + " but the ladder has " +
+                       std::to_string(inst.tiers()) + " tiers.");
+    obj.add(inst.cost(i, j));
+    rate.add(inst.rates[j] - u.r_min);
+    if (u.integral) e.units_used += u.tier_units[j];
+  }
+  e.objective = obj.value();
+  e.rate_used = rate.value() + u.r_min * static_cast<double>(inst.items());
+  e.within_budget = u.integral ? e.units_used <= u.capacity_units : u.fits_bits(rate.value());
+  return e;
+}
+
+std::vector<int> rate_order(const std::vector<double>& rates) {
+  std::vector<int> order(rates.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return rates[a] < rates[b]; });
+  return order;
+}
+
+LadderGeometry::LadderGeometry(const std::vector<double>& rates) : order(rate_order(rates)) {
+  m = static_cast<int>(rates.size());
+  const double r_min = m > 0 ? rates[order[0]] : 0.0;
+  for (int k = 0; k < m; ++k) rate.push_back(rates[order[k]] - r_min);
+  inv_step.assign(static_cast<std::size_t>(m) * m, 0.0);
+  for (int a = 0; a < m; ++a)
+    for (int b = a + 1; b < m; ++b) inv_step[static_cast<std::size_t>(a) * m + b] = 1.0 / (rate[b] - rate[a]);
+}
+
+std::vector<int> item_hull(const MckpInstance& inst, std::int64_t item) {
+  inst.validate();
+  if (item < 0 || item >= inst.items())
+    throw InputError("item_hull: item " + std::to_string(item) + " is outside 0.." + std::to_string(inst.items() - 1) + ".");
+  const LadderGeometry g(inst.rates);
+  std::vector<double> c(g.m), eff(g.m);
+  std::vector<int> hull(g.m);
+  for (int k = 0; k < g.m; ++k) c[k] = inst.cost(item, g.order[k]);
+  const int n = lower_hull_kernel(g, c.data(), hull.data(), eff.data());
+  std::vector<int> out;
+  for (int k = 0; k < n; ++k) out.push_back(g.order[hull[k]]);
+  return out;
+}
+
+}  // namespace tierlab

@@ -1,0 +1,383 @@
+// Exact recomputation (gpu/recompute.hpp): every backend against a slow, obviously
+// correct double-precision implementation written here (loops over queries and
+// tokens), plus the closed forms of the edge cases (all exact, one token kept, all
+// evicted) and the input checks. One test body runs on every backend; a backend that
+// is not available is skipped with its reason.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/recompute.hpp"
+#include "model/error.hpp"
+
+using namespace tierlab;
+
+namespace {
+
+// ---- the independent reference --------------------------------------------------
+
+// Softmax of x over the entries with keep[t] (all when keep is empty), in double.
+std::vector<double> softmax(const std::vector<double>& x, const std::vector<bool>& keep) {
+  double m = -INFINITY;
+  for (std::size_t t = 0; t < x.size(); ++t)
+    if (keep.empty() || keep[t]) m = std::max(m, x[t]);
+  std::vector<double> p(x.size(), 0.0);
+  double z = 0;
+  for (std::size_t t = 0; t < x.size(); ++t)
+    if (keep.empty() || keep[t]) z += (p[t] = std::exp(x[t] - m));
+  for (double& v : p) v = z > 0 ? v / z : 0.0;
+  return p;
+}
+
+// MODEL.md section 2 literally: per query, o and o^ from their definitions, then the
+// metrics; the head's metrics are the means over the query rows.
+ErrorMetrics reference_errors(const HeadProblem& hp, const Selection& sel) {
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  const MatrixRM& V = *hp.values;
+  const int nq = int(Q.rows()), T = int(K.rows()), d = int(K.cols());
+  std::vector<bool> kept(T);
+  int n_kept = 0;
+  for (int t = 0; t < T; ++t) n_kept += (kept[t] = sel[t] != 0);
+  ErrorMetrics sum;
+  for (int i = 0; i < nq; ++i) {
+    std::vector<double> s(T), sh(T, 0.0);
+    for (int t = 0; t < T; ++t) {
+      const MatrixRM& kh = sel[t] != 0 ? *hp.variants[sel[t] - 1] : K;
+      double dot = 0, doth = 0;
+      for (int j = 0; j < d; ++j) {
+        dot += double(Q(i, j)) * double(K(t, j));
+        doth += double(Q(i, j)) * double(kh(t, j));
+      }
+      s[t] = dot / std::sqrt(double(d));
+      sh[t] = doth / std::sqrt(double(d));
+    }
+    const std::vector<double> p = softmax(s, {});
+    const std::vector<double> ph = n_kept > 0 ? softmax(sh, kept) : std::vector<double>(T, 0.0);
+    double diff2 = 0, o2 = 0;
+    for (int j = 0; j < d; ++j) {
+      double o = 0, oh = 0;
+      for (int t = 0; t < T; ++t) {
+        o += p[t] * double(V(t, j));
+        oh += ph[t] * double(V(t, j));
+      }
+      diff2 += (oh - o) * (oh - o);
+      o2 += o * o;
+    }
+    double tv = 0, logit = 0;
+    for (int t = 0; t < T; ++t) {
+      tv += 0.5 * std::abs(ph[t] - p[t]);
+      if (kept[t]) logit += (sh[t] - s[t]) * (sh[t] - s[t]);
+    }
+    sum.rel_error += diff2 / o2;
+    sum.abs_error += diff2;
+    sum.attn_tv += tv;
+    sum.logit_error += n_kept > 0 ? logit / n_kept : 0.0;
+  }
+  sum.rel_error /= nq;
+  sum.abs_error /= nq;
+  sum.attn_tv /= nq;
+  sum.logit_error /= nq;
+  return sum;
+}
+
+// ---- random heads -----------------------------------------------------------------
+
+// Keys with d/16 outlier channels (x8), values N(0,1), queries N(0,1) * query_scale;
+// variants: the keys plus Gaussian noise of each given scale, then an exact copy.
+struct Head {
+  MatrixRM q, k, v;
+  std::vector<MatrixRM> noisy;  // noisy variants, then the exact copy last
+  HeadProblem problem(bool exact_by_pointer = false) const {
+    HeadProblem hp{&q, &k, &v, {}};
+    for (std::size_t i = 0; i + 1 < noisy.size(); ++i) hp.variants.push_back(&noisy[i]);
+    hp.variants.push_back(exact_by_pointer ? &k : &noisy.back());
+    return hp;
+  }
+  int exact_code() const { return int(noisy.size()); }  // selection code of the exact copy
+};
+
+Head random_head(std::mt19937& rng, int nq, int T, int d, const std::vector<float>& noise,
+                 float query_scale = 2.0f) {
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> chan(d, 1.0f);
+  for (int j = 0; j < std::max(1, d / 16); ++j) chan[(j * 7) % d] = 8.0f;
+  Head h;
+  h.q.resize(nq, d);
+  h.k.resize(T, d);
+  h.v.resize(T, d);
+  for (int i = 0; i < nq; ++i)
+    for (int j = 0; j < d; ++j) h.q(i, j) = n01(rng) * query_scale;
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < d; ++j) {
+      h.k(t, j) = n01(rng) * chan[j];
+      h.v(t, j) = n01(rng);
+    }
+  for (float sc : noise) {
+    MatrixRM kv = h.k;
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < d; ++j) kv(t, j) += sc * chan[j] * n01(rng);
+    h.noisy.push_back(std::move(kv));
+  }
+  h.noisy.push_back(h.k);
+  return h;
+}
+
+// Each token: evicted with probability p_evict, else a uniformly chosen variant code.
+Selection random_selection(std::mt19937& rng, int T, int n_variants, double p_evict) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::uniform_int_distribution<int> code(1, n_variants);
+  Selection s(T);
+  for (int t = 0; t < T; ++t) s[t] = u(rng) < p_evict ? 0 : std::uint8_t(code(rng));
+  return s;
+}
+
+bool close(double got, double want, double rel, double abs) {
+  return std::abs(got - want) <= abs + rel * std::abs(want);
+}
+
+void check_close(const ErrorMetrics& got, const ErrorMetrics& want) {
+  INFO("rel_error got " << got.rel_error << " want " << want.rel_error);
+  INFO("abs_error got " << got.abs_error << " want " << want.abs_error);
+  INFO("attn_tv got " << got.attn_tv << " want " << want.attn_tv);
+  INFO("logit_error got " << got.logit_error << " want " << want.logit_error);
+  CHECK(close(got.rel_error, want.rel_error, 1e-5, 1e-14));
+  CHECK(close(got.abs_error, want.abs_error, 1e-5, 1e-14));
+  CHECK(close(got.attn_tv, want.attn_tv, 1e-5, 1e-9));
+  CHECK(close(got.logit_error, want.logit_error, 1e-5, 1e-12));
+}
+
+// Runs body(recomputer) once per backend; a backend that is not there is skipped with
+// its reason.
+template <class Body>
+void on_every_backend(Body&& body) {
+  for (const std::string name : {"cpu", "cuda"}) {
+    DYNAMIC_SECTION("backend " << name) {
+      std::string note;
+      std::unique_ptr<Recomputer> rc = make_recomputer(parse_backend(name), &note);
+      if (!rc) {
+        WARN("SKIPPED: " << note);
+        SUCCEED("backend " << name << " skipped: " << note);
+        continue;
+      }
+      REQUIRE(rc->name() == name);
+      INFO("backend " << rc->description());
+      body(*rc);
+    }
+  }
+}
+
+EvalResult evaluate_ok(Recomputer& rc, const std::vector<HeadBatch>& batches) {
+  EvalResult r = rc.evaluate(batches);
+  INFO(r.message);
+  REQUIRE(r.ok);
+  REQUIRE(r.errors.size() == batches.size());
+  for (std::size_t b = 0; b < batches.size(); ++b) REQUIRE(r.errors[b].size() == batches[b].selections.size());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("recomputation matches a slow double-precision reference on random heads", "[recompute]") {
+  on_every_backend([](Recomputer& rc) {
+    std::mt19937 rng(20261130);
+    struct Size { int nq, T, d; float query_scale; };
+    const std::vector<Size> sizes = {{1, 1, 4, 2.0f},    {3, 7, 8, 2.0f},     {5, 100, 16, 2.0f},
+                                     {16, 1000, 64, 2.0f}, {33, 300, 128, 2.0f}, {70, 513, 32, 6.0f},
+                                     {64, 4096, 128, 2.0f}};
+    // noise scales: large (2-bit-like), moderate (4-bit-like), tiny (precision check)
+    const std::vector<float> noise = {0.4f, 0.05f, 1e-4f};
+    std::vector<Head> heads;
+    for (const Size& s : sizes) heads.push_back(random_head(rng, s.nq, s.T, s.d, noise, s.query_scale));
+    std::vector<HeadBatch> batches;
+    for (std::size_t h = 0; h < heads.size(); ++h) {
+      const Head& head = heads[h];
+      const int T = int(head.k.rows());
+      HeadBatch b{head.problem(/*exact_by_pointer=*/h % 2 == 0), {}};
+      const int nv = int(b.problem.variants.size());
+      b.selections.push_back(random_selection(rng, T, nv, 0.3));
+      b.selections.push_back(random_selection(rng, T, nv, 0.0));
+      b.selections.push_back(random_selection(rng, T, nv, 0.9));
+      b.selections.push_back(Selection(T, std::uint8_t(3)));  // every key at the tiny noise
+      Selection tiny_and_exact(T, std::uint8_t(head.exact_code()));
+      for (int t = 0; t < T; t += 3) tiny_and_exact[t] = 3;
+      b.selections.push_back(tiny_and_exact);
+      b.selections.push_back(Selection(T, std::uint8_t(1)));  // every key at the large noise
+      batches.push_back(std::move(b));
+    }
+    const EvalResult r = evaluate_ok(rc, batches);
+    for (std::size_t b = 0; b < batches.size(); ++b)
+      for (std::size_t s = 0; s < batches[b].selections.size(); ++s) {
+        INFO("head " << b << " (nq " << sizes[b].nq << ", T " << sizes[b].T << ", d " << sizes[b].d
+                     << "), selection " << s);
+        check_close(r.errors[b][s], reference_errors(batches[b].problem, batches[b].selections[s]));
+      }
+    // One batch per call: the backend splits the work differently; the numbers stay.
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      const EvalResult one = evaluate_ok(rc, {batches[b]});
+      for (std::size_t s = 0; s < batches[b].selections.size(); ++s) {
+        INFO("head " << b << " alone, selection " << s);
+        CHECK(close(one.errors[0][s].rel_error, r.errors[b][s].rel_error, 1e-6, 1e-15));
+        CHECK(close(one.errors[0][s].attn_tv, r.errors[b][s].attn_tv, 1e-6, 1e-12));
+        CHECK(close(one.errors[0][s].logit_error, r.errors[b][s].logit_error, 1e-12, 0.0));
+      }
+    }
+  });
+}
+
+TEST_CASE("recomputation stays exact where float32 shortcuts would fail", "[recompute]") {
+  on_every_backend([](Recomputer& rc) {
+    std::mt19937 rng(7);
+    // Sharp head: a logit rise of tens of nats under the noisy variant.
+    const Head sharp = random_head(rng, 6, 200, 32, {3.0f}, 12.0f);
+    // Nearly all mass on token 0, which is evicted: s_0 - s_t is about 60 nats for row 0
+    // (kept mass ~1e-24) and about 20 nats for row 1 (kept mass ~1e-7).
+    Head peaked = random_head(rng, 2, 50, 16, {0.01f}, 1.0f);
+    peaked.q.row(1) = peaked.q.row(0) / 3.0f;
+    peaked.k.row(0) = peaked.q.row(0) * (240.0f / peaked.q.row(0).squaredNorm());
+    peaked.noisy.back() = peaked.k;
+    peaked.noisy[0].row(0) = peaked.k.row(0);
+    Selection drop_top(50, 2);
+    drop_top[0] = 0;
+    Selection drop_top_noisy(50, 1);
+    drop_top_noisy[0] = 0;
+    std::vector<HeadBatch> batches = {
+        {sharp.problem(), {Selection(200, 1), random_selection(rng, 200, 2, 0.5)}},
+        {peaked.problem(), {drop_top, drop_top_noisy}}};
+    const EvalResult r = evaluate_ok(rc, batches);
+    for (std::size_t b = 0; b < batches.size(); ++b)
+      for (std::size_t s = 0; s < batches[b].selections.size(); ++s) {
+        INFO("batch " << b << " selection " << s);
+        check_close(r.errors[b][s], reference_errors(batches[b].problem, batches[b].selections[s]));
+      }
+  });
+}
+
+TEST_CASE("closed forms: all exact, one token kept, all evicted", "[recompute]") {
+  on_every_backend([](Recomputer& rc) {
+    std::mt19937 rng(11);
+    const Head head = random_head(rng, 9, 257, 64, {0.3f});
+    const int T = 257, ex = head.exact_code();
+    const int keep = 101;
+    Selection one(T, 0);
+    one[keep] = 1;  // the noisy key: its logit changes but it keeps all the mass
+    std::vector<HeadBatch> batches = {
+        {head.problem(false), {Selection(T, std::uint8_t(ex)), one, Selection(T, 0)}},
+        {head.problem(true), {Selection(T, std::uint8_t(ex))}}};
+    const EvalResult r = evaluate_ok(rc, batches);
+
+    SECTION("an all-exact selection has zero error") {
+      for (const ErrorMetrics& m : {r.errors[0][0], r.errors[1][0]}) {
+        CHECK(m.rel_error < 1e-12);
+        CHECK(m.abs_error < 1e-12);
+        CHECK(m.attn_tv < 1e-7);
+        CHECK(m.logit_error < 1e-12);
+      }
+    }
+    SECTION("keeping one token t gives o^ = v_t") {
+      // Direct formula, in double: e = mean_i ||v_t - o_i||^2 / ||o_i||^2, tv = mean_i (1 - p_it),
+      // logit error = mean_i (q_i.(k^_t - k_t))^2 / d.
+      double rel = 0, tv = 0, logit = 0;
+      const int d = 64;
+      for (int i = 0; i < 9; ++i) {
+        std::vector<double> s(T);
+        for (int t = 0; t < T; ++t) s[t] = head.q.row(i).cast<double>().dot(head.k.row(t).cast<double>()) / 8.0;
+        const std::vector<double> p = softmax(s, {});
+        Eigen::VectorXd o = Eigen::VectorXd::Zero(d);
+        for (int t = 0; t < T; ++t) o += p[t] * head.v.row(t).transpose().cast<double>();
+        rel += (head.v.row(keep).transpose().cast<double>() - o).squaredNorm() / o.squaredNorm();
+        tv += 1.0 - p[keep];
+        const double ds =
+            head.q.row(i).cast<double>().dot((head.noisy[0].row(keep) - head.k.row(keep)).cast<double>()) / 8.0;
+        logit += ds * ds;
+      }
+      const ErrorMetrics& m = r.errors[0][1];
+      CHECK(m.rel_error == Approx(rel / 9).epsilon(1e-5));
+      CHECK(m.attn_tv == Approx(tv / 9).epsilon(1e-5));
+      CHECK(m.logit_error == Approx(logit / 9).epsilon(1e-5));
+    }
+    SECTION("evicting every token gives e = 1") {
+      const ErrorMetrics& m = r.errors[0][2];
+      CHECK(m.rel_error == Approx(1.0).epsilon(1e-12));
+      CHECK(m.attn_tv == Approx(0.5).epsilon(1e-6));
+      CHECK(m.logit_error == 0.0);
+      CHECK(m.abs_error == Approx(reference_errors(batches[0].problem, batches[0].selections[2]).abs_error)
+                               .epsilon(1e-5));
+    }
+  });
+}
+
+TEST_CASE("a batch with a wrong shape is refused with a sentence", "[recompute]") {
+  std::mt19937 rng(3);
+  const Head head = random_head(rng, 4, 20, 8, {0.1f});
+  const MatrixRM short_values = head.v.topRows(19);
+  const MatrixRM narrow_variant = head.k.leftCols(7);
+
+  HeadBatch good{head.problem(), {Selection(20, 1)}};
+  CHECK(check_batch(good).empty());
+
+  HeadBatch bad_values = good;
+  bad_values.problem.values = &short_values;
+  CHECK_THAT(check_batch(bad_values), Catch::Contains("values") && Catch::Contains("19 x 8"));
+
+  HeadBatch bad_variant = good;
+  bad_variant.problem.variants[0] = &narrow_variant;
+  CHECK_THAT(check_batch(bad_variant), Catch::Contains("variants[0]") && Catch::Contains("20 x 7"));
+
+  HeadBatch bad_length = good;
+  bad_length.selections.push_back(Selection(21, 1));
+  CHECK_THAT(check_batch(bad_length), Catch::Contains("selections[1]") && Catch::Contains("21"));
+
+  HeadBatch bad_code = good;
+  bad_code.selections[0][5] = 3;  // two variants: codes 0..2
+  CHECK_THAT(check_batch(bad_code), Catch::Contains("selections[0]") && Catch::Contains("token 5"));
+
+  HeadBatch null_queries = good;
+  null_queries.problem.queries = nullptr;
+  CHECK_THAT(check_batch(null_queries), Catch::Contains("queries"));
+
+  on_every_backend([&](Recomputer& rc) {
+    const EvalResult r = rc.evaluate({good, bad_values});
+    CHECK_FALSE(r.ok);
+    CHECK_THAT(r.message, Catch::Contains("Batch 1") && Catch::Contains("values"));
+  });
+}
+
+TEST_CASE("backends are chosen at run time and their absence is a sentence", "[recompute]") {
+  CHECK(parse_backend("auto") == Backend::Auto);
+  CHECK(parse_backend("cpu") == Backend::Cpu);
+  CHECK(parse_backend("cuda") == Backend::Cuda);
+  CHECK_THROWS_AS(parse_backend("gpu"), InputError);
+
+  std::string note = "stale";
+  const auto cpu = make_recomputer(Backend::Cpu, &note);
+  REQUIRE(cpu);
+  CHECK(cpu->name() == "cpu");
+  CHECK_THAT(cpu->description(), Catch::StartsWith("cpu ("));
+  CHECK(note.empty());
+
+  std::string reason;
+  const bool have_cuda = cuda_available(&reason);
+  const auto any = make_recomputer(Backend::Auto, &note);
+  REQUIRE(any);
+  if (have_cuda) {
+    CHECK(any->name() == "cuda");
+    CHECK(note.empty());
+  } else {
+    INFO("reason: " << reason << " / note: " << note);
+    CHECK_FALSE(reason.empty());
+    CHECK(any->name() == "cpu");
+    CHECK_THAT(note, Catch::Contains(reason));
+    std::string why;
+    CHECK(make_recomputer(Backend::Cuda, &why) == nullptr);
+    CHECK_THAT(why, Catch::Contains(reason));
+  }
+#ifndef TIERLAB_TEST_EXPECT_CUDA
+  // The CPU-only build states why there is no CUDA.
+  if (!have_cuda && reason.find("built without CUDA") != std::string::npos)
+    CHECK(reason == "tierlab was built without CUDA (nvcc not found or TIERLAB_CUDA=OFF)");
+#endif
+}

@@ -1,0 +1,131 @@
+// Compressed-cache replay on the real stories260K model: an exact cache must reproduce
+// the full cache bit for bit; a cache that keeps only the last prompt token must not.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "model/allocation.hpp"
+#include "model/error.hpp"
+#include "model/llama2c.hpp"
+#include "scenarios/replay.hpp"
+#include "solvers/policy.hpp"
+
+using namespace tierlab;
+
+namespace {
+
+const std::string kCheckpoint = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+
+const Llama2cModel& stories() {
+  static const Llama2cModel model(kCheckpoint);
+  return model;
+}
+
+ReplayOptions options(int prompt_tokens, int steps) {
+  ReplayOptions o;
+  o.prompt.generate = prompt_tokens;
+  o.decode_steps = steps;
+  o.obs_window = 16;
+  return o;
+}
+
+// Every prompt token evicted in every head but the last one (kept exactly).
+Allocation keep_last_only(int T) {
+  Allocation a;
+  a.ladder = RateLadder::parse("evict,exact");
+  a.n_layers = 5;
+  a.n_kv_heads = 4;
+  a.prompt_len = T;
+  a.tiers.assign(20, std::vector<std::uint8_t>(static_cast<std::size_t>(T), 0));
+  for (auto& head : a.tiers) head.back() = 1;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("replay with the exact policy agrees on every token with KL 0", "[replay]") {
+  for (ReplayMode mode : {ReplayMode::TeacherForced, ReplayMode::FreeRunning}) {
+    ReplayOptions o = options(48, 32);
+    o.mode = mode;
+    const ReplayResult r = replay(stories(), o, KeyCompression::from_policy(UniformPolicy::parse("exact")));
+    INFO(to_string(mode));
+    CHECK(r.agreement == 1.0);
+    CHECK(r.first_divergence == -1);
+    CHECK(r.mean_kl < 1e-9);
+    CHECK(r.max_kl < 1e-9);
+    CHECK(r.ppl_compressed == r.ppl_full);  // bit-identical logits
+    CHECK(r.mean_kl == 0.0);
+    CHECK(r.key_rate.code_bits == 16.0);
+    CHECK(r.evicted_fraction == 0.0);
+    CHECK(r.decisions == 1);
+    REQUIRE(r.steps.size() == 32u);
+    REQUIRE(r.full_continuation.size() == 33u);
+    // Greedy from BOS: the prompt and the continuation are FORMAT.md's sequence.
+    CHECK(r.prompt[1] == 461);
+    CHECK(r.prompt[3] == 401);
+    if (mode == ReplayMode::FreeRunning) CHECK(r.continuation_match == 1.0);
+  }
+}
+
+TEST_CASE("keeping every prompt token through eviction (evict:1) is the exact cache", "[replay]") {
+  const ReplayResult r =
+      replay(stories(), options(48, 16), KeyCompression::from_policy(UniformPolicy::parse("evict:1")));
+  CHECK(r.agreement == 1.0);
+  CHECK(r.mean_kl < 1e-9);
+  CHECK(r.evicted_fraction == 0.0);
+}
+
+TEST_CASE("a cache that keeps only the last prompt token degrades measurably", "[replay]") {
+  const int T = 64;
+  const ReplayResult r =
+      replay(stories(), options(T, 32), KeyCompression::from_allocation(keep_last_only(T), "keep-last"));
+  INFO(text_report(r));
+  CHECK(r.agreement < 1.0);
+  CHECK(r.first_divergence >= 1);
+  CHECK(r.mean_kl > 0.01);
+  CHECK(r.ppl_compressed > r.ppl_full);
+  CHECK(r.evicted_fraction == Approx(1.0 - 1.0 / T));
+  CHECK(r.key_rate.code_bits == Approx(16.0 / T));
+}
+
+TEST_CASE("2-bit KIVI keys sit between the exact cache and eviction", "[replay]") {
+  const int T = 64;
+  const auto kivi = replay(stories(), options(T, 32), KeyCompression::from_policy(UniformPolicy::parse("kivi:2:g32:r0")));
+  const auto last =
+      replay(stories(), options(T, 32), KeyCompression::from_allocation(keep_last_only(T), "keep-last"));
+  INFO(text_report(kivi));
+  CHECK(kivi.key_rate.code_bits == 2.0);
+  CHECK(kivi.mean_kl > 0.0);
+  CHECK(kivi.mean_kl < last.mean_kl);
+}
+
+TEST_CASE("re-deciding every N steps recomputes the allocation", "[replay]") {
+  ReplayOptions o = options(48, 20);
+  o.redecide_every = 6;  // before steps 1, 7, 13, 19
+  const auto r = replay(stories(), o, KeyCompression::from_policy(UniformPolicy::parse("evict:0.5")));
+  CHECK(r.decisions == 4);
+  CHECK(r.evicted_fraction == Approx(0.5).margin(0.02));
+  CHECK(r.steps.size() == 20u);
+  const auto json = to_json(r);
+  CHECK(json["decisions"] == 4);
+  CHECK(json["steps"].size() == 20u);
+}
+
+TEST_CASE("replay rejects what it cannot do, with clear messages", "[replay]") {
+  const int T = 32;
+  ReplayOptions o = options(T, 8);
+  const auto fixed = KeyCompression::from_allocation(keep_last_only(T), "allocation a.safetensors");
+  ReplayOptions redecide = o;
+  redecide.redecide_every = 4;
+  CHECK_THROWS_WITH(replay(stories(), redecide, fixed), Catch::Contains("cannot be re-decided"));
+  ReplayOptions other_prompt = options(T + 1, 8);
+  CHECK_THROWS_WITH(replay(stories(), other_prompt, fixed), Catch::Contains("33"));
+  ReplayOptions too_long = options(500, 20);
+  CHECK_THROWS_WITH(replay(stories(), too_long, KeyCompression::from_policy(UniformPolicy::parse("exact"))),
+                    Catch::Contains("seq_len = 512"));
+  ReplayOptions wide = options(8, 4);
+  wide.obs_window = 9;
+  CHECK_THROWS_WITH(replay(stories(), wide, KeyCompression::from_policy(UniformPolicy::parse("exact"))),
+                    Catch::Contains("W = 9 is longer than the prompt"));
+  CHECK_THROWS_AS(parse_replay_mode("greedy"), InputError);
+}

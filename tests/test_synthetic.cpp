@@ -1,0 +1,661 @@
+// Synthetic traces (model/synthetic.hpp). The attention shapes, RoPE and statistics are
+// checked with an independent double-precision softmax / RoPE written here.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/error.hpp"
+#include "model/synthetic.hpp"
+#include "model/trace.hpp"
+
+using namespace tierlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- independent reference helpers -------------------------------------------
+
+// softmax(q . k_t / sqrt(d)) over the given key rows, in double.
+std::vector<double> attention(const float* q, const std::vector<const float*>& keys, int d) {
+  std::vector<double> s(keys.size());
+  double mx = -1e300;
+  for (std::size_t t = 0; t < keys.size(); ++t) {
+    double dot = 0.0;
+    for (int c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * keys[t][c];
+    s[t] = dot / std::sqrt(static_cast<double>(d));
+    mx = std::max(mx, s[t]);
+  }
+  double z = 0.0;
+  for (double& x : s) z += (x = std::exp(x - mx));
+  for (double& x : s) x /= z;
+  return s;
+}
+
+double entropy(const std::vector<double>& p) {
+  double h = 0.0;
+  for (double x : p)
+    if (x > 0.0) h -= x * std::log(x);
+  return h;
+}
+
+// Interleaved RoPE in double: pair (2i, 2i+1) rotated by pos / theta^(2i/d).
+std::vector<double> rope(const float* x, int d, double pos, double theta) {
+  std::vector<double> out(d);
+  for (int i = 0; i < d / 2; ++i) {
+    const double a = pos / std::pow(theta, 2.0 * i / d);
+    out[2 * i] = x[2 * i] * std::cos(a) - x[2 * i + 1] * std::sin(a);
+    out[2 * i + 1] = x[2 * i] * std::sin(a) + x[2 * i + 1] * std::cos(a);
+  }
+  return out;
+}
+
+bool same_bits(const MatrixRM& a, const MatrixRM& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         std::equal(a.data(), a.data() + a.size(), b.data());
+}
+
+bool same_head(const HeadData& a, const HeadData& b) {
+  return same_bits(a.keys, b.keys) && same_bits(a.keys_pre_rope, b.keys_pre_rope) && same_bits(a.values, b.values) &&
+         same_bits(a.obs_queries, b.obs_queries) && same_bits(a.decode_queries, b.decode_queries) &&
+         same_bits(a.decode_keys, b.decode_keys) && same_bits(a.decode_values, b.decode_values);
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::path(TIERLAB_BINARY_DIR) / "test_synthetic_files";
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+// A mid-size geometry on which the attention shapes are measured, one kind only.
+SynthParams one_kind(const std::string& kind) {
+  SynthParams p;
+  p.preset = "test-" + kind;
+  p.seed = 12345;
+  p.n_layers = 1;
+  p.n_kv_heads = 4;
+  p.group_size = 2;
+  p.head_dim = 64;
+  p.prompt_len = 1024;
+  p.obs_window = 16;
+  p.decode_steps = 16;
+  p.mix_sink = kind == "sink";
+  p.mix_local = kind == "local";
+  p.mix_retrieval = kind == "retrieval";
+  p.mix_diffuse = kind == "diffuse";
+  p.logit_scale_min = 0.6;
+  p.logit_scale_max = 2.0;
+  p.outlier_channels = 4;
+  p.outlier_strength = 8.0;
+  p.spans_per_head = 4;
+  p.span_len = 8;
+  p.query_drift = 0.05;
+  return p;
+}
+
+// Attention statistics of one head, averaged over its queries.
+struct Shape {
+  double sink_mass = 0;    // on positions 0..3
+  double local_mass = 0;   // on positions within 64 of the query position
+  double span_mass = 0;    // on the planted spans
+  double norm_entropy = 0; // H / ln(number of keys)
+  double peak_offset = 0;  // mean |argmax_t p_t - query position|
+};
+
+// obs queries attend the T prompt keys; decode query s attends the prompt keys and
+// the decode keys of steps 1..s. `every` subsamples the queries (1 = all).
+Shape measure(const HeadData& h, const TraceMeta& m, bool decode, int every = 1) {
+  const int d = m.head_dim, T = m.prompt_len, W = m.obs_window, S = m.decode_steps, g = m.group_size;
+  std::vector<bool> in_span(T, false);
+  for (const Span& sp : h.spans)
+    for (int t = sp.begin; t < sp.end; ++t) in_span[t] = true;
+  std::vector<const float*> keys;
+  for (int t = 0; t < T; ++t) keys.push_back(&h.keys(t, 0));
+  Shape out;
+  int n = 0;
+  for (int k = 0; k < g; ++k) {
+    std::vector<const float*> ks = keys;
+    const int count = decode ? S : W;
+    for (int i = 0; i < count; ++i) {
+      int pos;
+      const float* q;
+      if (decode) {
+        ks.push_back(&h.decode_keys(i, 0));
+        pos = T + i;
+        q = &h.decode_queries(static_cast<Eigen::Index>(k) * S + i, 0);
+      } else {
+        pos = T - W + i;
+        q = &h.obs_queries(static_cast<Eigen::Index>(k) * W + i, 0);
+      }
+      if (i % every != 0 && i != count - 1) continue;
+      const std::vector<double> a = attention(q, ks, d);
+      std::size_t best = 0;
+      for (std::size_t t = 0; t < a.size(); ++t) {
+        if (t < 4) out.sink_mass += a[t];
+        if (std::abs(static_cast<int>(t) - pos) <= 64) out.local_mass += a[t];
+        if (t < static_cast<std::size_t>(T) && in_span[t]) out.span_mass += a[t];
+        if (a[t] > a[best]) best = t;
+      }
+      out.norm_entropy += entropy(a) / std::log(static_cast<double>(a.size()));
+      out.peak_offset += std::abs(static_cast<int>(best) - pos);
+      ++n;
+    }
+  }
+  out.sink_mass /= n;
+  out.local_mass /= n;
+  out.span_mass /= n;
+  out.norm_entropy /= n;
+  out.peak_offset /= n;
+  return out;
+}
+
+std::vector<std::string> head_kinds(const TraceMeta& m) {
+  const auto prov = nlohmann::json::parse(m.provenance);
+  std::vector<std::string> kinds;
+  for (const auto& h : prov.at("heads")) kinds.push_back(h.at("kind").get<std::string>());
+  return kinds;
+}
+
+}  // namespace
+
+// ---- presets and validation ------------------------------------------------------
+
+TEST_CASE("synthetic presets exist, validate and differ", "[synthetic]") {
+  const auto names = synth_preset_names();
+  REQUIRE(names == std::vector<std::string>{"tiny", "llama-like", "mistral-like", "qwen-like"});
+  for (const auto& n : names) {
+    const SynthParams p = synth_preset(n);
+    CHECK(p.preset == n);
+    CHECK_NOTHROW(p.validate());
+  }
+  const SynthParams tiny = synth_preset("tiny");
+  CHECK(tiny.n_layers == 2);
+  CHECK(tiny.n_kv_heads == 2);
+  CHECK(tiny.group_size == 2);
+  CHECK(tiny.head_dim == 16);
+  CHECK(tiny.prompt_len == 64);
+  CHECK(tiny.obs_window == 8);
+  CHECK(tiny.decode_steps == 8);
+
+  const SynthParams llama = synth_preset("llama-like"), mistral = synth_preset("mistral-like"),
+                    qwen = synth_preset("qwen-like");
+  CHECK(mistral.mix_local > llama.mix_local);                  // sliding-window heritage
+  CHECK(qwen.outlier_strength > 2 * llama.outlier_strength);   // very large key outliers
+  CHECK(qwen.logit_scale_max > llama.logit_scale_max);         // sharper heads
+  CHECK(qwen.logit_scale_min > llama.logit_scale_min);
+
+  try {
+    synth_preset("gpt-like");
+    FAIL("an unknown preset must throw");
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("gpt-like") != std::string::npos);
+    for (const auto& n : names) CHECK(msg.find(n) != std::string::npos);
+  }
+}
+
+TEST_CASE("synthetic validate names the parameter and its value", "[synthetic]") {
+  struct Bad {
+    std::string needle;
+    std::function<void(SynthParams&)> edit;
+  };
+  const std::vector<Bad> cases = {
+      {"n_layers = 0", [](SynthParams& p) { p.n_layers = 0; }},
+      {"n_kv_heads = -1", [](SynthParams& p) { p.n_kv_heads = -1; }},
+      {"group_size = 0", [](SynthParams& p) { p.group_size = 0; }},
+      {"head_dim = 15", [](SynthParams& p) { p.head_dim = 15; }},
+      {"head_dim = 4", [](SynthParams& p) { p.head_dim = 4; }},
+      {"obs_window = 0", [](SynthParams& p) { p.obs_window = 0; }},
+      {"prompt_len = 10", [](SynthParams& p) { p.prompt_len = 10; }},
+      {"decode_steps = 0", [](SynthParams& p) { p.decode_steps = 0; }},
+      {"mix_local = -1", [](SynthParams& p) { p.mix_local = -1; }},
+      {"mix_sink = nan", [](SynthParams& p) { p.mix_sink = std::nan(""); }},
+      {"mix_sink + mix_local", [](SynthParams& p) { p.mix_sink = p.mix_local = p.mix_retrieval = p.mix_diffuse = 0; }},
+      {"logit_scale_min = 0", [](SynthParams& p) { p.logit_scale_min = 0; }},
+      {"logit_scale_max = 0.5", [](SynthParams& p) { p.logit_scale_min = 1; p.logit_scale_max = 0.5; }},
+      {"outlier_channels = 5", [](SynthParams& p) { p.outlier_channels = 5; }},  // tiny: d/4 = 4
+      {"outlier_strength = 0.5", [](SynthParams& p) { p.outlier_strength = 0.5; }},
+      {"span_len = 0", [](SynthParams& p) { p.span_len = 0; }},
+      {"spans_per_head = 0", [](SynthParams& p) { p.spans_per_head = 0; }},
+      {"spans_per_head * span_len = 6 * 8", [](SynthParams& p) { p.spans_per_head = 6; p.span_len = 8; }},
+      {"query_drift = -0.1", [](SynthParams& p) { p.query_drift = -0.1; }},
+      {"rope_theta = 1", [](SynthParams& p) { p.rope_theta = 1; }},
+      {"storage = I32", [](SynthParams& p) { p.storage = DType::I32; }},
+  };
+  for (const auto& c : cases) {
+    SynthParams p = synth_preset("tiny");
+    c.edit(p);
+    INFO(c.needle);
+    try {
+      p.validate();
+      FAIL("validate() accepted " + c.needle);
+    } catch (const InputError& e) {
+      CHECK(std::string(e.what()).find(c.needle) != std::string::npos);
+    }
+    CHECK_THROWS_AS(synth_meta(p), InputError);
+  }
+  // Tiny's largest fitting span layout: 52 positions between the sinks and the window.
+  SynthParams p = synth_preset("tiny");
+  p.spans_per_head = 5;
+  p.span_len = 9;  // 5 * 9 + 4 gaps = 49 <= 52
+  CHECK_NOTHROW(p.validate());
+  p.mix_retrieval = 0;
+  p.spans_per_head = 0;  // no retrieval heads: no spans needed
+  CHECK_NOTHROW(p.validate());
+  CHECK_THROWS_AS(synth_head(synth_preset("tiny"), 2, 0), InputError);
+  CHECK_THROWS_AS(synth_head(synth_preset("tiny"), 0, -1), InputError);
+}
+
+// ---- metadata ------------------------------------------------------------------------
+
+TEST_CASE("synth_meta describes the trace and plants spans only in retrieval heads", "[synthetic]") {
+  SynthParams p = synth_preset("llama-like");
+  p.seed = 7;
+  p.storage = DType::BF16;
+  const TraceMeta m = synth_meta(p);
+  CHECK(m.n_layers == 4);
+  CHECK(m.n_kv_heads == 8);
+  CHECK(m.group_size == 4);
+  CHECK(m.head_dim == 128);
+  CHECK(m.prompt_len == 2048);
+  CHECK(m.obs_window == 32);
+  CHECK(m.decode_steps == 64);
+  CHECK(m.has_pre_rope);
+  CHECK(m.rope.theta == 500000.0);
+  CHECK(m.rope.style == "interleaved");
+  CHECK(m.storage == DType::BF16);
+  CHECK(m.token_ids.empty());
+  REQUIRE(m.spans.size() == 32u);
+
+  const auto prov = nlohmann::json::parse(m.provenance);
+  CHECK(prov.at("source") == "synthetic");
+  CHECK(prov.at("preset") == "llama-like");
+  CHECK(prov.at("seed").get<std::uint64_t>() == 7u);
+  const auto& params = prov.at("params");
+  CHECK(params.at("n_layers") == 4);
+  CHECK(params.at("head_dim") == 128);
+  CHECK(params.at("mix_sink").get<double>() == p.mix_sink);
+  CHECK(params.at("logit_scale_max").get<double>() == p.logit_scale_max);
+  CHECK(params.at("outlier_strength").get<double>() == p.outlier_strength);
+  CHECK(params.at("span_len") == 8);
+  CHECK(params.at("query_drift").get<double>() == p.query_drift);
+  CHECK(params.at("rope_theta").get<double>() == p.rope_theta);
+  CHECK(params.at("storage") == "BF16");
+  for (const char* key : {"preset", "seed", "n_layers", "n_kv_heads", "group_size", "head_dim", "prompt_len",
+                          "obs_window", "decode_steps", "mix_sink", "mix_local", "mix_retrieval", "mix_diffuse",
+                          "logit_scale_min", "logit_scale_max", "outlier_channels", "outlier_strength",
+                          "spans_per_head", "span_len", "query_drift", "rope_theta", "storage"})
+    CHECK(params.contains(key));
+
+  const auto kinds = head_kinds(m);
+  REQUIRE(kinds.size() == 32u);
+  std::set<std::string> seen(kinds.begin(), kinds.end());
+  CHECK(seen == std::set<std::string>{"sink", "local", "retrieval", "diffuse"});
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    const auto& spans = m.spans[i];
+    const double scale = prov.at("heads")[i].at("logit_scale").get<double>();
+    CHECK(scale >= p.logit_scale_min);
+    CHECK(scale <= p.logit_scale_max);
+    if (kinds[i] != "retrieval") {
+      CHECK(spans.empty());
+      continue;
+    }
+    REQUIRE(spans.size() == 4u);
+    for (std::size_t j = 0; j < spans.size(); ++j) {
+      CHECK(spans[j].end - spans[j].begin == 8);
+      CHECK(spans[j].begin >= 4);                         // not on the sink tokens
+      CHECK(spans[j].end <= p.prompt_len - p.obs_window);  // not in the observation window
+      if (j > 0) CHECK(spans[j].begin > spans[j - 1].end);  // ordered, disjoint, one token apart
+    }
+  }
+}
+
+TEST_CASE("synth_meta spans are the spans synth_head plants", "[synthetic]") {
+  SynthParams p = synth_preset("tiny");
+  p.n_layers = 3;
+  p.n_kv_heads = 4;
+  p.seed = 99;
+  p.mix_local = p.mix_diffuse = 0.0;  // half sink, half retrieval
+  const TraceMeta m = synth_meta(p);
+  int retrieval = 0;
+  for (int l = 0; l < p.n_layers; ++l)
+    for (int h = 0; h < p.n_kv_heads; ++h) {
+      const HeadData hd = synth_head(p, l, h);
+      const auto& expect = m.spans[static_cast<std::size_t>(l) * p.n_kv_heads + h];
+      REQUIRE(hd.spans.size() == expect.size());
+      for (std::size_t j = 0; j < expect.size(); ++j) {
+        CHECK(hd.spans[j].begin == expect[j].begin);
+        CHECK(hd.spans[j].end == expect[j].end);
+      }
+      retrieval += !expect.empty();
+    }
+  CHECK(retrieval > 0);
+  CHECK(retrieval < p.n_layers * p.n_kv_heads);
+}
+
+// ---- head data ------------------------------------------------------------------------
+
+TEST_CASE("synth_head has the trace shapes and finite values", "[synthetic]") {
+  const SynthParams p = synth_preset("tiny");
+  const HeadData h = synth_head(p, 1, 1);
+  CHECK(h.layer == 1);
+  CHECK(h.kv_head == 1);
+  CHECK((h.keys.rows() == 64 && h.keys.cols() == 16));
+  CHECK((h.keys_pre_rope.rows() == 64 && h.keys_pre_rope.cols() == 16));
+  CHECK((h.values.rows() == 64 && h.values.cols() == 16));
+  CHECK((h.obs_queries.rows() == 2 * 8 && h.obs_queries.cols() == 16));
+  CHECK((h.decode_queries.rows() == 2 * 8 && h.decode_queries.cols() == 16));
+  CHECK((h.decode_keys.rows() == 8 && h.decode_keys.cols() == 16));
+  CHECK((h.decode_values.rows() == 8 && h.decode_values.cols() == 16));
+  for (const MatrixRM* m : {&h.keys, &h.keys_pre_rope, &h.values, &h.obs_queries, &h.decode_queries, &h.decode_keys,
+                            &h.decode_values})
+    CHECK(m->allFinite());
+}
+
+TEST_CASE("synth_head is deterministic and each head depends only on (params, seed, layer, head)", "[synthetic]") {
+  SynthParams p = synth_preset("tiny");
+  p.seed = 2024;
+  const HeadData a = synth_head(p, 1, 0);
+  CHECK(same_head(a, synth_head(p, 1, 0)));  // same call, same bits
+
+  // Other heads generated in between change nothing, nor does the model's size.
+  (void)synth_head(p, 0, 1);
+  SynthParams bigger = p;
+  bigger.n_layers = 5;
+  bigger.n_kv_heads = 3;
+  CHECK(same_head(a, synth_head(bigger, 1, 0)));
+
+  // The prompt does not depend on the number of decode steps or observation queries.
+  SynthParams longer = p;
+  longer.decode_steps = 20;
+  const HeadData b = synth_head(longer, 1, 0);
+  CHECK(same_bits(a.keys, b.keys));
+  CHECK(same_bits(a.values, b.values));
+  CHECK(same_bits(a.obs_queries, b.obs_queries));
+  CHECK(same_bits(a.decode_keys, b.decode_keys.topRows(p.decode_steps)));
+  CHECK(same_bits(a.decode_values, b.decode_values.topRows(p.decode_steps)));
+  for (int k = 0; k < p.group_size; ++k)  // decode step s is the same in both
+    CHECK(same_bits(a.decode_queries.middleRows(k * p.decode_steps, p.decode_steps),
+                    b.decode_queries.middleRows(k * longer.decode_steps, p.decode_steps)));
+
+  // Different seed or head: different data.
+  SynthParams other = p;
+  other.seed = 2025;
+  CHECK_FALSE(same_bits(a.keys, synth_head(other, 1, 0).keys));
+  CHECK_FALSE(same_bits(a.keys, synth_head(p, 1, 1).keys));
+  CHECK_FALSE(same_bits(a.keys, synth_head(p, 0, 0).keys));
+}
+
+TEST_CASE("synthetic keys are RoPE of the pre-RoPE keys at positions 0..T-1", "[synthetic]") {
+  for (const char* preset : {"tiny", "qwen-like"}) {
+    SynthParams p = synth_preset(preset);
+    p.n_layers = 1;
+    p.n_kv_heads = 2;
+    const HeadData h = synth_head(p, 0, 1);
+    double worst = 0.0, scale = 0.0;
+    for (int t = 0; t < p.prompt_len; ++t) {
+      const std::vector<double> r = rope(&h.keys_pre_rope(t, 0), p.head_dim, t, p.rope_theta);
+      for (int c = 0; c < p.head_dim; ++c) {
+        worst = std::max(worst, std::abs(r[c] - h.keys(t, c)));
+        scale = std::max(scale, std::abs(r[c]));
+      }
+    }
+    INFO(preset);
+    CHECK(worst <= 4e-6 * scale);
+    // RoPE preserves each pair's norm, so the key norms match too.
+    CHECK(h.keys.rowwise().norm().isApprox(h.keys_pre_rope.rowwise().norm(), 1e-5f));
+  }
+}
+
+TEST_CASE("synthetic values are standard normal", "[synthetic]") {
+  SynthParams p = one_kind("diffuse");
+  const HeadData h = synth_head(p, 0, 2);
+  const Eigen::ArrayXf v = Eigen::Map<const Eigen::ArrayXf>(h.values.data(), h.values.size());
+  const double n = static_cast<double>(v.size());  // 65536
+  const double mean = v.cast<double>().mean();
+  const double var = (v.cast<double>() - mean).square().mean();
+  const double within1 = (v.abs() < 1.0f).cast<double>().mean();
+  const double within2 = (v.abs() < 2.0f).cast<double>().mean();
+  CHECK(std::abs(mean) < 5.0 / std::sqrt(n));
+  CHECK(std::abs(var - 1.0) < 5.0 * std::sqrt(2.0 / n));
+  CHECK(std::abs(within1 - 0.682689) < 5.0 * std::sqrt(0.68 * 0.32 / n));  // Phi(1) - Phi(-1)
+  CHECK(std::abs(within2 - 0.954500) < 5.0 * std::sqrt(0.95 * 0.05 / n));
+}
+
+TEST_CASE("synthetic keys have outlier_channels channels outlier_strength times larger", "[synthetic]") {
+  SynthParams p = one_kind("diffuse");  // no structure: the key channels are the content alone
+  const TraceMeta m = synth_meta(p);
+  const auto prov = nlohmann::json::parse(m.provenance);
+  for (int h = 0; h < p.n_kv_heads; ++h) {
+    const HeadData hd = synth_head(p, 0, h);
+    const auto outliers = prov.at("heads")[h].at("outlier_channels").get<std::vector<int>>();
+    REQUIRE(outliers.size() == 4u);
+    const Eigen::RowVectorXd mean = hd.keys_pre_rope.cast<double>().colwise().mean();
+    const Eigen::RowVectorXd rms =
+        ((hd.keys_pre_rope.cast<double>().rowwise() - mean).array().square().colwise().mean()).sqrt();
+    for (int c = 0; c < p.head_dim; ++c) {
+      const bool outlier = std::find(outliers.begin(), outliers.end(), c) != outliers.end();
+      const double expect = outlier ? p.outlier_strength : 1.0;
+      INFO("channel " << c);
+      CHECK(rms[c] == Approx(expect).epsilon(0.1));
+    }
+  }
+}
+
+TEST_CASE("a logit scale multiplies the queries and nothing else", "[synthetic]") {
+  SynthParams a = one_kind("sink");
+  a.logit_scale_min = a.logit_scale_max = 1.0;
+  SynthParams b = a;
+  b.logit_scale_min = b.logit_scale_max = 2.0;
+  const HeadData ha = synth_head(a, 0, 0), hb = synth_head(b, 0, 0);
+  CHECK(same_bits(ha.keys, hb.keys));
+  CHECK(same_bits(ha.values, hb.values));
+  CHECK(same_bits(MatrixRM(2.0f * ha.obs_queries), hb.obs_queries));  // x2 is exact in binary
+  CHECK(same_bits(MatrixRM(2.0f * ha.decode_queries), hb.decode_queries));
+}
+
+TEST_CASE("GQA query heads are similar but not identical", "[synthetic]") {
+  const SynthParams p = one_kind("retrieval");
+  const HeadData h = synth_head(p, 0, 1);
+  const int W = p.obs_window;
+  const Eigen::RowVectorXf m0 = h.obs_queries.topRows(W).colwise().mean();
+  const Eigen::RowVectorXf m1 = h.obs_queries.middleRows(W, W).colwise().mean();
+  const double cosine = m0.dot(m1) / (m0.norm() * m1.norm());
+  CHECK(cosine > 0.5);
+  CHECK(cosine < 0.999);
+}
+
+TEST_CASE("decode queries drift by a random walk of query_drift |q| per step", "[synthetic]") {
+  // The walk has its own random stream, so with and without drift the decode queries
+  // differ by exactly lambda z_s, z_s = z_{s-1} + N(0, (query_drift |q0|)^2 / d I).
+  SynthParams still = one_kind("diffuse"), moving = still;
+  still.query_drift = 0.0;
+  moving.query_drift = 0.1;
+  const int S = still.decode_steps, W = still.obs_window;
+  for (int h = 0; h < still.n_kv_heads; ++h) {
+    const HeadData a = synth_head(still, 0, h), b = synth_head(moving, 0, h);
+    CHECK(same_bits(a.obs_queries, b.obs_queries));
+    for (int k = 0; k < still.group_size; ++k) {
+      // |q0|^2 = |b_k|^2, estimated from the observation queries |b_k + eps xi|^2 = |b_k|^2 + eps^2 E|xi|^2
+      // with eps = 0.5: E|b_k + eps xi|^2 = 1.25 |b_k|^2 on average over heads.
+      const double q0 = std::sqrt(a.obs_queries.middleRows(k * W, W).rowwise().squaredNorm().mean() / 1.25);
+      const MatrixRM z = b.decode_queries.middleRows(k * S, S) - a.decode_queries.middleRows(k * S, S);
+      double step2 = z.row(0).squaredNorm();
+      for (int s = 1; s < S; ++s) step2 += (z.row(s) - z.row(s - 1)).squaredNorm();
+      const double step = std::sqrt(step2 / S);
+      INFO("head " << h << " query head " << k);
+      CHECK(step / q0 == Approx(0.1).epsilon(0.25));
+    }
+  }
+  const HeadData a = synth_head(still, 0, 0), b = synth_head(moving, 0, 0);
+  // A walk, not independent noise: the offset at step S is about sqrt(S) steps long.
+  const MatrixRM z = b.decode_queries.topRows(S) - a.decode_queries.topRows(S);
+  CHECK(z.row(S - 1).norm() > 2.0 * z.row(0).norm());
+}
+
+// ---- attention shapes, in the exact softmax ------------------------------------------
+
+TEST_CASE("sink heads put most attention on the first four tokens", "[synthetic]") {
+  const SynthParams p = one_kind("sink");
+  const TraceMeta m = synth_meta(p);
+  for (int h = 0; h < p.n_kv_heads; ++h) {
+    const HeadData hd = synth_head(p, 0, h);
+    for (bool decode : {false, true}) {
+      const Shape s = measure(hd, m, decode);
+      INFO("head " << h << (decode ? " decode" : " obs"));
+      CHECK(s.sink_mass > 0.5);
+      CHECK(s.norm_entropy < 0.5);
+    }
+  }
+}
+
+TEST_CASE("local heads attend to the positions just around the query", "[synthetic]") {
+  const SynthParams p = one_kind("local");
+  const TraceMeta m = synth_meta(p);
+  for (int h = 0; h < p.n_kv_heads; ++h) {
+    const HeadData hd = synth_head(p, 0, h);
+    for (bool decode : {false, true}) {
+      const Shape s = measure(hd, m, decode);
+      INFO("head " << h << (decode ? " decode" : " obs"));
+      CHECK(s.local_mass > 0.5);
+      CHECK(s.peak_offset <= 2.0);  // the peak follows the query position (obs: T-W+i, decode: T+s-1)
+      CHECK(s.sink_mass < 0.05);
+    }
+  }
+}
+
+TEST_CASE("retrieval heads' decode queries attend to the planted spans", "[synthetic]") {
+  const SynthParams p = one_kind("retrieval");
+  const TraceMeta m = synth_meta(p);
+  for (int h = 0; h < p.n_kv_heads; ++h) {
+    const HeadData hd = synth_head(p, 0, h);
+    REQUIRE(hd.spans.size() == 4u);
+    const Shape s = measure(hd, m, true);
+    INFO("head " << h);
+    CHECK(s.span_mass > 0.5);  // 32 of 1024 tokens
+    CHECK(measure(hd, m, false).span_mass > 0.5);
+  }
+}
+
+TEST_CASE("diffuse heads spread attention; logit scale sharpens it", "[synthetic]") {
+  const SynthParams p = one_kind("diffuse");
+  const TraceMeta m = synth_meta(p);
+  double least = 1.0;
+  for (int h = 0; h < p.n_kv_heads; ++h) {
+    const HeadData hd = synth_head(p, 0, h);
+    const Shape s = measure(hd, m, true);
+    INFO("head " << h);
+    CHECK(s.norm_entropy > 0.9);
+    CHECK(s.sink_mass < 0.05);
+    least = std::min(least, s.norm_entropy);
+  }
+  // Every structured head is less spread than every diffuse one.
+  for (const char* kind : {"sink", "local", "retrieval"}) {
+    const SynthParams q = one_kind(kind);
+    const TraceMeta mq = synth_meta(q);
+    for (int h = 0; h < q.n_kv_heads; ++h) CHECK(measure(synth_head(q, 0, h), mq, true).norm_entropy < least);
+  }
+  SynthParams soft = p, sharp = p;
+  soft.logit_scale_min = soft.logit_scale_max = 1.0;
+  sharp.logit_scale_min = sharp.logit_scale_max = 4.0;
+  CHECK(measure(synth_head(sharp, 0, 0), synth_meta(sharp), false).norm_entropy <
+        measure(synth_head(soft, 0, 0), synth_meta(soft), false).norm_entropy - 0.05);
+}
+
+TEST_CASE("every head of every named preset has its kind's attention shape", "[synthetic][presets]") {
+  for (const char* preset : {"llama-like", "mistral-like", "qwen-like"}) {
+    const SynthParams p = synth_preset(preset);
+    const TraceMeta m = synth_meta(p);
+    const auto kinds = head_kinds(m);
+    for (int l = 0; l < p.n_layers; ++l)
+      for (int h = 0; h < p.n_kv_heads; ++h) {
+        const std::string& kind = kinds[static_cast<std::size_t>(l) * p.n_kv_heads + h];
+        const HeadData hd = synth_head(p, l, h);
+        const Shape s = measure(hd, m, true, 8);  // every 8th decode step and the last
+        INFO(preset << " layer " << l << " head " << h << " " << kind);
+        if (kind == "sink") CHECK(s.sink_mass > 0.5);
+        if (kind == "local") CHECK(s.local_mass > 0.5);
+        if (kind == "retrieval") CHECK(s.span_mass > 0.5);
+        if (kind == "diffuse") CHECK(s.norm_entropy > 0.8);
+      }
+  }
+}
+
+// ---- writing the file -----------------------------------------------------------------
+
+TEST_CASE("write_synthetic_trace streams every head, reads back, and is byte-identical", "[synthetic][io]") {
+  SynthParams p = synth_preset("tiny");
+  p.seed = 31;
+  const std::string a = temp_path("tiny_a.safetensors"), b = temp_path("tiny_b.safetensors"),
+                    c = temp_path("tiny_c.safetensors");
+  std::vector<std::pair<int, int>> calls;
+  write_synthetic_trace(p, a, [&](int done, int total) { calls.emplace_back(done, total); });
+  REQUIRE(calls.size() == 4u);
+  for (int i = 0; i < 4; ++i) CHECK(calls[i] == std::make_pair(i + 1, 4));
+
+  write_synthetic_trace(p, b);
+  const std::string bytes_a = file_bytes(a);
+  CHECK(bytes_a.size() > 0u);
+  CHECK(bytes_a == file_bytes(b));
+
+  SynthParams q = p;
+  q.seed = 32;
+  write_synthetic_trace(q, c);
+  CHECK(bytes_a != file_bytes(c));
+
+  const TraceReader reader(a);
+  const TraceMeta& m = reader.meta();
+  const TraceMeta expect = synth_meta(p);
+  CHECK(m.n_layers == 2);
+  CHECK(m.group_size == 2);
+  CHECK(m.has_pre_rope);
+  CHECK(m.storage == DType::F32);
+  CHECK(nlohmann::json::parse(m.provenance) == nlohmann::json::parse(expect.provenance));
+  REQUIRE(m.spans.size() == expect.spans.size());
+  for (std::size_t i = 0; i < m.spans.size(); ++i) {
+    REQUIRE(m.spans[i].size() == expect.spans[i].size());
+    for (std::size_t j = 0; j < m.spans[i].size(); ++j) {
+      CHECK(m.spans[i][j].begin == expect.spans[i][j].begin);
+      CHECK(m.spans[i][j].end == expect.spans[i][j].end);
+    }
+  }
+  for (int l = 0; l < 2; ++l)
+    for (int h = 0; h < 2; ++h) CHECK(same_head(reader.head(l, h), synth_head(p, l, h)));
+  fs::remove(a);
+  fs::remove(b);
+  fs::remove(c);
+}
+
+TEST_CASE("write_synthetic_trace honours the storage dtype", "[synthetic][io]") {
+  for (DType dt : {DType::F16, DType::BF16}) {
+    SynthParams p = synth_preset("tiny");
+    p.storage = dt;
+    const std::string path = temp_path(std::string("tiny_") + std::string(dtype_name(dt)) + ".safetensors");
+    write_synthetic_trace(p, path);
+    const TraceReader reader(path);
+    CHECK(reader.meta().storage == dt);
+    CHECK(reader.file().info(head_tensor_name(0, 0, "keys")).dtype == dt);
+    const HeadData stored = reader.head(0, 1), exact = synth_head(p, 0, 1);
+    // Half keeps 11 significant bits, bfloat16 8: relative rounding 2^-11 and 2^-8.
+    const float rel = dt == DType::F16 ? 1.0f / 2048 : 1.0f / 256;
+    CHECK(((stored.keys - exact.keys).array().abs() <= rel * exact.keys.array().abs() + 1e-6f).all());
+    CHECK(((stored.decode_queries - exact.decode_queries).array().abs() <=
+           rel * exact.decode_queries.array().abs() + 1e-6f)
+              .all());
+    CHECK_FALSE(same_bits(stored.keys, exact.keys));
+    fs::remove(path);
+  }
+}
