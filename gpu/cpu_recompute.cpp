@@ -1,5 +1,6 @@
-// The reference CPU backend of exact recomputation: Eigen float32 GEMMs, OpenMP over
-// blocks of query rows and selections, sums in double. The formulas are stated in
+// The reference CPU backend of exact recomputation: Eigen GEMMs (double for the exact
+// logits, float32 for the rest), OpenMP over tiles, heads, selections and blocks of
+// query rows, sums in double. The formulas are stated in
 // cpu_recompute.hpp (the two phases) and recompute.hpp (the metrics).
 #include "gpu/cpu_recompute.hpp"
 
@@ -19,6 +20,7 @@ constexpr int kPrepareTokenBlock = 256;  // tokens per tile in prepare_head
 constexpr int kOutputRowBlock = 16;      // query rows per task of the exact output o = p V
 constexpr int kEvaluateRowBlock = 64;    // most query rows in one delta GEMM
 constexpr int kFusedVariants = 4;        // up to this many variants are gathered in one pass
+constexpr int kSumBlock = 512;           // tv: float partial sums (16 lanes x 32 terms), then double
 constexpr double kMaxFastLogitRise = 30.0;  // nats; above, expm1 products leave float's comfort zone
 constexpr double kMinFastKeptMass = 1e-12;  // below, kept probabilities may have underflowed in float
 constexpr double kPreparedBytesBudget = 512.0 * 1024 * 1024;  // per chunk of query rows
@@ -110,7 +112,6 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   ph.problem = hp;
   ph.row_begin = row_begin;
   ph.rows = rows;
-  ph.n_queries = static_cast<int>(Q.rows());
   ph.T = T;
   ph.d = d;
   ph.p.resize(rows, T);
@@ -336,11 +337,16 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
     const float a = static_cast<float>(1.0 / (zk * p1)), b = static_cast<float>(ubar),
                 c = static_cast<float>(1.0 / p1);
     double tv = 0;
-#pragma omp simd reduction(+ : tv)
-    for (int t = 0; t < T; ++t) {
-      const float dl = code[t] != 0 ? p[t] * (u[t] - b) * a : -p[t] * c;
-      delta[t] = dl;
-      tv += std::abs(double(dl));
+    for (int b0 = 0; b0 < T; b0 += kSumBlock) {
+      const int b1 = std::min(T, b0 + kSumBlock);
+      float ftv = 0;
+#pragma omp simd reduction(+ : ftv)
+      for (int t = b0; t < b1; ++t) {
+        const float dl = code[t] != 0 ? p[t] * (u[t] - b) * a : -p[t] * c;
+        delta[t] = dl;
+        ftv += std::abs(dl);
+      }
+      tv += ftv;
     }
     sums.tv += 0.5 * tv;
   }
@@ -503,14 +509,10 @@ class CpuRecomputer final : public Recomputer {
   }
 
   static void reserve(Workspace& w, int T, int d, int rows) {
-    grow(w.u, std::size_t(T));
-    grow(w.zeros, std::size_t(T));
-    grow(w.delta, std::size_t(std::min(rows, kEvaluateRowBlock)) * T);
-    grow(w.out, std::size_t(std::min(rows, kEvaluateRowBlock)) * d);
-  }
-
-  static void grow(std::vector<float>& v, std::size_t n) {
-    if (v.size() < n) v.resize(n);
+    cpu::grow(w.u, std::size_t(T));
+    cpu::grow(w.zeros, std::size_t(T));
+    cpu::grow(w.delta, std::size_t(std::min(rows, kEvaluateRowBlock)) * T);
+    cpu::grow(w.out, std::size_t(std::min(rows, kEvaluateRowBlock)) * d);
   }
 };
 

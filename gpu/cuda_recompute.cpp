@@ -10,6 +10,9 @@
 // its heads in a few launches per pass (row statistics, D formed directly on the tensor-
 // core or simple path, means).
 //
+// A CudaRecomputer is not thread-safe (its caches and stream are shared by its calls): use
+// one per thread.
+//
 // Path: TIERLAB_CUDA_PATH=tc (default) or simple. The tensor-core path is checked against
 // the simple path on small random heads when the backend is created; if they disagree,
 // the simple path is used and description() says why.
@@ -154,6 +157,7 @@ class CudaRecomputer final : public Recomputer {
     }
     if (!path.empty() && path != "tc")
       return "TIERLAB_CUDA_PATH=\"" + path + "\" is not one of tc, simple";
+    blocks_per_sm_ = std::max(1, cuda::tc_blocks_per_sm(64, 8));
     std::string mismatch;
     err = self_check(&mismatch);
     clear_cache();  // the check's heads are gone
@@ -223,16 +227,18 @@ class CudaRecomputer final : public Recomputer {
       if (!err.empty()) return err;
       if (free_b >= bytes + kReserveBytes) return {};
       if (!evict_one())
-        return "the CUDA device has " + mib(free_b) + " free but this call needs " + mib(bytes + kReserveBytes) +
-               " more (the heads of the call itself stay cached)";
+        return "the CUDA device has " + mib(free_b) + " free but this call needs " + mib(bytes) + " more plus a " +
+               mib(kReserveBytes) + " reserve (only heads of earlier calls can be released)";
     }
   }
 
+  // Grows a workspace buffer (its old contents are not kept).
   std::string allocate(cuda::DeviceBuffer& buf, std::size_t bytes) {
     if (bytes <= buf.bytes() && buf.data()) return {};
+    buf.reset();
     std::string err = make_room(bytes);
     if (!err.empty()) return err;
-    return buf.ensure(bytes);
+    return buf.allocate(bytes);
   }
 
   std::string acquire_kv(const HeadProblem& hp, KvEntry** out) {
@@ -383,7 +389,8 @@ class CudaRecomputer final : public Recomputer {
 
   std::size_t bytes_of_selection(const Plan& plan, int b) const {
     const QueryEntry* q = plan.head[b];
-    std::size_t bytes = std::size_t(q->kv->T_pad) + std::size_t(q->nq_pad) * 28 + std::size_t(n_parts_of(plan, b)) * 16 +
+    std::size_t bytes = std::size_t(q->kv->T_pad) + std::size_t(q->nq_pad) * (sizeof(cuda::RowParams) + 8) +
+                        std::size_t(n_parts_of(plan, b)) * 16 +
                         64 + std::size_t(q->nq) * 16;
     if (plan.tc) bytes += std::size_t(plan.n_chunks[b]) * q->nq_pad * q->kv->d_pad * 4;
     return bytes;
@@ -445,7 +452,7 @@ class CudaRecomputer final : public Recomputer {
         base += long(q->nq_pad / q->row_block) * ((nsel + ws - 1) / ws) *
                 (q->kv->d_pad / cuda::tc_column_block(q->kv->ntw));
       }
-      const long slots = long(std::max(1, info_.sm_count)) * 2;
+      const long slots = long(std::max(1, info_.sm_count)) * blocks_per_sm_;
       const int want = static_cast<int>(std::clamp((4 * slots + base - 1) / std::max(1L, base), 1L, 64L));
       plan.chunk_len.assign(nb, 0);
       plan.n_chunks.assign(nb, 1);
@@ -486,8 +493,8 @@ class CudaRecomputer final : public Recomputer {
   // Host-side layout of one pass's upload (one copy) and device workspace.
   struct PassLayout {
     std::size_t heads = 0, sels = 0, row_items = 0, delta_items = 0, red_items = 0, flags = 0, codes = 0, total = 0;
-    std::size_t w_c = 0, w_c32 = 0, w_scale = 0, w_dnorm2 = 0, w_kept = 0, w_tv = 0, w_logit = 0, w_results = 0,
-                w_zero_end = 0, w_dpart = 0, w_total = 0;
+    std::size_t w_rows = 0, w_dnorm2 = 0, w_kept = 0, w_tv = 0, w_logit = 0, w_results = 0, w_zero_end = 0,
+                w_dpart = 0, w_total = 0;
   };
 
   std::string run_pass(const std::vector<HeadBatch>& batches, const Plan& plan, const std::vector<SelRef>& all,
@@ -598,9 +605,7 @@ class CudaRecomputer final : public Recomputer {
     // Device workspace layout (zeroed up to w_zero_end).
     at = 0;
     const std::size_t n_rows = static_cast<std::size_t>(row_off), n_parts = static_cast<std::size_t>(part_off);
-    L.w_c = section(n_rows * 8);
-    L.w_c32 = section(n_rows * 8);
-    L.w_scale = section(n_rows * 4);
+    L.w_rows = section(n_rows * sizeof(cuda::RowParams));
     L.w_dnorm2 = section(n_rows * 8);
     L.w_kept = section(std::size_t(nsel) * 4);
     L.w_tv = section(n_parts * 8);
@@ -643,9 +648,7 @@ class CudaRecomputer final : public Recomputer {
     args.sels = reinterpret_cast<const cuda::SelView*>(dev + L.sels);
     args.codes = reinterpret_cast<const std::uint8_t*>(dev + L.codes);
     args.flags = reinterpret_cast<std::int32_t*>(dev + L.flags);
-    args.c = reinterpret_cast<double*>(work + L.w_c);
-    args.c32 = reinterpret_cast<float*>(work + L.w_c32);
-    args.scale = reinterpret_cast<float*>(work + L.w_scale);
+    args.rows = reinterpret_cast<cuda::RowParams*>(work + L.w_rows);
     args.dnorm2 = reinterpret_cast<double*>(work + L.w_dnorm2);
     args.kept = reinterpret_cast<std::int32_t*>(work + L.w_kept);
     args.tv_part = reinterpret_cast<double*>(work + L.w_tv);
@@ -787,6 +790,7 @@ class CudaRecomputer final : public Recomputer {
   std::string path_note_;
   std::string broken_;
   int overflow_reruns_ = 0;
+  int blocks_per_sm_ = 2;  // tc blocks resident per SM (occupancy of the 64-row kernel)
   std::uint64_t clock_ = 0;
   std::vector<std::unique_ptr<KvEntry>> kvs_;
   std::vector<std::unique_ptr<QueryEntry>> queries_;

@@ -79,13 +79,20 @@ std::string multi_index(std::size_t flat, const std::vector<std::int64_t>& shape
 // Tell the kernel the pages of a tensor just read are not needed any more: the mapping is
 // read-only and file-backed, so they are dropped from this process (the page cache keeps
 // them) and re-read on the next access. This keeps the resident set at about one tensor
-// when a file much larger than memory is walked head by head.
-void release_pages(const std::uint8_t* begin, std::size_t bytes) {
-  if (bytes == 0) return;
+// when a file much larger than memory is walked head by head. The range is widened by
+// 2 MiB on each side because the kernel maps whole page-cache folios (up to 2 MiB) on a
+// fault, so reading one tensor also maps the edges of its neighbours; dropping pages
+// another reader still uses is harmless (they fault back in).
+void release_pages(const std::uint8_t* map, std::size_t map_size, const std::uint8_t* begin, std::size_t bytes) {
+  if (bytes == 0 || map == nullptr) return;
   static const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  auto lo = reinterpret_cast<std::uintptr_t>(begin) & ~(page - 1);
-  auto hi = (reinterpret_cast<std::uintptr_t>(begin) + bytes + page - 1) & ~(page - 1);
-  madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  constexpr std::uintptr_t kSlack = 2u << 20;
+  const auto map_lo = reinterpret_cast<std::uintptr_t>(map);  // page aligned (mmap)
+  const auto map_hi = map_lo + map_size;
+  const auto b = reinterpret_cast<std::uintptr_t>(begin);
+  const std::uintptr_t lo = (b - map_lo > kSlack ? b - kSlack : map_lo) & ~(page - 1);
+  const std::uintptr_t hi = std::min(map_hi, b + bytes + kSlack);
+  madvise(reinterpret_cast<void*>(lo), ((hi + page - 1) & ~(page - 1)) - lo, MADV_DONTNEED);
 }
 
 std::string errno_text() { return std::strerror(errno); }
@@ -349,7 +356,8 @@ std::vector<std::string> SafetensorsFile::names() const {
 namespace {
 
 // Converts a floating tensor's bytes into dst (numel floats) and checks every value.
-void convert_floats(const std::string& path, const TensorInfo& ti, const std::uint8_t* src, float* dst) {
+void convert_floats(const std::string& path, const TensorInfo& ti, const std::uint8_t* map, std::size_t map_size,
+                    const std::uint8_t* src, float* dst) {
   const auto n = static_cast<std::size_t>(ti.numel());
   switch (ti.dtype) {
     case DType::F32:
@@ -373,7 +381,7 @@ void convert_floats(const std::string& path, const TensorInfo& ti, const std::ui
       fail_tensor(path, ti.name, "dtype " + std::string(dtype_name(ti.dtype)) +
                                      " is not a floating dtype (expected F32, F16 or BF16)");
   }
-  release_pages(src, n * dtype_size(ti.dtype));
+  release_pages(map, map_size, src, n * dtype_size(ti.dtype));
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(dst[i])) {
       fail_tensor(path, ti.name, std::string(std::isnan(dst[i]) ? "NaN" : "Inf") + " at flat index " +
@@ -388,7 +396,7 @@ void convert_floats(const std::string& path, const TensorInfo& ti, const std::ui
 std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   const TensorInfo& ti = info(name);
   std::vector<float> out(static_cast<std::size_t>(ti.numel()));
-  convert_floats(path_, ti, map_ + data_start_ + ti.begin, out.data());
+  convert_floats(path_, ti, map_, size_, map_ + data_start_ + ti.begin, out.data());
   return out;
 }
 
@@ -407,7 +415,7 @@ MatrixRM SafetensorsFile::read_matrix(const std::string& name, std::int64_t rows
                                  std::to_string(rows) + ")");
   }
   MatrixRM m(rows, cols);
-  convert_floats(path_, ti, map_ + data_start_ + ti.begin, m.data());
+  convert_floats(path_, ti, map_, size_, map_ + data_start_ + ti.begin, m.data());
   return m;
 }
 
@@ -431,7 +439,7 @@ std::vector<std::int32_t> SafetensorsFile::read_i32(const std::string& name) con
   } else {
     fail_tensor(path_, name, "dtype " + std::string(dtype_name(ti.dtype)) + " is not an integer dtype (expected I32 or I64)");
   }
-  release_pages(src, n * dtype_size(ti.dtype));
+  release_pages(map_, size_, src, n * dtype_size(ti.dtype));
   return out;
 }
 
@@ -443,7 +451,7 @@ std::vector<std::uint8_t> SafetensorsFile::read_u8(const std::string& name) cons
   const auto n = static_cast<std::size_t>(ti.numel());
   const std::uint8_t* src = map_ + data_start_ + ti.begin;
   std::vector<std::uint8_t> out(src, src + n);
-  release_pages(src, n);
+  release_pages(map_, size_, src, n);
   return out;
 }
 

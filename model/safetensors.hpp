@@ -23,6 +23,10 @@ DType parse_dtype(std::string_view name, const std::string& context);  // throws
 std::size_t dtype_size(DType);
 
 // Conversion helpers (round-to-nearest-even for f32 -> f16/bf16).
+//   f16  (1 sign, 5 exponent, 10 mantissa bits): (-1)^s 2^(e-15) (1 + m/1024) for 0 < e < 31,
+//        subnormal (-1)^s 2^-14 (m/1024) for e = 0; largest finite 65504.
+//   bf16 = the upper 16 bits of an f32: (-1)^s 2^(e-127) (1 + m/128).
+// float_to_half/float_to_bf16 return Inf for values that round beyond the largest finite.
 std::uint16_t float_to_half(float);
 float half_to_float(std::uint16_t);
 std::uint16_t float_to_bf16(float);
@@ -40,6 +44,9 @@ struct TensorInfo {
 // Read-only view of a safetensors file. Construction validates: file size, header
 // length, header JSON, every dtype, shape and offset (in range, size = numel x
 // dtype size, no overlap). Errors are FormatError naming the file and the tensor.
+// Reads touch only the named tensor's bytes and drop its mapped pages afterwards
+// (madvise), so the resident set stays near one tensor; they are const and thread-safe.
+// A missing or unreadable file is an InputError.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
@@ -56,8 +63,10 @@ class SafetensorsFile {
   // Copy a floating tensor into float32. Every value is checked: a NaN or Inf
   // throws FormatError naming the file, the tensor and the flat index.
   std::vector<float> read_f32(const std::string& name) const;
-  // Same, checked against an expected shape (FormatError names expected and found).
+  // Same, checked against an expected shape (FormatError names expected and found):
+  // [rows, cols], or [a, b, ..., cols] with a*b*... = rows (so [g, W, d] reads as (g*W) x d).
   MatrixRM read_matrix(const std::string& name, std::int64_t rows, std::int64_t cols) const;
+  // I32, or I64 narrowed with a range check (PyTorch's default integer dtype).
   std::vector<std::int32_t> read_i32(const std::string& name) const;
   std::vector<std::uint8_t> read_u8(const std::string& name) const;
 

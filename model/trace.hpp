@@ -9,7 +9,10 @@
 //   layers.{l}.heads.{h}.decode_keys     [S, d]    key appended at each decode step (post-RoPE)
 //   layers.{l}.heads.{h}.decode_values   [S, d]    value appended at each decode step
 //   token_ids                            [T + S]   I32, optional
-// and the metadata (all values strings, as safetensors requires) listed in TraceMeta.
+// and the metadata (all values strings, as safetensors requires) listed in TraceMeta:
+// "tierlab.format" = "trace-v1", n_layers, n_kv_heads, group_size, head_dim, prompt_len,
+// obs_window, decode_steps, has_pre_rope ("true"/"false"), storage_dtype, rope_theta,
+// rope_dim, rope_style, provenance (JSON text), spans (JSON {"l.h": [[b, e], ...]}).
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -15,6 +15,8 @@ namespace tierlab {
 
 namespace {
 
+constexpr int kDefaultObsWindow = 32;
+
 // log-softmax normaliser of float logits, in double.
 double log_sum_exp(const float* logits, int n) {
   double mx = logits[0];
@@ -81,7 +83,9 @@ KeyCompression KeyCompression::from_allocation(const Allocation& allocation, con
 
 std::string ReplayOptions::validate() const {
   if (decode_steps < 1) return "decode steps S = " + std::to_string(decode_steps) + " must be at least 1";
-  if (obs_window < 1) return "observation window W = " + std::to_string(obs_window) + " must be at least 1";
+  if (obs_window < 1 && obs_window != -1) {
+    return "observation window W = " + std::to_string(obs_window) + " must be at least 1 (or -1 for min(32, T))";
+  }
   if (redecide_every < 0) return "re-decision interval N = " + std::to_string(redecide_every) + " is negative";
   if (prompt.ids.empty() && prompt.generate <= 0) {
     return "the prompt is missing (give token ids, or a number of tokens to generate from BOS)";
@@ -94,7 +98,8 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
   if (const std::string p = options.validate(); !p.empty()) throw InputError("replay: " + p + ".");
   const Llama2cConfig& c = model.config();
   const std::vector<std::int32_t> prompt = resolve_prompt(model, options.prompt);
-  const int T = static_cast<int>(prompt.size()), S = options.decode_steps, W = options.obs_window;
+  const int T = static_cast<int>(prompt.size()), S = options.decode_steps;
+  const int W = options.obs_window < 0 ? std::min(kDefaultObsWindow, T) : options.obs_window;
   const int N = options.redecide_every, V = c.vocab_size, hs = c.head_size(), g = c.group_size();
   if (static_cast<long long>(T) + S > c.seq_len) {
     throw InputError("replay: " + std::to_string(T) + " prompt tokens + " + std::to_string(S) +

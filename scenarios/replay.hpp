@@ -62,7 +62,7 @@ struct KeyCompression {
 struct ReplayOptions {
   PromptSpec prompt;
   int decode_steps = 64;   // S
-  int obs_window = 32;     // W (at most T)
+  int obs_window = -1;     // W (at most T); -1 means min(32, T)
   int redecide_every = 0;  // N; 0 = decided once after the prompt
   ReplayMode mode = ReplayMode::TeacherForced;
   std::string validate() const;  // empty, or the sentence saying what is wrong

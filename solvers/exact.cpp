@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <cstdio>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <type_traits>
@@ -22,7 +22,6 @@ using Clock = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-double tcpu() { timespec ts; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
 
 [[noreturn]] __attribute__((noinline)) void bad_cost(std::int64_t i, int j, double v) {
   std::ostringstream os;
@@ -143,17 +142,29 @@ struct Relaxed {
   std::int64_t window_items = 0;  // items decided after lambda*
 };
 
-// A sample of upgrades (contiguous blocks at evenly spaced starts) that brackets lambda*.
+// A sample of upgrades (contiguous blocks at evenly spaced starts) that brackets lambda*:
+// with the sample's critical upgrade at rank `crit` (in decreasing efficiency, at the
+// capacity scaled to the sample), the bracket of half-width d is the efficiencies at
+// ranks crit + d (lo) and crit - d (hi), found by nth_element.
 struct Bracket {
-  std::vector<Upgrade> sample;  // sorted by decreasing efficiency
-  std::size_t crit = 0;         // the sample's critical upgrade at the scaled capacity
-  double delta = 0;             // half-width of the bracket in sample ranks
-  void at(double d, double& lo, double& hi) const {
-    const double c = static_cast<double>(crit);
-    hi = c - d >= 0 ? sample[static_cast<std::size_t>(c - d)].e : kInf;
-    lo = c + d < static_cast<double>(sample.size()) ? sample[static_cast<std::size_t>(c + d)].e : -kInf;
+  std::vector<Upgrade> sample;
+  std::int64_t taken = 0;  // items sampled
+  double crit = 0;
+  double delta = 0;  // half-width of the bracket in sample ranks
+  double rank_value(double rank) {
+    auto nth = sample.begin() + static_cast<std::ptrdiff_t>(rank);
+    std::nth_element(sample.begin(), nth, sample.end(), [](const Upgrade& a, const Upgrade& b) { return a.e > b.e; });
+    return nth->e;
   }
+  void at(double d, double& lo, double& hi) {
+    hi = crit - d >= 0 ? rank_value(crit - d) : kInf;
+    lo = crit + d < static_cast<double>(sample.size()) ? rank_value(crit + d) : -kInf;
+  }
+  // Expected fraction of all upgrades inside a bracket of half-width d.
+  double fraction(double d) const { return sample.empty() ? 1.0 : std::min(1.0, 2 * d / static_cast<double>(sample.size())); }
 };
+
+double weighted_select(std::vector<Upgrade>& v, double target);
 
 Bracket sample_bracket(const Setup& s, const ExactOptions& opt) {
   Bracket br;
@@ -165,28 +176,42 @@ Bracket sample_bracket(const Setup& s, const ExactOptions& opt) {
   const int m = s.geom.m;
   std::vector<double> c(m), eff(m);
   std::vector<int> hull(m);
+  double w_total = 0;
+  br.sample.reserve(static_cast<std::size_t>(want) * static_cast<std::size_t>(m - 1));
   for (std::int64_t b = 0; b < blocks; ++b) {
     const auto start = static_cast<std::int64_t>((static_cast<long double>(b) * n_items) / blocks);
     const std::int64_t end = std::min(n_items, start + len);
     for (std::int64_t i = start; i < end; ++i, ++taken) {
       s.gather(i, c.data());
       const int n = lower_hull_kernel(s.geom, c.data(), hull.data(), eff.data());
-      for (int k = 1; k < n; ++k) br.sample.push_back({eff[k], s.cap_rate[hull[k]] - s.cap_rate[hull[k - 1]]});
+      for (int k = 1; k < n; ++k) {
+        br.sample.push_back({eff[k], s.cap_rate[hull[k]] - s.cap_rate[hull[k - 1]]});
+        w_total += br.sample.back().w;
+      }
     }
   }
-  std::sort(br.sample.begin(), br.sample.end(), [](const Upgrade& a, const Upgrade& b) { return a.e > b.e; });
-  const double target = s.capacity * static_cast<double>(taken) / static_cast<double>(n_items);
-  double acc = 0;
-  br.crit = br.sample.size();
-  for (std::size_t k = 0; k < br.sample.size(); ++k) {
-    acc += br.sample[k].w;
-    if (acc > target) {
-      br.crit = k;
-      break;
-    }
-  }
+  br.taken = taken;
   br.delta = 4.0 * std::sqrt(static_cast<double>(br.sample.size())) + 32.0;
+  const double target = s.capacity * static_cast<double>(taken) / static_cast<double>(n_items);
+  if (br.sample.empty() || target >= w_total) {
+    br.crit = static_cast<double>(br.sample.size());
+    return br;
+  }
+  std::vector<Upgrade> copy = br.sample;
+  const double e_crit = weighted_select(copy, target);
+  std::size_t above = 0;
+  for (const auto& u : br.sample) above += u.e > e_crit ? 1 : 0;
+  br.crit = static_cast<double>(above);
   return br;
+}
+
+// Eight doubles and their comparison mask (GCC/Clang vector extensions).
+typedef double V8 __attribute__((vector_size(64)));
+typedef std::int64_t M8 __attribute__((vector_size(64)));
+inline double hsum(const V8& v) {
+  double s = 0;
+  for (int l = 0; l < 8; ++l) s += v[l];
+  return s;
 }
 
 // Neumaier's compensated sum (the base objective of millions of items to ~1 ulp).
@@ -282,7 +307,8 @@ void main_pass(const Setup& s, double lo, double hi, Relaxed& r, MainScan& out) 
   }
   alignas(64) double cbuf[M][kBlock];
   alignas(64) double alt_b[kBlock];
-  alignas(64) std::int32_t b_b[kBlock], ok_b[kBlock];
+  alignas(64) double b_b[kBlock];
+  alignas(64) std::int64_t ok_b[kBlock];
   double item[M];
   for (std::int64_t i0 = 0; i0 < N; i0 += kBlock) {
     const int L = static_cast<int>(std::min<std::int64_t>(kBlock, N - i0));
@@ -293,56 +319,63 @@ void main_pass(const Setup& s, double lo, double hi, Relaxed& r, MainScan& out) 
       else
         for (int t = 0; t < L; ++t) cbuf[k][t] = src[t * stride];
     }
-    double w_above = 0, w_total = 0, units = 0, rbits = 0, cost_sum = 0, scale = out.scale;
-#pragma omp simd reduction(+ : w_above, w_total, units, rbits, cost_sum) reduction(max : scale)
-    for (int t = 0; t < L; ++t) {
-      double e[M];
-      double finite = (cbuf[0][t] - cbuf[0][t]) == 0.0 ? 1.0 : 0.0;
-      double ok = finite;
-      e[0] = kInf;
+    // Eight items per step in GCC vector extensions (AVX-512, 2 x AVX2 or 4 x SSE2).
+    V8 w_above = {}, w_total = {}, units = {}, rbits = {}, cost_sum = {}, scale_v = {};
+    const int L8 = L - L % 8;
+    for (int t = 0; t < L8; t += 8) {
+      V8 c[M], e[M];
+      for (int k = 0; k < M; ++k) std::memcpy(&c[k], &cbuf[k][t], sizeof(V8));
+      M8 ok = (c[0] - c[0]) == 0.0;  // finite
+      e[0] = c[0] * 0.0 + kInf;
       for (int k = 1; k < M; ++k) {
-        e[k] = (cbuf[k - 1][t] - cbuf[k][t]) * inv[k];
-        const bool good = ((cbuf[k][t] - cbuf[k][t]) == 0.0) & (cbuf[k][t] < cbuf[k - 1][t]) & (e[k] < e[k - 1]);
-        ok = good ? ok : 0.0;
+        e[k] = (c[k - 1] - c[k]) * inv[k];
+        ok &= ((c[k] - c[k]) == 0.0) & (c[k] < c[k - 1]) & (e[k] < e[k - 1]);
       }
-      double b = 0, win = 0;
+      V8 b = {};
+      M8 win = {};
       for (int k = 1; k < M; ++k) {
-        b += e[k] > hi ? 1.0 : 0.0;
-        win = (e[k] <= hi) & (e[k] >= lo) ? 1.0 : win;
+        b = e[k] > hi ? b + 1.0 : b;
+        win |= (e[k] <= hi) & (e[k] >= lo);
       }
-      double cb = cbuf[0][t], rb = 0, ub = 0, down = kInf, up = kInf, wa = 0, wt = 0;
+      V8 cb = c[0], rb = {}, ub = {}, down = c[0] * 0.0 + kInf, up = down, wa = {}, wt = {};
       for (int k = 1; k < M; ++k) {
-        const bool is_b = static_cast<double>(k) == b;
-        const bool is_next = static_cast<double>(k) == b + 1.0;
-        cb = is_b ? cbuf[k][t] : cb;
-        rb = is_b ? rate[k] : rb;
-        ub = is_b ? cap[k] : ub;
+        const M8 is_b = b == static_cast<double>(k);
+        const M8 is_next = b == static_cast<double>(k - 1);
+        cb = is_b ? c[k] : cb;
+        rb = is_b ? rb * 0.0 + rate[k] : rb;
+        ub = is_b ? ub * 0.0 + cap[k] : ub;
         down = is_b ? (e[k] - hi) * dr[k] : down;
         up = is_next ? (lo_c - e[k]) * dr[k] : up;
-        wa += static_cast<double>(k) <= b ? dcap[k] : 0.0;
+        wa = b >= static_cast<double>(k) ? wa + dcap[k] : wa;
         wt += dcap[k];
       }
-      const bool fast = (ok != 0.0) & (win == 0.0);
-      ok_b[t] = fast ? 1 : 0;
-      b_b[t] = static_cast<std::int32_t>(b);
-      alt_b[t] = std::min(down, up);
-      w_above += fast ? wa : 0.0;
-      w_total += fast ? wt : 0.0;
-      units += fast ? ub : 0.0;
-      rbits += fast ? rb : 0.0;
-      cost_sum += fast ? cb : 0.0;
-      scale = std::max(scale, fast ? std::fabs(cb) : 0.0);
+      const M8 fast = ok & ~win;
+      const V8 zero = {};
+      w_above += fast ? wa : zero;
+      w_total += fast ? wt : zero;
+      units += fast ? ub : zero;
+      rbits += fast ? rb : zero;
+      cost_sum += fast ? cb : zero;
+      const V8 acb = cb < 0.0 ? -cb : cb;
+      scale_v = (fast & (acb > scale_v)) ? acb : scale_v;
+      const V8 alt = down < up ? down : up;
+      std::memcpy(&ok_b[t], &fast, sizeof fast);
+      std::memcpy(&b_b[t], &b, sizeof b);
+      std::memcpy(&alt_b[t], &alt, sizeof alt);
     }
-    out.w_above += w_above;
-    out.w_total += w_total;
-    out.fixed_units += units;
-    out.fixed_rate_bits += rbits;
-    out.fixed_cost.add(cost_sum);
+    for (int t = L8; t < L; ++t) ok_b[t] = 0;  // the tail goes through general_item
+    double scale = out.scale;
+    for (int l = 0; l < 8; ++l) scale = std::max(scale, scale_v[l]);
+    out.w_above += hsum(w_above);
+    out.w_total += hsum(w_total);
+    out.fixed_units += hsum(units);
+    out.fixed_rate_bits += hsum(rbits);
+    out.fixed_cost.add(hsum(cost_sum));
     out.scale = scale;
     for (int t = 0; t < L; ++t) {
       const std::int64_t i = i0 + t;
       if (ok_b[t]) {
-        r.choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(order[b_b[t]]);
+        r.choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(order[static_cast<int>(b_b[t])]);
         r.alt_key[static_cast<std::size_t>(i)] = rc_key(alt_b[t]);
       } else {
         for (int k = 0; k < M; ++k) item[k] = cbuf[k][t];
@@ -410,16 +443,22 @@ Relaxed relax(const Setup& s, const ExactOptions& opt) {
   double lo = -kInf, hi = kInf;
   Bracket br;
   const bool sampled = N > opt.full_selection_max_items;
-  double T0 = tcpu();
   if (sampled) {
     br = sample_bracket(s, opt);
-    fprintf(stderr, "sample %.4f\n", tcpu() - T0); T0 = tcpu();
     if (!br.sample.empty()) br.at(br.delta, lo, hi);
   }
   for (int attempt = 0;; ++attempt) {
     MainScan scan;
+    if (sampled) {  // expected sizes (1.5x margin) so that the window vectors do not regrow
+      const double f = std::isfinite(lo) && std::isfinite(hi) ? std::min(1.0, 1.5 * br.fraction(br.delta)) : 1.0;
+      const double upgrades = static_cast<double>(br.sample.size()) * static_cast<double>(N) /
+                              static_cast<double>(std::max<std::int64_t>(1, br.taken));
+      const auto expect = static_cast<std::size_t>(f * upgrades) + 64;
+      scan.window.reserve(expect);
+      scan.items.reserve(std::min(expect, static_cast<std::size_t>(N)));
+      scan.costs.reserve(std::min(expect, static_cast<std::size_t>(N)) * static_cast<std::size_t>(m));
+    }
     main_pass_dispatch(s, lo, hi, r, scan);
-    fprintf(stderr, "main %.4f\n", tcpu() - T0); T0 = tcpu();
     ++r.passes;
     if (scan.w_total <= T) {
       trivial_pass(s, r);
@@ -435,7 +474,6 @@ Relaxed relax(const Setup& s, const ExactOptions& opt) {
       r.window_items = static_cast<std::int64_t>(scan.items.size());
       const double lambda = weighted_select(scan.window, T - scan.w_above);
       r.lambda = lambda;
-      fprintf(stderr, "select %.4f\n", tcpu() - T0); T0 = tcpu();
       // Decide the items of the bracket at lambda*: exact reduced costs.
       std::vector<double> eff(m), lr(m);
       std::vector<int> hull(m);
@@ -468,7 +506,6 @@ Relaxed relax(const Setup& s, const ExactOptions& opt) {
       r.base_obj = scan.fixed_cost.value() + obj.value();
       r.base_rate = scan.fixed_units + units;
       r.scale = scale + lambda * s.geom.rate.back();
-      fprintf(stderr, "window items %.4f\n", tcpu() - T0); T0 = tcpu();
       return r;
     }
     // The bracket missed (sampling noise): widen on the side that failed.
@@ -515,55 +552,103 @@ struct DpOutcome {
 // Exact minimisation of sum dc over the core items (others at base) subject to
 // sum dr <= slack, restricted to options with rc < tau; only solutions with
 // dc < incumbent_dc - tol are sought (states that cannot beat it are pruned).
+//
+// Pruning uses the measure of a complete solution relative to the Lagrangian bound,
+//   objective - L = sum_i rc_i + lambda u (slack - d),
+// bounded below for a partial state (d, rc so far) at layer l by
+//   rc + lambda u (slack - S') + (d > S' ? a_l : min(a_l, lambda u (S' - d)))
+// where a_l is the smallest non-base reduced cost among the remaining items (the items
+// are taken in increasing order of it, so a_l grows) and S' the slack rounded down to a
+// multiple of g, the gcd of every option's rate change (integral ladders): net rate
+// changes are multiples of g, so S - S' units of slack can never be used.
 template <class R>
-DpOutcome core_dp(const Setup& s, const std::vector<std::int64_t>& core, const std::vector<std::uint8_t>& base_choice,
+DpOutcome core_dp(const Setup& s, const std::vector<std::int64_t>& core_in, const std::vector<std::uint8_t>& base_choice,
                   double lambda, double tau, R slack, double incumbent_dc, double tol, std::int64_t max_states) {
   DpOutcome out;
   const int m = s.geom.m;
-  const std::size_t L = core.size();
   std::vector<int> pos_of_tier(m);
   for (int k = 0; k < m; ++k) pos_of_tier[s.geom.order[k]] = k;
+  const double lu = lambda * s.unit_bits;  // cost of one unused capacity unit
 
-  // Options per core item.
-  std::vector<std::vector<Option<R>>> options(L);
+  // Options per core item (base first), and each item's smallest non-base reduced cost.
+  struct Item {
+    std::int64_t i;
+    double alt;
+    std::vector<Option<R>> options;
+  };
+  std::vector<Item> items;
+  items.reserve(core_in.size());
   std::vector<double> c(m);
-  for (std::size_t l = 0; l < L; ++l) {
-    const std::int64_t i = core[l];
+  std::int64_t g = 0;
+  for (const std::int64_t i : core_in) {
     s.gather(i, c.data());
     const int kb = pos_of_tier[base_choice[static_cast<std::size_t>(i)]];
     const double vb = c[kb] + lambda * s.geom.rate[kb];
+    Item it{i, kInf, {{R{0}, 0.0, static_cast<std::uint8_t>(s.geom.order[kb])}}};
     for (int k = 0; k < m; ++k) {
+      if (k == kb) continue;
       const double rc = c[k] + lambda * s.geom.rate[k] - vb;
-      if (k != kb && !(rc < tau)) continue;
+      if (!(rc < tau)) continue;
       R dr;
-      if constexpr (std::is_same_v<R, std::int64_t>)
+      if constexpr (std::is_same_v<R, std::int64_t>) {
         dr = s.units.tier_units[s.geom.order[k]] - s.units.tier_units[s.geom.order[kb]];
-      else
+        g = std::gcd(g, dr < 0 ? -dr : dr);
+      } else {
         dr = s.geom.rate[k] - s.geom.rate[kb];
-      options[l].push_back({dr, c[k] - c[kb], static_cast<std::uint8_t>(s.geom.order[k])});
+      }
+      it.options.push_back({dr, c[k] - c[kb], static_cast<std::uint8_t>(s.geom.order[k])});
+      it.alt = std::min(it.alt, std::max(rc, 0.0));
     }
+    if (it.options.size() > 1) items.push_back(std::move(it));  // else fixed at base
   }
-  // Suffix bounds on the rate the remaining items can still free or take.
-  std::vector<R> min_rem(L + 1, R{0}), max_rem(L + 1, R{0});
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.alt < b.alt || (a.alt == b.alt && a.i < b.i); });
+  const std::size_t L = items.size();
+
+  // Slack usable by net changes that are multiples of g.
+  R slack_eff = slack;
+  if constexpr (std::is_same_v<R, std::int64_t>) {
+    if (g > 0) slack_eff = (slack >= 0 ? slack / g : -((-slack + g - 1) / g)) * g;
+  }
+  const double unusable = lu * static_cast<double>(slack - slack_eff);
+  const double inc_measure = incumbent_dc + lu * static_cast<double>(slack);
+  out.completed = true;
+  if (L == 0 || unusable >= inc_measure - tol) return out;  // nothing can beat the incumbent
+
+  // Suffix bounds on the rate the remaining items can still free.
+  std::vector<R> min_rem(L + 1, R{0});
   for (std::size_t l = L; l-- > 0;) {
-    R lo = options[l][0].dr, hi = options[l][0].dr;
-    for (const auto& o : options[l]) {
-      lo = std::min(lo, o.dr);
-      hi = std::max(hi, o.dr);
-    }
+    R lo = R{0};
+    for (const auto& o : items[l].options) lo = std::min(lo, o.dr);
     min_rem[l] = min_rem[l + 1] + lo;
-    max_rem[l] = max_rem[l + 1] + hi;
   }
-  const double unit_bits = s.unit_bits;
-  const double gap_inc = incumbent_dc;  // prune against dc + lambda*slack terms below
+  const double rate_tol = std::is_same_v<R, std::int64_t> ? 0.0 : 1e-12 * std::max(1.0, std::fabs(s.units.budget_bits));
+  // Largest single up / down step of any option (capacity units).
+  double step_up = 0, step_down = 0;
+  for (const auto& it : items)
+    for (const auto& o : it.options) {
+      step_up = std::max(step_up, static_cast<double>(o.dr));
+      step_down = std::max(step_down, -static_cast<double>(o.dr));
+    }
+  // Least cost to finish from net change d with the items from `next` on: k more moves
+  // cost >= k a each; a state above S' needs ceil((d - S') / step_down) of them, one
+  // below S' pays lambda u per unit it leaves unused, or moves to fill it.
   auto bound = [&](R d, double dc, std::size_t next) {
-    // lower bound on the final (dc + lambda * unit * (slack - d_final)) for any completion
-    const double rest_slack = static_cast<double>(slack - d - max_rem[next]);
-    return dc + lambda * unit_bits * static_cast<double>(d) + lambda * unit_bits * std::max(0.0, rest_slack);
+    const double rc = dc + lu * static_cast<double>(d);
+    const double a = next < L ? items[next].alt : kInf;
+    const double room = static_cast<double>(slack_eff - d);
+    double rest;
+    if (room < 0) {
+      rest = step_down > 0 ? std::ceil(-room / step_down - 1e-9) * a : kInf;
+    } else {
+      rest = lu * room;
+      if (step_up > 0 && a < kInf) {
+        const double k_full = std::floor(room / step_up + 1e-9);
+        rest = std::min(rest, k_full * a + lu * (room - k_full * step_up));
+        rest = std::min(rest, (k_full + 1) * a);
+      }
+    }
+    return rc + unusable + rest;
   };
-  // The incumbent's value in the same measure: dc_inc + lambda * unit * slack (its rc+slack sum
-  // relative to base) -- states whose bound is not below it cannot improve on it.
-  const double inc_measure = gap_inc + lambda * unit_bits * static_cast<double>(slack);
 
   std::vector<std::vector<State<R>>> layers(L + 1);
   layers[0].push_back({R{0}, 0.0, -1, 0});
@@ -572,14 +657,10 @@ DpOutcome core_dp(const Setup& s, const std::vector<std::int64_t>& core, const s
     cand.clear();
     const auto& prev = layers[l];
     for (std::size_t p = 0; p < prev.size(); ++p) {
-      for (const auto& o : options[l]) {
+      for (const auto& o : items[l].options) {
         const R d = prev[p].d + o.dr;
         const double dc = prev[p].dc + o.dc;
-        if constexpr (std::is_same_v<R, std::int64_t>) {
-          if (d + min_rem[l + 1] > slack) continue;
-        } else {
-          if (d + min_rem[l + 1] > slack + 1e-12 * std::max(1.0, std::fabs(s.units.budget_bits))) continue;
-        }
+        if (static_cast<double>(d + min_rem[l + 1]) > static_cast<double>(slack) + rate_tol) continue;
         if (bound(d, dc, l + 1) >= inc_measure - tol) continue;
         cand.push_back({d, dc, static_cast<std::int32_t>(p), o.tier});
       }
@@ -596,35 +677,110 @@ DpOutcome core_dp(const Setup& s, const std::vector<std::int64_t>& core, const s
       }
     }
     out.states += static_cast<std::int64_t>(next.size());
-    if (out.states > max_states) return out;  // not completed
-    if (next.empty()) break;
+    if (out.states > max_states) {
+      out.completed = false;
+      return out;
+    }
+    if (next.empty()) return out;
   }
-  out.completed = true;
   const auto& last = layers[L];
   std::int32_t best_idx = -1;
   double best_dc = incumbent_dc - tol;
   for (std::size_t k = 0; k < last.size(); ++k) {
-    bool fits;
-    if constexpr (std::is_same_v<R, std::int64_t>)
-      fits = last[k].d <= slack;
-    else
-      fits = last[k].d <= slack + 1e-12 * std::max(1.0, std::fabs(s.units.budget_bits));
+    const bool fits = static_cast<double>(last[k].d) <= static_cast<double>(slack) + rate_tol;
     if (fits && last[k].dc < best_dc) {
       best_dc = last[k].dc;
       best_idx = static_cast<std::int32_t>(k);
     }
   }
-  if (best_idx < 0 || layers[L].empty()) return out;
+  if (best_idx < 0) return out;
   out.improved = true;
   out.best_dc = last[static_cast<std::size_t>(best_idx)].dc;
   out.best_dr = static_cast<double>(last[static_cast<std::size_t>(best_idx)].d);
   std::int32_t idx = best_idx;
   for (std::size_t l = L; l-- > 0;) {
     const auto& st = layers[l + 1][static_cast<std::size_t>(idx)];
-    if (st.tier != base_choice[static_cast<std::size_t>(core[l])]) out.mods.push_back({core[l], st.tier});
+    if (st.tier != base_choice[static_cast<std::size_t>(items[l].i)]) out.mods.push_back({items[l].i, st.tier});
     idx = st.parent;
   }
   return out;
+}
+
+// ---- single moves and the gcd bound (integral ladders) ------------------------------
+
+// For every net rate change dr (capacity units) of one item away from its base tier:
+// the cheapest such move over all items, or over `only` when given (its reduced cost,
+// cost change, item, tier).
+struct MoveScan {
+  std::int64_t span = 0;  // dr in [-span, span], index dr + span
+  std::vector<double> rc, dc;
+  std::vector<std::int64_t> item;
+  std::vector<std::uint8_t> tier;
+};
+
+MoveScan scan_moves(const Setup& s, const std::vector<std::uint8_t>& base_choice, double lambda,
+                    const std::vector<std::int64_t>* only) {
+  MoveScan ms;
+  const int m = s.geom.m;
+  for (auto u : s.units.tier_units) ms.span = std::max(ms.span, u);
+  const auto size = static_cast<std::size_t>(2 * ms.span + 1);
+  ms.rc.assign(size, kInf);
+  ms.dc.assign(size, 0.0);
+  ms.item.assign(size, -1);
+  ms.tier.assign(size, 0);
+  std::vector<int> pos_of_tier(m);
+  for (int k = 0; k < m; ++k) pos_of_tier[s.geom.order[k]] = k;
+  std::vector<double> c(m), lr(m);
+  std::vector<std::int64_t> units(m);
+  for (int k = 0; k < m; ++k) {
+    lr[k] = lambda * s.geom.rate[k];
+    units[k] = s.units.tier_units[s.geom.order[k]];
+  }
+  const std::int64_t n = only ? static_cast<std::int64_t>(only->size()) : s.inst.items();
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t i = only ? (*only)[static_cast<std::size_t>(t)] : t;
+    s.gather(i, c.data());
+    const int kb = pos_of_tier[base_choice[static_cast<std::size_t>(i)]];
+    const double vb = c[kb] + lr[kb];
+    for (int k = 0; k < m; ++k) {
+      if (k == kb) continue;
+      const double rc = std::max(0.0, c[k] + lr[k] - vb);
+      const auto slot = static_cast<std::size_t>(units[k] - units[kb] + ms.span);
+      if (rc < ms.rc[slot]) {
+        ms.rc[slot] = rc;
+        ms.dc[slot] = c[k] - c[kb];
+        ms.item[slot] = i;
+        ms.tier[slot] = static_cast<std::uint8_t>(s.geom.order[k]);
+      }
+    }
+  }
+  return ms;
+}
+
+// A lower bound on objective(x) - L(lambda*) for every feasible x (integral ladders).
+// x's measure t = sum_i rc_i + lambda u (S - d) is at least every reduced cost it uses, so
+// its net change d is a multiple of g(t) = gcd{dr : cheapest move of size dr has rc <= t},
+// hence S - d >= S mod g(t) and t >= h(t) = lambda u (S mod g(t)) (g = 0: no move, d = 0).
+// h does not increase with t (g(t) only shrinks through divisors), so the least t with
+// t >= h(t) bounds every solution's measure.
+double gcd_gap_bound(const MoveScan& ms, std::int64_t slack, double lu) {
+  if (slack < 0) return 0.0;
+  std::vector<std::pair<double, std::int64_t>> events;
+  for (std::int64_t dr = -ms.span; dr <= ms.span; ++dr) {
+    const double rc = ms.rc[static_cast<std::size_t>(dr + ms.span)];
+    if (dr != 0 && rc < kInf) events.push_back({rc, dr < 0 ? -dr : dr});
+  }
+  std::sort(events.begin(), events.end());
+  auto h = [&](std::int64_t g) { return lu * static_cast<double>(g == 0 ? slack : slack % g); };
+  std::int64_t g = 0;
+  double t = 0;
+  for (const auto& [rc, step] : events) {
+    const double candidate = std::max(t, h(g));
+    if (candidate < rc) return candidate;
+    g = std::gcd(g, step);
+    t = rc;
+  }
+  return std::max(t, h(g));
 }
 
 // Histogram of the reduced-cost keys (built only when the core DP runs).
@@ -783,8 +939,42 @@ MckpResult solve_exact(const MckpInstance& inst, const ExactOptions& opt) {
                   "The LP optimum is integral (objective equals the Lagrangian bound): optimal.");
   }
 
-  std::int64_t K = opt.initial_core_items;
   const std::vector<std::int64_t> hist = key_histogram(bp.alt_key);
+  // Cheapest single moves: a better incumbent, and the gcd bound on every solution's gap.
+  // Moves with rc >= the base gap cannot matter, so only items whose key is below it are
+  // scanned (all items when they are many).
+  double gap_floor = 0;  // proven: objective(x) - LP bound >= gap_floor for every feasible x
+  if (s.units.integral) {
+    const double gap0 = gap_of(inc_dc);
+    const double gap0_eff = gap0 * (1 + 1e-9) + 64 * tol;
+    std::vector<std::int64_t> candidates;
+    const bool subset = count_below(hist, gap0_eff) <= inst.items() / 4;
+    if (subset)
+      for (std::int64_t i = 0; i < inst.items(); ++i)
+        if (key_value(bp.alt_key[static_cast<std::size_t>(i)]) < gap0_eff) candidates.push_back(i);
+    const MoveScan ms = scan_moves(s, bp.choice, lambda, subset ? &candidates : nullptr);
+    ++res.iterations;
+    const auto S = static_cast<std::int64_t>(std::llround(slack));
+    gap_floor = std::min(gcd_gap_bound(ms, S, lambda * s.unit_bits), gap0);
+    for (std::int64_t dr = 1; dr <= std::min(S, ms.span); ++dr) {
+      const auto slot = static_cast<std::size_t>(dr + ms.span);
+      if (ms.item[slot] >= 0 && ms.dc[slot] < inc_dc - tol) {
+        inc_dc = ms.dc[slot];
+        inc_dr = static_cast<double>(dr);
+        inc_mods = {{ms.item[slot], ms.tier[slot]}};
+      }
+    }
+    if (gap_of(inc_dc) <= gap_floor + tol) {
+      auto [obj, rate] = apply(inc_dc, inc_dr);
+      std::ostringstream os;
+      os << "Certified optimal by the gcd bound: every feasible allocation is at least " << fmt(gap_floor)
+         << " above the Lagrangian bound " << fmt(lb) << " (net rate changes cheaper than that are multiples of a "
+         << "step that cannot fill the slack), and this one is " << fmt(obj - lb) << " above it.";
+      return finish(SolveStatus::Optimal, obj, rate, os.str());
+    }
+  }
+
+  std::int64_t K = opt.initial_core_items;
   double tau = std::min(gap_of(inc_dc), tau_for_count(hist, K));
   bool proven = false;
   std::string why = "";
@@ -817,17 +1007,13 @@ MckpResult solve_exact(const MckpInstance& inst, const ExactOptions& opt) {
       break;
     }
     const double gap = gap_of(inc_dc);
-    if (gap <= tau) {
+    if (gap <= std::max(tau, gap_floor + tol)) {
       proven = true;
       break;
     }
-    // Grow the core: straight to tau = gap if that core is small enough.
-    if (count_below(hist, gap) <= opt.max_core_items) {
-      tau = gap;
-    } else {
-      K *= 8;
-      tau = std::min(gap, tau_for_count(hist, K));
-    }
+    // Grow the core: straight to tau = gap if that core is not much larger, else x8.
+    K *= 8;
+    tau = count_below(hist, gap) <= K ? gap : std::min(gap, tau_for_count(hist, K));
   }
   if (!proven && why.empty()) why = "the proof needed more than max_rounds core rounds";
   bp.alt_key = {};

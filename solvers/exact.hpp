@@ -8,25 +8,37 @@
 // 2. Lagrangian / LP relaxation. For lambda >= 0 every item takes the hull vertex after
 //    all its upgrades with e_ik > lambda. lambda* is the weighted quantile of the
 //    efficiencies at the capacity: W(> lambda*) <= B N - N r_min < W(>= lambda*), with
-//    W(> x) the rate of all upgrades more efficient than x. It is found by selection
-//    (a sample brackets lambda*, one pass collects the upgrades inside the bracket,
-//    weighted quickselect on them): O(N m) expected. The bound
+//    W(> x) the rate of all upgrades more efficient than x. It is found by selection: a
+//    sample of items brackets lambda*, ONE pass over all items decides every item with
+//    no upgrade inside the bracket and keeps the upgrades inside it, and a weighted
+//    quickselect on those gives lambda* (a missed bracket widens and repeats the pass).
+//    O(N m) expected. The bound
 //      L(lambda*) = sum_i min_j (c_ij + lambda* (r_j - r_min)) - lambda* (B N - N r_min)
 //    equals the LP optimum (at most one fractional item) and bounds the integer optimum.
-// 3. Integer gap, closed exactly (core MCKP, Pisinger). With the base choice x^0 (all
-//    upgrades with e > lambda*, feasible, slack S), reduced costs
+// 3. Integer gap, closed exactly. With the base choice x^0 (all upgrades with
+//    e > lambda*: feasible, slack S) and the reduced costs
 //      rc_ij = c_ij + lambda* r_j - min_j' (c_ij' + lambda* r_j') >= 0
-//    give, for every feasible x, objective(x) = L(lambda*) + sum_i rc_{i,x_i} + lambda* slack(x).
-//    So a solution better than an incumbent with gap G = UB - L uses only tiers with
-//    rc < G. Items whose every other tier has rc >= tau are fixed; the rest (the core)
-//    are solved exactly by a Pareto dynamic programme over the net rate change
-//    (integer rate units when the ladder is on a 1/64-bit grid, else doubles) with
-//    bound pruning. If the DP's incumbent has G <= tau the incumbent is proven optimal
-//    (lower_bound = objective, gap 0); otherwise tau grows to G and the DP reruns. If the
-//    core or the DP outgrows the options' limits the result is Feasible with the honest
-//    gap objective - L(lambda*).
+//    every feasible x has  objective(x) - L(lambda*) = sum_i rc_{i,x_i} + lambda* (slack of x).
+//    Three certificates, tried in order:
+//    a. the LP optimum is integral (S = 0 and no fractional item): x^0 is optimal;
+//    b. the gcd bound (integral ladders): the cheapest single move of every rate change
+//       dr is found in one pass; a solution whose measure is t uses only moves with
+//       rc <= t, so its net rate change is a multiple of g(t) = gcd of those dr, and
+//       t >= lambda* u (S mod g(t)). The least t satisfying this bounds every solution;
+//       if the best single-move incumbent reaches it, it is optimal (this settles the
+//       common case where the slack cannot be filled by the cheap moves' step);
+//    c. core DP (Pisinger's core MCKP): a solution better than an incumbent with
+//       G = objective - L uses only tiers with rc < G; items whose every other tier has
+//       rc >= tau are fixed, the rest (the core, smallest reduced costs first) are solved
+//       exactly by a Pareto dynamic programme over the net rate change (integer units on
+//       the 1/64-bit grid, else doubles) with bound pruning. If the incumbent then has
+//       G <= tau it is proven optimal; otherwise tau grows (x8 items) and the DP reruns.
+//    Proven: status Optimal, lower_bound = objective, gap 0 (to a relative rounding
+//    tolerance of 1e-12 of the objective's scale). If the core or the DP outgrows the
+//    options' limits: Feasible with the honest gap objective - L(lambda*).
 // Budgets below the smallest rate are Infeasible; a budget that affords every item its
 // cheapest tier is Trivial (optimal, gap 0). Costs must be finite (InputError otherwise).
+// Note: the integer optimum may use a hull-dominated tier (docs/solvers.md); the LP never does.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,7 +49,7 @@ namespace tierlab {
 
 struct ExactOptions {
   std::int64_t max_core_items = 2'000'000;  // a larger core ends the proof: Feasible with the honest gap
-  std::int64_t max_dp_states = 50'000'000;  // DP states summed over the core's layers
+  std::int64_t max_dp_states = 20'000'000;  // DP states summed over the core's layers (24 bytes each)
   std::int64_t initial_core_items = 256;    // target size of the first core (grows x8 per round)
   int max_rounds = 8;                       // core DP rounds before giving up the proof
   // Instances up to this many items select lambda* on all upgrades in memory; larger

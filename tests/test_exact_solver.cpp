@@ -133,7 +133,7 @@ TEST_CASE("exact equals the layered-DAG oracle on random small instances", "[exa
   sampled.full_selection_max_items = 0;
   sampled.sample_items = 3;
   sampled.initial_core_items = 1;
-  int optimal = 0, trivial = 0, infeasible = 0;
+  int optimal = 0, trivial = 0, infeasible = 0, by_dp = 0, by_gcd = 0, by_lp = 0;
   for (int t = 0; t < 600; ++t) {
     const Owned o = random_instance(rng);
     const MckpInstance inst = o.view();
@@ -149,6 +149,9 @@ TEST_CASE("exact equals the layered-DAG oracle on random small instances", "[exa
       }
       REQUIRE((ex.status == SolveStatus::Optimal || ex.status == SolveStatus::Trivial));
       (ex.status == SolveStatus::Trivial ? trivial : optimal)++;
+      by_dp += ex.message.find("core DP") != std::string::npos ? 1 : 0;
+      by_gcd += ex.message.find("gcd bound") != std::string::npos ? 1 : 0;
+      by_lp += ex.message.find("LP optimum is integral") != std::string::npos ? 1 : 0;
       CHECK(close(ex.objective, orc.objective));
       CHECK(ex.gap == 0);
       CHECK(ex.lower_bound == ex.objective);
@@ -156,7 +159,11 @@ TEST_CASE("exact equals the layered-DAG oracle on random small instances", "[exa
       check_budget(inst, ex);
     }
   }
-  // The generator reaches every outcome.
+  // The generator reaches every outcome and every way of proving optimality.
+  INFO("proofs: core DP " << by_dp << ", gcd bound " << by_gcd << ", integral LP " << by_lp);
+  CHECK(by_dp > 30);
+  CHECK(by_gcd > 30);
+  CHECK(by_lp > 30);
   CHECK(optimal > 300);
   CHECK(trivial > 20);
   CHECK(infeasible > 20);

@@ -128,4 +128,7 @@ TEST_CASE("replay rejects what it cannot do, with clear messages", "[replay]") {
   CHECK_THROWS_WITH(replay(stories(), wide, KeyCompression::from_policy(UniformPolicy::parse("exact"))),
                     Catch::Contains("W = 9 is longer than the prompt"));
   CHECK_THROWS_AS(parse_replay_mode("greedy"), InputError);
+  ReplayOptions short_prompt = options(8, 4);
+  short_prompt.obs_window = -1;  // the default: min(32, T)
+  CHECK(replay(stories(), short_prompt, KeyCompression::from_policy(UniformPolicy::parse("exact"))).obs_window == 8);
 }

@@ -18,12 +18,11 @@ namespace {
 
 using detail::block_max;
 using detail::block_sum;
-using detail::delta_prime;
+using detail::delta_of;
 using detail::expm1_and_exp;
 using detail::launch_status;
 using detail::needs_double;
 using detail::raw;
-using detail::scale_for;
 using detail::warp_maxf;
 using detail::warp_sum;
 
@@ -38,7 +37,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
   constexpr int NS = kRowStatsSels;
   constexpr int NW = kRowStatsThreads / 32;
   __shared__ double red_d[NS][3][NW];
-  __shared__ float red_f[NS][2][NW];
+  __shared__ float red_f[NS][3][NW];
   __shared__ int red_i[NS][NW];
   __shared__ int slow[NS];
   __shared__ double scratch[32];
@@ -56,7 +55,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
 
   const std::uint8_t* codes[NS];
   double M[NS], A[NS], Pev[NS];
-  float mxk[NS], mxe[NS];
+  float mxk[NS], mxe[NS], emax[NS];
   int kept[NS];
   bool bad = false;
 #pragma unroll
@@ -64,6 +63,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
     codes[s] = a.codes + a.sels[it.sel0 + min(s, it.nsel - 1)].code_offset;
     M[s] = A[s] = Pev[s] = 0.0;
     mxk[s] = mxe[s] = 0.0f;
+    emax[s] = -INFINITY;
     kept[s] = 0;
   }
 
@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
           }
           ++kept[s];
           const float e = __ldg(E + static_cast<std::size_t>(code - 1) * plane + t + j);
+          emax[s] = fmaxf(emax[s], e);
           if (needs_double(e, p)) {
             const double ex = exp(static_cast<double>(__ldg(S + t + j)) - lse + static_cast<double>(e));
             M[s] += ex;
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     const double m = warp_sum(M[s]), aa = warp_sum(A[s]), pe = warp_sum(Pev[s]);
-    const float fk = warp_maxf(mxk[s]), fe = warp_maxf(mxe[s]);
+    const float fk = warp_maxf(mxk[s]), fe = warp_maxf(mxe[s]), fm = warp_maxf(emax[s]);
     int k = kept[s];
     for (int o = 16; o > 0; o >>= 1) k += __shfl_down_sync(0xffffffffu, k, o);
     if (lane == 0) {
@@ -125,6 +126,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
       red_d[s][2][w] = pe;
       red_f[s][0][w] = fk;
       red_f[s][1][w] = fe;
+      red_f[s][2][w] = fm;
       red_i[s][w] = k;
     }
   }
@@ -136,24 +138,23 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
 
   const double psum = h.psum[r];
   const double pmax = static_cast<double>(h.pmax[r]);
-  double c_out = 0.0, bound = 0.0;
+  RowParams rp{};
   int n_kept = 0;
   const int s_me = threadIdx.x;
   if (s_me < it.nsel) {
     double m = 0, aa = 0, pe = 0;
-    float fk = 0, fe = 0;
+    float fk = 0, fe = 0, fm = -INFINITY;
     for (int i = 0; i < NW; ++i) {
       m += red_d[s_me][0][i];
       aa += red_d[s_me][1][i];
       pe += red_d[s_me][2][i];
       fk = fmaxf(fk, red_f[s_me][0][i]);
       fe = fmaxf(fe, red_f[s_me][1][i]);
+      fm = fmaxf(fm, red_f[s_me][2][i]);
       n_kept += red_i[s_me][i];
     }
-    const detail::RowConstants rc = detail::row_constants(n_kept, m, aa, pe, fk, fe, psum, pmax);
-    c_out = rc.c;
-    bound = rc.bound;
-    const int need_slow = rc.slow;
+    int need_slow = 0;
+    rp = detail::row_params(n_kept, m, aa, pe, fk, fe, fm, psum, pmax, &need_slow);
     slow[s_me] = need_slow;
   } else if (s_me < NS) {
     slow[s_me] = 0;
@@ -181,22 +182,20 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
       z += exp(x - lmax);
     }
     z = block_sum(z, scratch);
-    if (threadIdx.x == s) c_out = (lmax - lse) + log(z) - log(psum);
+    if (threadIdx.x == s) detail::set_shifted_c(&rp, (lmax - lse) + log(z) - log(psum));
   }
 
   if (s_me < it.nsel) {
     const int sel = it.sel0 + s_me;
     const std::size_t idx = static_cast<std::size_t>(a.sels[sel].row_offset) + r;
-    if (n_kept > 0 && !isfinite(c_out)) {
+    if (n_kept > 0 && !(isfinite(rp.c_fallback) && isfinite(rp.k_hi) && isfinite(rp.w))) {
       atomicOr(a.flags + 2, 1);
-      c_out = 0.0;
+      rp = RowParams{};
+      rp.opw_hi = 1.0f;
+      rp.sigma = 1.0f;
+      rp.w = 1.0;
     }
-    const float hi = static_cast<float>(c_out);
-    const float lo = static_cast<float>(c_out - static_cast<double>(hi));
-    a.c[idx] = c_out;
-    a.c32[2 * idx] = hi;
-    a.c32[2 * idx + 1] = lo;
-    a.scale[idx] = scale_for(bound);
+    a.rows[idx] = rp;
     if (r == 0) a.kept[sel] = n_kept;
   }
 }
@@ -253,7 +252,7 @@ struct TcShape {
   static constexpr int V_PER_THREAD = V_U4 / 256;
   static constexpr int RED_BYTES = 8 * SPW * 2 * 8;
   static constexpr int ACC_BYTES = 8 * SPW * 2 * 32 * 8;  // per-lane tv / logit sums (double)
-  static constexpr int CONST_BYTES = RB * 8 + WS * RB * 8 + RED_BYTES + ACC_BYTES + WS * RB * 16 + RB * 4;
+  static constexpr int CONST_BYTES = RB * 8 + WS * RB * 8 + RED_BYTES + ACC_BYTES + 2 * WS * RB * 16;
   static constexpr int SMEM_BYTES = 2 * (A_U4 + V_U4) * 16 + CONST_BYTES;
   static_assert(MT_W * WR * 16 == RB, "warp rows cover the row block");
   static_assert(SPW * 8 == WS * MK, "writing warps cover the tiles");
@@ -264,7 +263,7 @@ __host__ __device__ constexpr int a_index(int nmt, int sel, int mt, int kb, int 
   return (((sel * nmt + mt) * 2 + kb) * 2 + hl) * 32 + lane;
 }
 
-// One block per DeltaItem. Each 32-token step: every warp forms the delta' fragments of
+// One block per DeltaItem. Each 32-token step: every warp forms the delta fragments of
 // its (m-tile, 16-token half) tile for its selections (scaled by sigma_i, split into fp16
 // hi/lo, stored in mma A-fragment order) and loads the value fragments; after one
 // barrier each warp multiplies its selection's fragments for its rows and columns.
@@ -275,11 +274,11 @@ __global__ void __launch_bounds__(256, 2) delta_tc_kernel(EvalArgs a, const Delt
   uint4* sA = smem;                                                   // [2][A_U4]
   uint4* sV = smem + 2 * Sh::A_U4;                                    // [2][V_U4]
   double* sLse = reinterpret_cast<double*>(sV + 2 * Sh::V_U4);        // [RB]: lse (fallback)
-  double* sCd = sLse + RB;                                            // [WS][RB]: c in double (fallback)
+  double* sCd = sLse + RB;                                            // [WS][RB]: c_fallback
   double* sRed = sCd + Sh::WS * RB;                                   // [8][SPW][2]
   double* sAcc = sRed + 8 * Sh::SPW * 2;                              // [8][SPW][2][32]: this lane's sums
-  float4* sC = reinterpret_cast<float4*>(sAcc + 8 * Sh::SPW * 2 * 32);  // [WS][RB]: c_hi, c_lo, sigma
-  float* sInv = reinterpret_cast<float*>(sC + Sh::WS * RB);           // [RB]: 1 / psum
+  float4* sC = reinterpret_cast<float4*>(sAcc + 8 * Sh::SPW * 2 * 32);  // [WS][RB]: k_hi, k_lo, sigma, tv_factor
+  float4* sO = sC + Sh::WS * RB;                                      // [WS][RB]: opw_hi, opw_lo, direct, -
 
   const DeltaItem it = items[blockIdx.x];
   const HeadView h = a.heads[it.head];
@@ -288,20 +287,13 @@ __global__ void __launch_bounds__(256, 2) delta_tc_kernel(EvalArgs a, const Delt
 
   for (int i = threadIdx.x; i < Sh::WS * RB; i += 256) {
     const int s = i / RB, rr = i % RB;
-    float4 cst = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (s < it.nsel) {
-      const std::size_t idx = static_cast<std::size_t>(a.sels[it.sel0 + s].row_offset) + it.row0 + rr;
-      cst = make_float4(a.c32[2 * idx], a.c32[2 * idx + 1], a.scale[idx], 0.0f);
-      sCd[i] = a.c[idx];
-    } else {
-      sCd[i] = 0.0;
-    }
-    sC[i] = cst;
+    RowParams rp{};  // unused selections: delta = -P opw = 0 is never formed
+    if (s < it.nsel) rp = a.rows[static_cast<std::size_t>(a.sels[it.sel0 + s].row_offset) + it.row0 + rr];
+    sC[i] = make_float4(rp.k_hi, rp.k_lo, rp.sigma, rp.tv_factor);
+    sO[i] = make_float4(rp.opw_hi, rp.opw_lo, rp.direct ? 1.0f : 0.0f, 0.0f);
+    sCd[i] = rp.c_fallback;
   }
-  for (int i = threadIdx.x; i < RB; i += 256) {
-    sInv[i] = static_cast<float>(1.0 / h.psum[it.row0 + i]);
-    sLse[i] = h.lse[it.row0 + i];
-  }
+  for (int i = threadIdx.x; i < RB; i += 256) sLse[i] = h.lse[it.row0 + i];
   __syncthreads();
 
   // Writer role: tile (wmt, wkb), selections ws0 .. ws0 + SPW - 1.
@@ -353,7 +345,7 @@ __global__ void __launch_bounds__(256, 2) delta_tc_kernel(EvalArgs a, const Delt
     }
     copy_async_commit();
 
-    // delta' fragments: lane elements (rA|rB) x (tok0, tok0+1, tok0+8, tok0+9).
+    // delta fragments: lane elements (rA|rB) x (tok0, tok0+1, tok0+8, tok0+9).
     const int tok0 = t0 + wkb * 16 + 2 * t4;
     const float2 pA0 = __ldg(reinterpret_cast<const float2*>(Pg + offA + tok0));
     const float2 pB0 = __ldg(reinterpret_cast<const float2*>(Pg + offB + tok0));
@@ -369,7 +361,9 @@ __global__ void __launch_bounds__(256, 2) delta_tc_kernel(EvalArgs a, const Delt
         const int code[4] = {min(c01 & 0xff, h.nv), min(c01 >> 8, h.nv), min(c89 & 0xff, h.nv),
                              min(c89 >> 8, h.nv)};
         const float4 cA = sC[s * RB + rA], cB = sC[s * RB + rB];
-        const float invA = sInv[rA], invB = sInv[rB];
+        const float4 oA = sO[s * RB + rA], oB = sO[s * RB + rB];
+        const detail::RowForm fA{cA.x, cA.y, oA.x, oA.y, oA.z != 0.0f};
+        const detail::RowForm fB{cB.x, cB.y, oB.x, oB.y, oB.z != 0.0f};
         const double* cdA = sCd + s * RB + rA;
         const double* cdB = sCd + s * RB + rB;
         const double* lseA = sLse + rA;
@@ -378,21 +372,21 @@ __global__ void __launch_bounds__(256, 2) delta_tc_kernel(EvalArgs a, const Delt
         uint4 hi, lo;
         // One fragment register (two consecutive tokens of one row) at a time:
         // x = hi (rA; tok0, +1), y = (rB; tok0, +1), z = (rA; tok0 + 8, +9), w = (rB; tok0 + 8, +9).
-        auto pair = [&](int code0, int code1, float2 p, std::size_t off, int t, float4 cst, float inv,
+        auto pair = [&](int code0, int code1, float2 p, std::size_t off, int t, const detail::RowForm& f, float4 cst,
                         const double* cd, const double* lse_row, std::uint32_t* h_word, std::uint32_t* l_word) {
           float e2a, e2b;
-          const float d0 = delta_prime(code0, p.x, h.E + off, plane, h.S + off, t, cst.x, cst.y, cd, lse_row, &e2a);
-          const float d1 = delta_prime(code1, p.y, h.E + off, plane, h.S + off, t + 1, cst.x, cst.y, cd, lse_row, &e2b);
-          tv = fmaf(fabsf(d0) + fabsf(d1), inv, tv);
+          const float d0 = delta_of(code0, p.x, h.E + off, plane, h.S + off, t, f, lse_row, cd, &e2a);
+          const float d1 = delta_of(code1, p.y, h.E + off, plane, h.S + off, t + 1, f, lse_row, cd, &e2b);
+          tv = fmaf(fabsf(d0) + fabsf(d1), cst.w, tv);
           le += e2a + e2b;
           const float x0 = d0 * cst.z, x1 = d1 * cst.z;
           fp16_ok = fp16_ok && fabsf(x0) < kFp16Limit && fabsf(x1) < kFp16Limit;
           split_pair(x0, x1, h_word, l_word);
         };
-        pair(code[0], code[1], pA0, offA, tok0, cA, invA, cdA, lseA, &hi.x, &lo.x);
-        pair(code[0], code[1], pB0, offB, tok0, cB, invB, cdB, lseB, &hi.y, &lo.y);
-        pair(code[2], code[3], pA1, offA, tok0 + 8, cA, invA, cdA, lseA, &hi.z, &lo.z);
-        pair(code[2], code[3], pB1, offB, tok0 + 8, cB, invB, cdB, lseB, &hi.w, &lo.w);
+        pair(code[0], code[1], pA0, offA, tok0, fA, cA, cdA, lseA, &hi.x, &lo.x);
+        pair(code[0], code[1], pB0, offB, tok0, fB, cB, cdB, lseB, &hi.y, &lo.y);
+        pair(code[2], code[3], pA1, offA, tok0 + 8, fA, cA, cdA, lseA, &hi.z, &lo.z);
+        pair(code[2], code[3], pB1, offB, tok0 + 8, fB, cB, cdB, lseB, &hi.w, &lo.w);
         my_acc[(k * 2 + 0) * 32] += static_cast<double>(tv);
         my_acc[(k * 2 + 1) * 32] += static_cast<double>(le);
         uint4* dst = sA + buf * Sh::A_U4;
@@ -508,8 +502,8 @@ int blocks_per_sm() {
 constexpr int kSimpleThreads = 256;
 constexpr int kSimpleCols = 4;  // columns per thread: d <= 1024
 
-// One block per (selection, row): delta' of 256 tokens at a time into shared memory,
-// then each thread accumulates its columns of D in double.
+// One block per (selection, row): delta of 256 tokens at a time into shared memory, then
+// each thread accumulates its columns of sum_t delta v in double.
 __global__ void __launch_bounds__(kSimpleThreads) delta_simple_kernel(EvalArgs a, const RowItem* __restrict__ items) {
   __shared__ float dl[kSimpleThreads];
   __shared__ double scratch[32];
@@ -520,8 +514,8 @@ __global__ void __launch_bounds__(kSimpleThreads) delta_simple_kernel(EvalArgs a
   const std::size_t row_off = static_cast<std::size_t>(r) * h.T_pad;
   const std::size_t plane = static_cast<std::size_t>(h.nq_pad) * h.T_pad;
   const std::size_t idx = static_cast<std::size_t>(sv.row_offset) + r;
-  const float c_hi = a.c32[2 * idx], c_lo = a.c32[2 * idx + 1];
-  const double* cd = a.c + idx;
+  const RowParams rp = a.rows[idx];
+  const detail::RowForm form{rp.k_hi, rp.k_lo, rp.opw_hi, rp.opw_lo, rp.direct != 0};
   const double* lse = h.lse + r;
   const std::uint8_t* codes = a.codes + sv.code_offset;
 
@@ -534,8 +528,8 @@ __global__ void __launch_bounds__(kSimpleThreads) delta_simple_kernel(EvalArgs a
     float dv = 0.0f;
     if (t < h.T) {
       float e2 = 0.0f;
-      dv = delta_prime(min(static_cast<int>(codes[t]), h.nv), h.P[row_off + t], h.E + row_off, plane, h.S + row_off, t,
-                       c_hi, c_lo, cd, lse, &e2);
+      dv = delta_of(min(static_cast<int>(codes[t]), h.nv), h.P[row_off + t], h.E + row_off, plane, h.S + row_off, t,
+                    form, lse, &a.rows[idx].c_fallback, &e2);
       tv += fabs(static_cast<double>(dv));
       le += static_cast<double>(e2);
     }
@@ -561,14 +555,14 @@ __global__ void __launch_bounds__(kSimpleThreads) delta_simple_kernel(EvalArgs a
   tv = block_sum(tv, scratch);
   le = block_sum(le, scratch);
   if (threadIdx.x == 0) {
-    const double ps = h.psum[r];
-    a.dnorm2[idx] = n2 / (ps * ps);
-    a.tv_part[sv.part_offset + r] = tv / ps;
+    const double f = rp.w / h.psum[r];  // D = f sum_t delta v,  |p^ - p| = f |delta|
+    a.dnorm2[idx] = n2 * f * f;
+    a.tv_part[sv.part_offset + r] = tv * f;
     a.logit_part[sv.part_offset + r] = le;
   }
 }
 
-// tc path: ||D_i||^2 = ||sum_chunks partial||^2 / (sigma_i sigma_v psum_i)^2; a warp per row.
+// tc path: ||D_i||^2 = ||sum_chunks partial||^2 (w_i / (sigma_i sigma_v psum_i))^2; a warp per row.
 __global__ void __launch_bounds__(256) reduce_partials_kernel(EvalArgs a, const RowItem* __restrict__ items) {
   const RowItem it = items[blockIdx.x];
   const HeadView h = a.heads[it.head];
@@ -587,7 +581,8 @@ __global__ void __launch_bounds__(256) reduce_partials_kernel(EvalArgs a, const 
   s2 = warp_sum(s2);
   if (lane == 0) {
     const std::size_t idx = static_cast<std::size_t>(sv.row_offset) + r;
-    const double f = 1.0 / (static_cast<double>(a.scale[idx]) * static_cast<double>(h.vscale) * h.psum[r]);
+    const RowParams& rp = a.rows[idx];
+    const double f = rp.w / (static_cast<double>(rp.sigma) * static_cast<double>(h.vscale) * h.psum[r]);
     a.dnorm2[idx] = s2 * f * f;
   }
 }

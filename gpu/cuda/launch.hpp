@@ -18,23 +18,32 @@
 // The realised exact attention is p_it = P_it / psum_i (normalised exactly).
 //
 // Per selection (code c_t: 0 evicts token t, c >= 1 picks variant c - 1; E_it below is
-// E_{c_t - 1, i, t}) and query row i:
-//   M_i   = sum_kept P_it exp(E_it)      (the kept mass, up to the factor exp(lse_i))
-//   A_i   = sum_kept P_it expm1(E_it),   Pev_i = sum_evicted P_it
-//   c_i   = log(M_i / psum_i), evaluated as log1p((A_i - Pev_i) / psum_i) when that
-//           argument is small so that c_i keeps its precision when the errors are small;
-//           a row whose kept mass underflows is redone in the log domain in double.
-//   delta'_it = P_it expm1(E_it - c_i) (kept),  -P_it (evicted)   [= psum_i (p^_it - p_it)]
-//   D_i   = sum_t delta'_it v_t / psum_i                (the output change, formed directly)
-//   rel_i = ||D_i||^2 / onorm2_i,  abs_i = ||D_i||^2,  tv_i = 1/2 sum_t |delta'_it| / psum_i,
+// E_{c_t - 1, i, t}) and query row i, with u_it = expm1(E_it) (float):
+//   A_i   = sum_kept P_it u_it,   Pev_i = sum_evicted P_it,   M_i = sum_kept P_it exp(E_it)
+//   ubar_i = (A_i - Pev_i) / psum_i,  so that 1 + ubar_i = M_i / psum_i (the kept mass)
+// and, since p^_it = P_it exp(E_it) / M_i on kept tokens,
+//   p^_it - p_it = delta''_it / ((1 + ubar_i) psum_i)  with
+//   delta''_it = P_it (u_it - ubar_i) (kept),  -P_it (1 + ubar_i) (evicted)     "direct form"
+// (sum_t delta''_it = 0 by construction, so an all-exact or uniformly shifted selection
+// gives 0 up to rounding). Rows whose kept mass is below 1/64 of the total or whose
+// largest kept E exceeds 60 nats use the "shifted form" instead:
+//   c_i = log(M_i / psum_i)  (log1p(ubar_i) when |ubar_i| < 1/2; a row whose kept mass
+//         underflows, M_i < 1e-20 psum_i, gets c_i in the log domain in double),
+//   p^_it - p_it = delta'_it / psum_i,  delta'_it = P_it expm1(E_it - c_i) (kept), -P_it (evicted).
+// Where P_it has lost its precision (P < 1e-30 with a large logit rise) or exp would leave
+// float's range, P_it exp(.) is formed from S_it - lse_i + E_it in double instead.
+//   D_i   = sum_t (p^_it - p_it) v_t   (the output change, formed directly)
+//   rel_i = ||D_i||^2 / onorm2_i,  abs_i = ||D_i||^2,  tv_i = 1/2 sum_t |p^_it - p_it|,
 //   logit error = sum_i sum_kept E_it^2 / (n_kept nq),
 // and the head's numbers are the means over its nq query rows. Every token evicted gives
 // rel = 1, abs = mean ||o||^2, tv = 1/2, logit error 0 (MODEL.md: o^ = 0).
 //
 // Two paths form D:
-//   simple  one block per (selection, row): delta' in float, D accumulated in double.
+//   simple  one block per (selection, row): delta in float, D accumulated in double.
+// (delta is delta'' or delta' of the row's form; the factor 1 / ((1 + ubar) psum) or
+// 1 / psum is applied to D in double at the end.)
 //   tc      tensor cores (mma.sync m16n8k16, fp16 inputs, fp32 accumulation) with an
-//           error-compensated split: a = sigma_i delta' and b = sigma_v v are powers-of-two
+//           error-compensated split: a = sigma_i delta and b = sigma_v v are powers-of-two
 //           scaled so that |a|, |b| <= 2^14, split a = a_hi + a_lo, b = b_hi + b_lo
 //           (a_hi = fp16(a), a_lo = fp16(a - a_hi)); each 16-token step forms
 //           a_lo b_hi + a_hi b_lo + a_hi b_hi from zero and adds it to an fp32 accumulator;
@@ -179,24 +188,38 @@ struct DeltaItem {
   std::int32_t pad_;
 };
 
+// How delta is formed for one (selection, row); written by the row statistics.
+struct RowParams {
+  float k_hi, k_lo;      // direct form: ubar; shifted form: c (as hi + lo floats)
+  float opw_hi, opw_lo;  // direct form: 1 + ubar; shifted form: 1 (evicted tokens: delta = -P opw)
+  float sigma;           // tc path: power-of-two scale of delta (sigma |delta| <= 2^14)
+  float tv_factor;       // w / psum: turns |delta| into |p^ - p|
+  std::int32_t direct;   // 1: direct form, 0: shifted form
+  std::int32_t pad_;
+  double c_fallback;     // subtracted from S - lse + E where P exp(.) is formed from the logits (0 or c)
+  double w;              // direct form: 1 / (1 + ubar); shifted form: 1
+};
+
 // Device pointers of one evaluation pass.
 struct EvalArgs {
   const HeadView* heads;
   const SelView* sels;
   const std::uint8_t* codes;
-  double* c;            // per (selection,row): c_i
-  float* c32;           // per (selection,row): c_i split in two floats (hi, lo)
-  float* scale;         // per (selection,row): sigma_i (tc path)
+  RowParams* rows;      // per (selection,row)
   std::int32_t* kept;   // per selection: number of kept tokens
-  float* dpart;         // tc: D partials
-  double* tv_part;      // tv partial sums (already divided by psum)
-  double* logit_part;   // sum of E^2 over kept tokens
+  float* dpart;         // tc: D partials (scaled by sigma_i sigma_v, without w / psum)
+  double* tv_part;      // partial sums of |p^ - p|
+  double* logit_part;   // partial sums of E^2 over kept tokens
   double* dnorm2;       // per (selection,row): ||D_i||^2
   double* results;      // per selection: rel, abs, tv, logit error
   std::int32_t* flags;  // [0] a code > nv was seen, [1] the first such selection,
                         // [2] a row's kept mass could not be normalised,
                         // [3] the tc path saw a value beyond fp16's range
 };
+
+static_assert(sizeof(HeadView) == 112 && sizeof(SelView) == 48 && sizeof(RowItem) == 16 &&
+                  sizeof(DeltaItem) == 40 && sizeof(RowParams) == 48,
+              "host and device views must have the same fixed layout");
 
 // ---- preparation launchers -------------------------------------------------------
 
@@ -216,7 +239,7 @@ std::string launch_pack_values(const float* V, int T, int d, int T_pad, int d_pa
 
 // ---- evaluation launchers --------------------------------------------------------
 
-// c, c32, scale per (selection,row) and kept per selection (the item with row 0 writes it).
+// RowParams per (selection,row) and kept per selection (the item with row 0 writes it).
 std::string launch_row_stats(const EvalArgs&, const RowItem* items, int n_items, Stream&);
 // tc path for heads of one shape class (row_block 16 or 64, ntw 2, 4 or 8 n-tiles per warp:
 // column blocks of 16 * ntw).

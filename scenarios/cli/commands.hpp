@@ -9,6 +9,9 @@ void add_synth(CLI::App& app);
 void add_info(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_demo(CLI::App& app);
+void add_solve(CLI::App&);
+void add_capture(CLI::App&);
+void add_replay(CLI::App&);
 
 }  // namespace tierlab::cli
 

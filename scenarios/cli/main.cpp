@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   tierlab::cli::add_synth(app);
   tierlab::cli::add_info(app);
   tierlab::cli::add_eval(app);
+  tierlab::cli::add_solve(app);
+  tierlab::cli::add_capture(app);
+  tierlab::cli::add_replay(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

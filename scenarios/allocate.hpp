@@ -1,0 +1,129 @@
+#pragma once
+// Solving a whole trace for one budget (MODEL.md sections 5 and 6): `tierlab solve`.
+//
+// Every head is read once from the TraceReader; only its surrogate costs are kept
+// (c_t(tau_j) for the ladder, tier-major; a_t and the fitted n_h(b) for water-filling;
+// the planted spans). The budget B is in bits per key element, counted as code bits or
+// total bits (nominal tier rates, tier.hpp). The heads are then solved by scope:
+//   head   each head alone at B (solve_families_per_head)
+//   layer  each layer's heads share B (solve_families_pooled per layer)
+//   model  all heads share B (solve_families_pooled once)
+// with the family (mixed | quantize | evict | routed, solvers/families.hpp) and the solver:
+//   exact      the certified knapsack optimum (exact.hpp)
+//   greedy     marginal-return greedy on the raw ladder (greedy.hpp)
+//   waterfill  head scope: per token (RDKV), b_t from w_t = a_t and the head's n_h(b),
+//              projected on the family's tiers; layer/model scope: per head (RateQuant)
+//   smoothed   every cost row pooled over neighbouring tokens (smoothing.hpp), exact on
+//              the pooled costs; the objective is reported on the true costs, next to the
+//              exact (unsmoothed) solution of the same family and scope, whose bound is
+//              the bound reported
+// Reported per head and overall: tier histogram; rate (code and total bits per element,
+// with the metadata of the groups actually formed, quantizer.hpp allocation_rate) and the
+// nominal rate the budget counted; surrogate objective sum_t c_t(tau_t) (absolute, and
+// relative to mean_q ||o_q||^2); the lower bound and gap = objective - bound; time; the
+// share of heads routed to Q, E and M; the span truncation rate when the trace has spans.
+#include <array>
+#include <functional>
+#include <limits>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/allocation.hpp"
+#include "model/tier.hpp"
+#include "model/trace.hpp"
+#include "solvers/exact.hpp"
+#include "solvers/families.hpp"
+#include "solvers/smoothing.hpp"
+
+namespace tierlab {
+
+enum class AllocSolver { Exact, Greedy, Waterfill, Smoothed };
+std::string_view to_string(AllocSolver);
+AllocSolver parse_alloc_solver(std::string_view);  // "exact" | "greedy" | "waterfill" | "smoothed"
+
+// The default ladder of `tierlab solve`.
+inline constexpr std::string_view kDefaultSolveLadder = "evict,kivi2,kivi4,kivi8,exact";
+
+struct AllocateOptions {
+  double budget = 4.0;  // B, bits per key element
+  RateKind rate_kind = RateKind::Code;
+  AllocSolver solver = AllocSolver::Exact;
+  FamilyChoice family = FamilyChoice::Mixed;
+  Scope scope = Scope::Head;
+  RateLadder ladder = RateLadder::parse(kDefaultSolveLadder);
+  SmoothingOptions smoothing;    // smoothed solver only
+  double route_tolerance = 0.0;  // families.hpp
+  ExactOptions exact;
+
+  void validate() const;     // InputError naming the option and value
+  std::string name() const;  // "exact mixed head B=4 code"
+};
+
+struct HeadSolveReport {
+  int layer = 0, kv_head = 0, tokens = 0;
+  std::string option;  // routed option: "Q:kivi2", "E", "M"
+  Family family = Family::Mixed;
+  std::vector<int> histogram;  // tokens per ladder tier
+  Rate rate;                   // bits per element, groups actually formed
+  double budget_rate = 0;      // nominal rate in the budget's kind (what the budget counted)
+  double objective = 0;        // sum_t c_t(tau_t), true costs (absolute squared output)
+  double relative_objective = 0;  // objective / mean_q ||o_q||^2
+  double decision_objective = 0;  // on the costs the solver saw (pooled costs for smoothed)
+  double bound = std::numeric_limits<double>::quiet_NaN();  // head scope: lower bound (true costs)
+  double gap = std::numeric_limits<double>::quiet_NaN();
+  double seconds = std::numeric_limits<double>::quiet_NaN();  // head scope: solve time
+  SpanTruncation spans;
+  SpanTruncation spans_unsmoothed;  // smoothed: the exact solution on the true costs
+  double unsmoothed_objective = std::numeric_limits<double>::quiet_NaN();
+  double noise_alpha = std::numeric_limits<double>::quiet_NaN();  // waterfill: fitted n_h(b)
+  double noise_beta = std::numeric_limits<double>::quiet_NaN();
+};
+
+// One budget scope (a head, a layer, or the model) as the solver reported it.
+struct ScopeReport {
+  std::string name;  // "L0.H1", "layer 0", "model"
+  SolveStatus status = SolveStatus::Feasible;
+  std::string message, method;
+  double objective = 0, bound = 0, gap = 0;
+  double lambda = std::numeric_limits<double>::quiet_NaN();
+  double rate_used = 0, rate_budget = 0;  // bits (nominal, budget's kind)
+  double seconds = 0;
+};
+
+struct AllocationReport {
+  AllocateOptions options;
+  std::string trace_path;
+  SolveStatus status = SolveStatus::Feasible;  // worst over the scopes (Infeasible if any)
+  std::string message;
+  Allocation allocation;  // empty tiers when Infeasible
+  std::vector<HeadSolveReport> heads;
+  std::vector<ScopeReport> scopes;
+  std::vector<int> histogram;
+  Rate rate;                       // mean over heads
+  double budget_rate = 0;          // mean nominal rate in the budget's kind
+  double objective = 0;            // sum over heads (true costs)
+  double relative_objective = 0;   // mean over heads
+  double bound = 0, gap = 0, relative_gap = 0;
+  std::array<double, 3> family_share{0, 0, 0};  // Q, E, M fractions of heads
+  std::map<std::string, int> option_counts;     // heads per option name
+  bool has_spans = false;
+  SpanTruncation spans, spans_unsmoothed;
+  double unsmoothed_objective = std::numeric_limits<double>::quiet_NaN();
+  double seconds_costs = 0, seconds_solve = 0, seconds = 0;
+
+  bool has_solution() const { return status != SolveStatus::Infeasible; }
+};
+
+using AllocateProgress = std::function<void(int done, int total)>;
+AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& options,
+                                const AllocateProgress& progress = {});
+
+nlohmann::json to_json(const AllocationReport&);
+// Summary lines, one row per layer (and per head when per_head), then the model row.
+std::string text_report(const AllocationReport&, bool per_head);
+
+}  // namespace tierlab

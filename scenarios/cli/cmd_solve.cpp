@@ -1,0 +1,109 @@
+// tierlab solve TRACE --budget B [--rate code|total] [--solver S] [--family F] [--scope S]
+//   [--ladder L] [--smooth avg|max --kernel K --padding P] [--json] [--summary]
+//   [--write-allocation FILE] [--recompute [--backend B]] [--advantage]
+#include <cstdio>
+#include <memory>
+
+#include "model/allocation.hpp"
+#include "model/error.hpp"
+#include "scenarios/allocate.hpp"
+#include "scenarios/cli/commands.hpp"
+#include "scenarios/evaluation.hpp"
+#include "scenarios/interior.hpp"
+#include "scenarios/progress.hpp"
+#include "scenarios/report.hpp"
+
+namespace tierlab::cli {
+
+void add_solve(CLI::App& app) {
+  struct Args {
+    std::string trace, rate = "code", solver = "exact", family = "mixed", scope = "head";
+    std::string ladder{kDefaultSolveLadder};
+    std::string smooth = "avg", padding = "reflect", write_allocation, backend = "auto";
+    double budget = 0.0, route_tolerance = 0.0;
+    int kernel = 5;
+    bool json = false, summary = false, recompute = false, advantage = false;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "solve", "Allocate tiers to every token of a trace for a key budget (families, routing, scopes, solvers)");
+  cmd->add_option("trace", args->trace, "Trace file (safetensors)")->required();
+  cmd->add_option("--budget", args->budget, "Budget B in bits per key element")->required();
+  cmd->add_option("--rate", args->rate, "How the budget counts bits: code or total")->capture_default_str();
+  cmd->add_option("--solver", args->solver, "exact, greedy, waterfill or smoothed")->capture_default_str();
+  cmd->add_option("--family", args->family, "mixed, quantize, evict or routed")->capture_default_str();
+  cmd->add_option("--scope", args->scope, "Where the budget holds: head, layer or model")->capture_default_str();
+  cmd->add_option("--ladder", args->ladder, "Tiers, comma-separated (evict and exact are added)")->capture_default_str();
+  cmd->add_option("--smooth", args->smooth, "smoothed solver: pooling avg or max")->capture_default_str();
+  cmd->add_option("--kernel", args->kernel, "smoothed solver: odd window size")->capture_default_str();
+  cmd->add_option("--padding", args->padding, "smoothed solver: zero, reflect, replicate or none")->capture_default_str();
+  cmd->add_option("--route-tolerance", args->route_tolerance,
+                  "Routed, head scope: keep an endpoint when within this relative margin of M")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->add_flag("--summary", args->summary, "Only the layer and model rows (no per-head rows)");
+  cmd->add_option("--write-allocation", args->write_allocation, "Write the allocation (read by tierlab eval --allocation)");
+  cmd->add_flag("--recompute", args->recompute, "Also recompute the exact errors of the allocation");
+  cmd->add_flag("--advantage", args->advantage,
+                "Also recompute the interior advantage A = 1 - err(M*)/min(err(Q*), err(E*)) (implied by routed with --recompute)");
+  cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
+  cmd->callback([args]() {
+    AllocateOptions opt;
+    opt.budget = args->budget;
+    opt.rate_kind = parse_rate_kind(args->rate);
+    opt.solver = parse_alloc_solver(args->solver);
+    opt.family = parse_family_choice(args->family);
+    opt.scope = parse_scope(args->scope);
+    opt.ladder = RateLadder::parse(args->ladder);
+    opt.smoothing.pool = parse_pool_kind(args->smooth);
+    opt.smoothing.kernel = args->kernel;
+    opt.smoothing.padding = parse_padding(args->padding);
+    opt.route_tolerance = args->route_tolerance;
+    opt.validate();
+    const bool advantage = args->advantage || (args->recompute && opt.family == FamilyChoice::Routed);
+    std::unique_ptr<Recomputer> backend;
+    if (args->recompute || advantage) backend = backend_or_throw(args->backend);
+
+    TraceReader trace(args->trace);
+    TerminalProgress bar("costs");
+    const AllocationReport rep = allocate_trace(trace, opt, [&](int d, int t) { bar.update(d, t); });
+    bar.finish();
+    if (!args->write_allocation.empty()) {
+      if (!rep.has_solution())
+        throw InputError("no allocation to write to " + args->write_allocation + ": " + rep.message);
+      write_allocation(args->write_allocation, rep.allocation);
+    }
+    nlohmann::json j = to_json(rep);
+    std::string text = text_report(rep, !args->summary);
+    if (args->recompute && rep.has_solution()) {
+      auto alloc = std::make_shared<Allocation>(rep.allocation);
+      TerminalProgress rb("recompute");
+      TraceEvaluation ev = evaluate_trace(
+          trace, alloc->ladder, [alloc](const HeadData& h, const TokenWeights&) { return alloc->head(h.layer, h.kv_head); },
+          *backend, [&](int d, int t) { rb.update(d, t); });
+      rb.finish();
+      ev.policy = "solve " + opt.name();
+      j["recompute"] = to_json(ev);
+      text += "\n" + text_report(ev, !args->summary);
+    }
+    if (advantage) {
+      InteriorOptions io;
+      io.budget = opt.budget;
+      io.rate_kind = opt.rate_kind;
+      io.ladder = opt.ladder;
+      io.exact = opt.exact;
+      TerminalProgress ib("interior");
+      const InteriorReport ir = interior_advantage(trace, io, *backend, [&](int d, int t) { ib.update(d, t); });
+      ib.finish();
+      j["interior"] = to_json(ir);
+      text += "\n" + text_report(ir, !args->summary);
+    }
+    if (!args->write_allocation.empty()) text += "allocation written to " + args->write_allocation + "\n";
+    if (args->json)
+      std::printf("%s\n", j.dump(2).c_str());
+    else
+      std::printf("%s", text.c_str());
+  });
+}
+
+}  // namespace tierlab::cli

@@ -1,0 +1,81 @@
+#pragma once
+// The interior advantage (MODEL.md section 5): does mixing tiers beat both endpoints once
+// the errors are recomputed exactly?
+//
+// Per head, at budget B (bits per key element, code or total), each family's
+// surrogate-optimal allocation is solved exactly at head scope (solvers/families.hpp):
+//   Q* = best of {tau, exact} over the finite tiers tau, E* = {evict, exact}, M* = the ladder.
+// Each is materialised (tier-local grouping, quantizer.hpp) and recomputed exactly
+// (gpu/recompute.hpp): on the observation queries (in-sample) and on the decode queries
+// (out-of-sample, the verdict; MODEL.md section 9). With err the relative output error
+// e = ||o^ - o||^2 / ||o||^2 averaged over the query set:
+//   A = 1 - err(M*) / min(err(Q*), err(E*))
+// (Q* left out of the min when B is below every finite tier's rate; A undefined, NaN, when
+// the min is 0). A > 0: the interior pays; A = 0: an endpoint is as good. The surrogate's
+// prediction uses the surrogate objectives in place of err. A cell (one trace) reports the
+// mean of A over the heads where it is defined, and its dominated share (fraction of heads
+// whose 2-bit tier has R_h >= 1, model/dominance.hpp; NaN when the ladder has no 2-bit tier).
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/recompute.hpp"
+#include "model/tier.hpp"
+#include "model/trace.hpp"
+#include "solvers/exact.hpp"
+
+namespace tierlab {
+
+struct InteriorOptions {
+  double budget = 4.0;  // B, bits per key element
+  RateKind rate_kind = RateKind::Code;
+  RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
+  ExactOptions exact;
+  void validate() const;  // InputError naming the option and value
+};
+
+// One family's allocation of one head.
+struct FamilyOutcome {
+  bool feasible = false;
+  std::string option;  // "Q:kivi4", "E", "M"
+  double surrogate = std::numeric_limits<double>::quiet_NaN();  // sum_t c_t (absolute)
+  Rate rate;
+  ErrorMetrics obs, decode;
+};
+
+struct HeadInterior {
+  int layer = 0, kv_head = 0;
+  FamilyOutcome Q, E, M;
+  double advantage_decode = std::numeric_limits<double>::quiet_NaN();
+  double advantage_obs = std::numeric_limits<double>::quiet_NaN();
+  double advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
+  bool dominated_2bit = false;  // R_h(2-bit tier) >= 1
+};
+
+struct InteriorReport {
+  InteriorOptions options;
+  std::string trace_path, backend;
+  std::vector<HeadInterior> heads;
+  double mean_advantage_decode = std::numeric_limits<double>::quiet_NaN();
+  double mean_advantage_obs = std::numeric_limits<double>::quiet_NaN();
+  double mean_advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
+  int defined_decode = 0, defined_obs = 0, defined_surrogate = 0;  // heads where A is defined
+  double dominated_share = std::numeric_limits<double>::quiet_NaN();
+  bool has_decode = false;  // the trace has decode steps
+  double seconds = 0;
+};
+
+// A = 1 - m / min(q, e) with NaN (infeasible) inputs left out of the min; NaN when undefined.
+double interior_advantage_of(double err_m, double err_q, double err_e);
+
+using InteriorProgress = std::function<void(int done, int total)>;
+InteriorReport interior_advantage(const TraceReader& trace, const InteriorOptions& options, Recomputer& backend,
+                                  const InteriorProgress& progress = {});
+
+nlohmann::json to_json(const InteriorReport&);
+std::string text_report(const InteriorReport&, bool per_head);
+
+}  // namespace tierlab

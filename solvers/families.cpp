@@ -1,0 +1,765 @@
+// Policy families, restricted cost views and per-head routing (families.hpp).
+#include "solvers/families.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "model/error.hpp"
+#include "solvers/greedy.hpp"
+
+namespace tierlab {
+
+// ---- names ------------------------------------------------------------------------
+
+std::string_view to_string(Family f) {
+  switch (f) {
+    case Family::Quantize: return "quantize";
+    case Family::Evict: return "evict";
+    case Family::Mixed: return "mixed";
+  }
+  return "unknown";
+}
+
+char family_letter(Family f) {
+  switch (f) {
+    case Family::Quantize: return 'Q';
+    case Family::Evict: return 'E';
+    case Family::Mixed: return 'M';
+  }
+  return '?';
+}
+
+Family parse_family(std::string_view s) {
+  if (s == "quantize" || s == "Q") return Family::Quantize;
+  if (s == "evict" || s == "E") return Family::Evict;
+  if (s == "mixed" || s == "M") return Family::Mixed;
+  throw InputError("family '" + std::string(s) + "' is unknown; valid choices: quantize, evict, mixed.");
+}
+
+std::string_view to_string(FamilyChoice f) {
+  switch (f) {
+    case FamilyChoice::Mixed: return "mixed";
+    case FamilyChoice::Quantize: return "quantize";
+    case FamilyChoice::Evict: return "evict";
+    case FamilyChoice::Routed: return "routed";
+  }
+  return "unknown";
+}
+
+FamilyChoice parse_family_choice(std::string_view s) {
+  if (s == "mixed") return FamilyChoice::Mixed;
+  if (s == "quantize") return FamilyChoice::Quantize;
+  if (s == "evict") return FamilyChoice::Evict;
+  if (s == "routed") return FamilyChoice::Routed;
+  throw InputError("family '" + std::string(s) + "' is unknown; valid choices: mixed, quantize, evict, routed.");
+}
+
+std::string_view to_string(Scope s) {
+  switch (s) {
+    case Scope::Head: return "head";
+    case Scope::Layer: return "layer";
+    case Scope::Model: return "model";
+  }
+  return "unknown";
+}
+
+Scope parse_scope(std::string_view s) {
+  if (s == "head") return Scope::Head;
+  if (s == "layer") return Scope::Layer;
+  if (s == "model") return Scope::Model;
+  throw InputError("scope '" + std::string(s) + "' is unknown; valid choices: head, layer, model.");
+}
+
+std::string_view to_string(FamilySolver s) {
+  switch (s) {
+    case FamilySolver::Exact: return "exact";
+    case FamilySolver::Greedy: return "greedy";
+    case FamilySolver::Waterfill: return "waterfill";
+  }
+  return "unknown";
+}
+
+FamilySolver parse_family_solver(std::string_view s) {
+  if (s == "exact") return FamilySolver::Exact;
+  if (s == "greedy") return FamilySolver::Greedy;
+  if (s == "waterfill") return FamilySolver::Waterfill;
+  throw InputError("family solver '" + std::string(s) + "' is unknown; valid choices: exact, greedy, waterfill.");
+}
+
+std::vector<TierOption> family_options(const RateLadder& ladder, FamilyChoice choice) {
+  ladder.validate();
+  const int ex = ladder.exact_index();
+  std::vector<TierOption> out;
+  const bool q = choice == FamilyChoice::Quantize || choice == FamilyChoice::Routed;
+  const bool e = choice == FamilyChoice::Evict || choice == FamilyChoice::Routed;
+  const bool m = choice == FamilyChoice::Mixed || choice == FamilyChoice::Routed;
+  if (q) {
+    for (int j = 1; j < ex; ++j) out.push_back({Family::Quantize, {j, ex}, "Q:" + ladder.tiers[j].name()});
+    if (ex <= 1 && choice == FamilyChoice::Quantize)
+      throw InputError("ladder '" + ladder.name() + "' has no finite tier between evict and exact; family quantize needs one.");
+  }
+  if (e) out.push_back({Family::Evict, {0, ex}, "E"});
+  if (m) {
+    TierOption all{Family::Mixed, {}, "M"};
+    for (int j = 0; j < ladder.size(); ++j) all.tiers.push_back(j);
+    out.push_back(std::move(all));
+  }
+  return out;
+}
+
+// ---- problem --------------------------------------------------------------------
+
+std::int64_t FamilyProblem::tokens() const {
+  std::int64_t n = 0;
+  for (const auto& h : heads) n += h.tokens();
+  return n;
+}
+
+namespace {
+
+std::string num(double v) {
+  std::ostringstream os;
+  os.precision(10);
+  os << v;
+  return os.str();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void FamilyProblem::validate(FamilySolver solver) const {
+  if (rates.empty()) throw InputError("FamilyProblem.rates is empty; give the rate of every ladder tier.");
+  for (std::size_t j = 0; j < rates.size(); ++j)
+    if (!std::isfinite(rates[j]) || rates[j] < 0)
+      throw InputError("FamilyProblem.rates[" + std::to_string(j) + "] = " + num(rates[j]) +
+                       " bits; rates must be finite and >= 0.");
+  if (!std::isfinite(budget) || budget < 0)
+    throw InputError("FamilyProblem.budget = " + num(budget) + " bits per element; it must be finite and >= 0.");
+  for (std::size_t h = 0; h < heads.size(); ++h) {
+    const FamilyHead& hd = heads[h];
+    if (!hd.cost) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost is null.");
+    if (hd.cost->rows() != static_cast<Eigen::Index>(rates.size()))
+      throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost has " + std::to_string(hd.cost->rows()) +
+                       " tier rows but the ladder has " + std::to_string(rates.size()) + " rates.");
+    if (hd.cost->cols() < 1) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "] has no tokens.");
+    if (solver == FamilySolver::Waterfill) {
+      if (!hd.weights || hd.weights->size() != hd.cost->cols())
+        throw InputError("FamilyProblem.heads[" + std::to_string(h) +
+                         "].weights must hold a_t for every token when the solver is waterfill.");
+      if (!(hd.noise.alpha > 0) || !(hd.noise.beta > 1) || !std::isfinite(hd.noise.alpha) || !std::isfinite(hd.noise.beta))
+        throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].noise = (alpha " + num(hd.noise.alpha) +
+                         ", beta " + num(hd.noise.beta) + "); waterfill needs alpha > 0 and beta > 1.");
+    }
+  }
+}
+
+void FamilyOptions::validate() const {
+  if (!(route_tolerance >= 0) || !std::isfinite(route_tolerance))
+    throw InputError("FamilyOptions.route_tolerance = " + num(route_tolerance) + "; it must be finite and >= 0.");
+  if (max_bisection_steps < 1)
+    throw InputError("FamilyOptions.max_bisection_steps = " + std::to_string(max_bisection_steps) + "; it must be >= 1.");
+  exact.validate();
+}
+
+std::vector<int> FamilyResult::family_counts() const {
+  std::vector<int> c(3, 0);
+  for (const auto& h : heads)
+    if (h.option >= 0) ++c[static_cast<int>(options[static_cast<std::size_t>(h.option)].family)];
+  return c;
+}
+
+// ---- restricted cost views ----------------------------------------------------
+
+MckpInstance RestrictedCosts::instance(double budget) const {
+  MckpInstance inst;
+  inst.rates = rates;
+  inst.cost = CostView::of_tier_major(cost);
+  inst.budget = budget;
+  return inst;
+}
+
+namespace {
+
+// Ladder tiers grouped by equal rate, groups in increasing rate (members in ladder order).
+void rate_groups(const std::vector<int>& tiers, const std::vector<double>& rates, std::vector<double>& group_rate,
+                 std::vector<std::vector<int>>& members) {
+  std::vector<int> sorted = tiers;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [&](int a, int b) { return rates[a] < rates[b]; });
+  group_rate.clear();
+  members.clear();
+  for (int j : sorted) {
+    if (group_rate.empty() || rates[j] != group_rate.back()) {
+      group_rate.push_back(rates[j]);
+      members.emplace_back();
+    }
+    members.back().push_back(j);
+  }
+}
+
+}  // namespace
+
+RestrictedCosts restrict_costs(const FamilyProblem& p, const std::vector<int>& heads,
+                               const std::vector<const TierOption*>& options) {
+  if (heads.size() != options.size())
+    throw InputError("restrict_costs: " + std::to_string(heads.size()) + " heads but " + std::to_string(options.size()) +
+                     " options; give one option per head.");
+  RestrictedCosts rc;
+  std::vector<int> all;
+  for (const TierOption* o : options) all.insert(all.end(), o->tiers.begin(), o->tiers.end());
+  for (int j : all)
+    if (j < 0 || j >= static_cast<int>(p.rates.size()))
+      throw InputError("restrict_costs: tier index " + std::to_string(j) + " is outside the ladder of " +
+                       std::to_string(p.rates.size()) + " tiers.");
+  rate_groups(all, p.rates, rc.rates, rc.members);
+  const int m = static_cast<int>(rc.rates.size());
+  std::int64_t N = 0;
+  for (int h : heads) N += p.heads.at(static_cast<std::size_t>(h)).tokens();
+  rc.cost.resize(m, N);
+  rc.pick.assign(static_cast<std::size_t>(N) * m, 255);
+  const int L = static_cast<int>(p.rates.size());
+  bool needs_penalty = false;
+  long double abs_sum = 0.0L;
+  std::int64_t base = 0;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    const MatrixRMd& c = *p.heads[static_cast<std::size_t>(heads[i])].cost;
+    std::vector<char> allowed(static_cast<std::size_t>(L), 0);
+    for (int j : options[i]->tiers) allowed[static_cast<std::size_t>(j)] = 1;
+    const std::int64_t T = c.cols();
+    for (std::int64_t t = 0; t < T; ++t) {
+      const std::int64_t item = base + t;
+      double worst = 0.0;
+      for (int k = 0; k < m; ++k) {
+        double best = std::numeric_limits<double>::infinity();
+        int arg = -1;
+        for (int j : rc.members[static_cast<std::size_t>(k)]) {
+          if (!allowed[static_cast<std::size_t>(j)]) continue;
+          const double v = c(j, t);
+          if (arg < 0 || v < best) {
+            best = v;
+            arg = j;
+          }
+        }
+        if (arg < 0) {
+          needs_penalty = true;
+          rc.cost(k, item) = 0.0;  // set below
+        } else {
+          rc.cost(k, item) = best;
+          rc.pick[static_cast<std::size_t>(item) * m + k] = static_cast<std::uint8_t>(arg);
+          worst = std::max(worst, std::fabs(best));
+        }
+      }
+      abs_sum += worst;
+    }
+    base += T;
+  }
+  if (needs_penalty) {
+    // Any allocation using a penalised tier costs at least penalty - abs_sum > abs_sum,
+    // more than any allowed allocation (whose cost is at most abs_sum).
+    rc.penalty = abs_sum > 0 ? static_cast<double>(4.0L * abs_sum) : 1.0;
+    for (std::int64_t item = 0; item < N; ++item)
+      for (int k = 0; k < m; ++k)
+        if (rc.pick[static_cast<std::size_t>(item) * m + k] == 255) rc.cost(k, item) = rc.penalty;
+  }
+  return rc;
+}
+
+// ---- solving one restricted instance ---------------------------------------------
+
+namespace {
+
+MckpResult solve_instance(const FamilyProblem& p, const RestrictedCosts& rc, const std::vector<int>& heads,
+                          double budget, const FamilyOptions& opt) {
+  const MckpInstance inst = rc.instance(budget);
+  switch (opt.solver) {
+    case FamilySolver::Exact: return solve_exact(inst, opt.exact);
+    case FamilySolver::Greedy: return solve_greedy(inst);
+    case FamilySolver::Waterfill: {
+      // Per token (RDKV): weights a_t, each token with its head's fitted n_h(b).
+      WaterfillProblem wp;
+      wp.weights.reserve(static_cast<std::size_t>(rc.items()));
+      for (int h : heads) {
+        const FamilyHead& hd = p.heads[static_cast<std::size_t>(h)];
+        for (Eigen::Index t = 0; t < hd.weights->size(); ++t) {
+          wp.weights.push_back((*hd.weights)[t]);
+          if (heads.size() > 1) wp.models.push_back(hd.noise);
+        }
+      }
+      if (heads.size() == 1) wp.models = {p.heads[static_cast<std::size_t>(heads[0])].noise};
+      wp.budget = std::max(0.0, budget);
+      wp.max_bits = rc.rates.back() > 0 ? rc.rates.back() : 1.0;
+      return waterfill(wp, inst).projected;
+    }
+  }
+  throw std::logic_error("unknown family solver");
+}
+
+// The restricted choice mapped back to ladder tiers: out[i] for heads[i]. False when a
+// penalised tier was chosen.
+bool split_choice(const FamilyProblem& p, const RestrictedCosts& rc, const std::vector<int>& heads,
+                  const std::vector<std::uint8_t>& choice, std::vector<std::vector<std::uint8_t>>& out) {
+  out.assign(heads.size(), {});
+  std::int64_t base = 0;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    const std::int64_t T = p.heads[static_cast<std::size_t>(heads[i])].tokens();
+    std::vector<std::uint8_t>& tiers = out[i];
+    tiers.assign(static_cast<std::size_t>(T), 0);
+    for (std::int64_t t = 0; t < T; ++t) {
+      const std::uint8_t j = rc.ladder_tier(base + t, choice[static_cast<std::size_t>(base + t)]);
+      if (j == 255) return false;
+      tiers[static_cast<std::size_t>(t)] = j;
+    }
+    base += T;
+  }
+  return true;
+}
+
+// sum_t c_t(tiers_t) and sum_t r(tiers_t) of one head (long double accumulation).
+void score_head(const FamilyProblem& p, int h, FamilyHeadResult& r) {
+  const MatrixRMd& c = *p.heads[static_cast<std::size_t>(h)].cost;
+  long double obj = 0.0L, rate = 0.0L;
+  for (std::size_t t = 0; t < r.tiers.size(); ++t) {
+    obj += c(r.tiers[t], static_cast<Eigen::Index>(t));
+    rate += p.rates[r.tiers[t]];
+  }
+  r.objective = static_cast<double>(obj);
+  r.rate_bits = static_cast<double>(rate);
+}
+
+void finish_totals(const FamilyProblem& p, FamilyResult& res) {
+  long double obj = 0.0L, rate = 0.0L;
+  for (const auto& h : res.heads) {
+    obj += h.objective;
+    rate += h.rate_bits;
+  }
+  res.objective = static_cast<double>(obj);
+  res.rate_used = static_cast<double>(rate);
+  res.rate_budget = p.budget * static_cast<double>(p.tokens());
+  res.gap = res.objective - res.lower_bound;
+  if (res.gap < 0) res.gap = 0.0;  // rounding of an equal bound
+  res.relative_gap = res.gap / std::max(std::fabs(res.objective), 1e-300);
+}
+
+bool proven(const FamilyResult& r) { return r.gap <= 1e-12 * std::max(std::fabs(r.objective), 1e-300); }
+
+double budget_tolerance(double budget_bits) { return 1e-9 * std::max(1.0, std::fabs(budget_bits)); }
+
+}  // namespace
+
+// ---- scope head -------------------------------------------------------------------
+
+FamilyResult solve_families_per_head(const FamilyProblem& p, const std::vector<TierOption>& options,
+                                     const FamilyOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  opt.validate();
+  p.validate(opt.solver);
+  if (options.empty()) throw InputError("solve_families_per_head: no family options given.");
+  FamilyResult res;
+  res.options = options;
+  res.method = "per head";
+  res.heads.resize(p.heads.size());
+  long double bound = 0.0L;
+  const std::size_t n_opt = options.size();
+  for (std::size_t h = 0; h < p.heads.size(); ++h) {
+    FamilyHeadResult& hr = res.heads[h];
+    hr.option_objectives.assign(n_opt, std::numeric_limits<double>::quiet_NaN());
+    std::vector<std::vector<std::uint8_t>> tiers(n_opt);
+    double head_bound = std::numeric_limits<double>::infinity();
+    const std::vector<int> one{static_cast<int>(h)};
+    for (std::size_t o = 0; o < n_opt; ++o) {
+      const RestrictedCosts rc = restrict_costs(p, one, {&options[o]});
+      const MckpResult r = solve_instance(p, rc, one, p.budget, opt);
+      if (!r.has_solution()) continue;
+      std::vector<std::vector<std::uint8_t>> split;
+      split_choice(p, rc, one, r.choice, split);
+      FamilyHeadResult tmp;
+      tmp.tiers = std::move(split[0]);
+      score_head(p, static_cast<int>(h), tmp);
+      hr.option_objectives[o] = tmp.objective;
+      tiers[o] = std::move(tmp.tiers);
+      head_bound = std::min(head_bound, std::min(r.lower_bound, tmp.objective));
+    }
+    // Least objective; M gives way to the best endpoint within the tolerance.
+    int best = -1, best_end = -1;
+    for (std::size_t o = 0; o < n_opt; ++o) {
+      const double v = hr.option_objectives[o];
+      if (std::isnan(v)) continue;
+      if (best < 0 || v < hr.option_objectives[static_cast<std::size_t>(best)]) best = static_cast<int>(o);
+      if (options[o].family != Family::Mixed &&
+          (best_end < 0 || v < hr.option_objectives[static_cast<std::size_t>(best_end)]))
+        best_end = static_cast<int>(o);
+    }
+    if (best < 0) {
+      res.status = SolveStatus::Infeasible;
+      res.heads.clear();
+      res.message = "Budget B = " + num(p.budget) + " bits per element is below the smallest rate of every option (head " +
+                    std::to_string(h) + "): no allocation fits.";
+      res.seconds = seconds_since(t0);
+      return res;
+    }
+    if (best_end >= 0 && options[static_cast<std::size_t>(best)].family == Family::Mixed) {
+      const double vm = hr.option_objectives[static_cast<std::size_t>(best)];
+      const double ve = hr.option_objectives[static_cast<std::size_t>(best_end)];
+      if (ve <= vm + opt.route_tolerance * std::fabs(vm) + 1e-12 * std::fabs(vm)) best = best_end;
+    }
+    hr.option = best;
+    hr.tiers = std::move(tiers[static_cast<std::size_t>(best)]);
+    score_head(p, static_cast<int>(h), hr);
+    hr.bound = head_bound;
+    bound += head_bound;
+  }
+  res.lower_bound = static_cast<double>(bound);
+  finish_totals(p, res);
+  res.status = proven(res) ? SolveStatus::Optimal : SolveStatus::Feasible;
+  res.message = "Each of " + std::to_string(p.heads.size()) + " head(s) solved at its own budget with the " +
+                std::string(to_string(opt.solver)) + " solver on " + std::to_string(n_opt) +
+                " option(s); the bound is the sum of each head's least option bound.";
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+// ---- pooled scope: the routing multiplier ----------------------------------------
+
+RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<TierOption>& options,
+                                      const FamilyOptions& opt) {
+  opt.validate();
+  p.validate(FamilySolver::Exact);
+  if (options.empty()) throw InputError("route_by_multiplier: no family options given.");
+  const std::size_t H = p.heads.size();
+  // Each option's tiers by increasing rate (ties: ladder order), so that a strict
+  // comparison keeps the lower rate among equal Lagrangian values.
+  std::vector<std::vector<int>> sorted(options.size());
+  for (std::size_t o = 0; o < options.size(); ++o) {
+    sorted[o] = options[o].tiers;
+    std::stable_sort(sorted[o].begin(), sorted[o].end(), [&](int a, int b) { return p.rates[a] < p.rates[b]; });
+  }
+  const double budget_bits = p.budget * static_cast<double>(p.tokens());
+  const double tol = budget_tolerance(budget_bits);
+
+  struct Eval {
+    double L = 0.0, rate = 0.0;
+    std::vector<int> option;
+    std::vector<double> head_rate;
+  };
+  auto eval = [&](double lambda) {
+    Eval e;
+    e.option.assign(H, -1);
+    e.head_rate.assign(H, 0.0);
+    long double L = 0.0L, R = 0.0L;
+    for (std::size_t h = 0; h < H; ++h) {
+      const MatrixRMd& c = *p.heads[h].cost;
+      const Eigen::Index T = c.cols();
+      double best_v = std::numeric_limits<double>::infinity(), best_r = 0.0;
+      int best_o = -1;
+      for (std::size_t o = 0; o < options.size(); ++o) {
+        long double v = 0.0L, r = 0.0L;
+        const std::vector<int>& tiers = sorted[o];
+        for (Eigen::Index t = 0; t < T; ++t) {
+          double mv = std::numeric_limits<double>::infinity(), mr = 0.0;
+          for (int j : tiers) {
+            const double x = c(j, t) + lambda * p.rates[j];
+            if (x < mv) {
+              mv = x;
+              mr = p.rates[j];
+            }
+          }
+          v += mv;
+          r += mr;
+        }
+        if (best_o < 0 || static_cast<double>(v) < best_v) {
+          best_v = static_cast<double>(v);
+          best_r = static_cast<double>(r);
+          best_o = static_cast<int>(o);
+        }
+      }
+      e.option[h] = best_o;
+      e.head_rate[h] = best_r;
+      L += best_v;
+      R += best_r;
+    }
+    e.L = static_cast<double>(L);
+    e.rate = static_cast<double>(R);
+    return e;
+  };
+
+  RoutingMultiplier out;
+  // Infeasible: even the lowest-rate option of every head exceeds the budget.
+  long double min_bits = 0.0L;
+  double max_cost = 0.0;
+  for (std::size_t h = 0; h < H; ++h) {
+    double r0 = std::numeric_limits<double>::infinity();
+    for (const auto& s : sorted) r0 = std::min(r0, p.rates[s.front()]);
+    min_bits += static_cast<long double>(r0) * p.heads[h].tokens();
+    max_cost = std::max(max_cost, p.heads[h].cost->cwiseAbs().maxCoeff());
+  }
+  if (static_cast<double>(min_bits) > budget_bits + tol) {
+    out.status = SolveStatus::Infeasible;
+    out.bound = std::numeric_limits<double>::infinity();
+    return out;
+  }
+  Eval lo_e = eval(0.0);
+  if (lo_e.rate <= budget_bits + tol) {
+    out.status = SolveStatus::Trivial;
+    out.lambda = 0.0;
+    out.bound = lo_e.L;
+    out.option_of_head = std::move(lo_e.option);
+    out.head_rate_bits = std::move(lo_e.head_rate);
+    out.rate_bits = lo_e.rate;
+    return out;
+  }
+  // lambda > 2 max|c| / (smallest rate step) puts every token at its option's lowest rate
+  // and every head on its lowest-rate option: feasible.
+  std::vector<double> distinct = p.rates;
+  std::sort(distinct.begin(), distinct.end());
+  double step = std::numeric_limits<double>::infinity();
+  for (std::size_t j = 1; j < distinct.size(); ++j)
+    if (distinct[j] > distinct[j - 1]) step = std::min(step, distinct[j] - distinct[j - 1]);
+  double lo = 0.0, hi = (std::isfinite(step) && max_cost > 0) ? 4.0 * max_cost / step : 1.0;
+  Eval hi_e = eval(hi);
+  for (int k = 0; k < 200 && hi_e.rate > budget_bits + tol; ++k) {
+    lo = hi;
+    lo_e = std::move(hi_e);
+    hi *= 2.0;
+    hi_e = eval(hi);
+  }
+  int steps = 0;
+  while (steps < opt.max_bisection_steps) {
+    const double mid = lo + 0.5 * (hi - lo);
+    if (!(mid > lo && mid < hi) || hi - lo <= 1e-14 * hi) break;
+    ++steps;
+    Eval e = eval(mid);
+    if (e.rate <= budget_bits + tol) {
+      hi = mid;
+      hi_e = std::move(e);
+    } else {
+      lo = mid;
+      lo_e = std::move(e);
+    }
+  }
+  out.status = SolveStatus::Feasible;
+  out.lambda = hi;
+  out.steps = steps;
+  out.bound = std::max(hi_e.L - hi * budget_bits, lo_e.L - lo * budget_bits);
+  out.option_of_head = std::move(hi_e.option);
+  out.head_rate_bits = std::move(hi_e.head_rate);
+  out.rate_bits = hi_e.rate;
+  return out;
+}
+
+// ---- pooled scope -------------------------------------------------------------------
+
+namespace {
+
+// RateQuant: per-head continuous bits, then every head dense at one tier of the options' union.
+void rate_quant(const FamilyProblem& p, const std::vector<TierOption>& options, FamilyResult& res) {
+  const std::size_t H = p.heads.size();
+  const std::int64_t T = p.heads.front().tokens();
+  for (const auto& h : p.heads)
+    if (h.tokens() != T)
+      throw InputError("waterfill at layer/model scope (RateQuant) needs heads of equal length; got " +
+                       std::to_string(T) + " and " + std::to_string(h.tokens()) + " tokens.");
+  std::vector<int> all;
+  for (const auto& o : options) all.insert(all.end(), o.tiers.begin(), o.tiers.end());
+  std::vector<double> group_rate;
+  std::vector<std::vector<int>> members;
+  rate_groups(all, p.rates, group_rate, members);
+  const int m = static_cast<int>(group_rate.size());
+  // Dense cost of each tier per head: sum_t c_t(tau).
+  MatrixRMd dense(m, static_cast<Eigen::Index>(H));
+  std::vector<std::uint8_t> pick(H * static_cast<std::size_t>(m));
+  WaterfillProblem wp;
+  for (std::size_t h = 0; h < H; ++h) {
+    const MatrixRMd& c = *p.heads[h].cost;
+    for (int k = 0; k < m; ++k) {
+      double best = std::numeric_limits<double>::infinity();
+      int arg = -1;
+      for (int j : members[static_cast<std::size_t>(k)]) {
+        const double v = c.row(j).sum();
+        if (arg < 0 || v < best) {
+          best = v;
+          arg = j;
+        }
+      }
+      dense(k, static_cast<Eigen::Index>(h)) = best;
+      pick[h * m + k] = static_cast<std::uint8_t>(arg);
+    }
+    wp.weights.push_back(p.heads[h].weights->sum());
+    wp.models.push_back(p.heads[h].noise);
+  }
+  if (H == 1) wp.models.resize(1);
+  wp.budget = std::max(0.0, p.budget);
+  wp.max_bits = group_rate.back() > 0 ? group_rate.back() : 1.0;
+  MckpInstance inst;
+  inst.rates = group_rate;
+  inst.cost = CostView::of_tier_major(dense);
+  inst.budget = p.budget;
+  const WaterfillResult wr = waterfill(wp, inst, WaterfillOptions{false});
+  if (!wr.projected.has_solution()) {
+    res.status = SolveStatus::Infeasible;
+    res.message = wr.projected.message;
+    return;
+  }
+  res.heads.assign(H, {});
+  for (std::size_t h = 0; h < H; ++h) {
+    const int tier = pick[h * m + wr.projected.choice[h]];
+    FamilyHeadResult& hr = res.heads[h];
+    hr.tiers.assign(static_cast<std::size_t>(T), static_cast<std::uint8_t>(tier));
+    for (std::size_t o = 0; o < options.size(); ++o)
+      if (std::find(options[o].tiers.begin(), options[o].tiers.end(), tier) != options[o].tiers.end()) {
+        hr.option = static_cast<int>(o);
+        break;
+      }
+    score_head(p, static_cast<int>(h), hr);
+  }
+  res.method = "RateQuant (per-head water-filling, heads dense, theta = " + num(wr.continuous.theta) + ")";
+}
+
+// Greedy fill per group of heads sharing an option.
+void group_split(const FamilyProblem& p, const std::vector<TierOption>& options, const RoutingMultiplier& mult,
+                 const FamilyOptions& opt, FamilyResult& res) {
+  const double budget_bits = p.budget * static_cast<double>(p.tokens());
+  double slack = std::max(0.0, budget_bits - mult.rate_bits);
+  res.heads.assign(p.heads.size(), {});
+  int groups = 0;
+  for (std::size_t o = 0; o < options.size(); ++o) {
+    std::vector<int> heads;
+    double bits = slack;
+    std::int64_t n = 0;
+    for (std::size_t h = 0; h < p.heads.size(); ++h)
+      if (mult.option_of_head[h] == static_cast<int>(o)) {
+        heads.push_back(static_cast<int>(h));
+        bits += mult.head_rate_bits[h];
+        n += p.heads[h].tokens();
+      }
+    if (heads.empty()) continue;
+    ++groups;
+    const RestrictedCosts rc = restrict_costs(p, heads, std::vector<const TierOption*>(heads.size(), &options[o]));
+    const MckpResult r = solve_instance(p, rc, heads, bits / static_cast<double>(n), opt);
+    if (!r.has_solution())
+      throw std::logic_error("group of option " + options[o].name + " got " + num(bits) +
+                       " bits, below its multiplier allocation; this is a bug in the routing.");
+    std::vector<std::vector<std::uint8_t>> split;
+    split_choice(p, rc, heads, r.choice, split);
+    for (std::size_t i = 0; i < heads.size(); ++i) {
+      FamilyHeadResult& hr = res.heads[static_cast<std::size_t>(heads[i])];
+      hr.option = static_cast<int>(o);
+      hr.tiers = std::move(split[i]);
+      score_head(p, heads[i], hr);
+    }
+    slack = std::max(0.0, bits - r.rate_used);
+  }
+  res.method = "multiplier routing, then " + std::string(to_string(opt.solver)) + " per option group (" +
+               std::to_string(groups) + " group(s))";
+}
+
+}  // namespace
+
+FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<TierOption>& options,
+                                   const FamilyOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  opt.validate();
+  p.validate(opt.solver);
+  if (options.empty()) throw InputError("solve_families_pooled: no family options given.");
+  FamilyResult res;
+  res.options = options;
+  res.rate_budget = p.budget * static_cast<double>(p.tokens());
+  const RoutingMultiplier mult = route_by_multiplier(p, options, opt);
+  if (mult.status == SolveStatus::Infeasible) {
+    res.status = SolveStatus::Infeasible;
+    res.message = "Budget B = " + num(p.budget) +
+                  " bits per element is below the smallest rate every option allows: no allocation fits.";
+    res.seconds = seconds_since(t0);
+    return res;
+  }
+  res.lambda = mult.lambda;
+  res.lower_bound = mult.bound;
+  std::vector<int> all(p.heads.size());
+  for (std::size_t h = 0; h < all.size(); ++h) all[h] = static_cast<int>(h);
+  SolveStatus inner = SolveStatus::Feasible;
+
+  if (opt.solver == FamilySolver::Waterfill) {
+    rate_quant(p, options, res);
+    if (res.status == SolveStatus::Infeasible) {
+      res.seconds = seconds_since(t0);
+      return res;
+    }
+  } else if (options.size() == 1) {
+    const RestrictedCosts rc = restrict_costs(p, all, std::vector<const TierOption*>(all.size(), &options[0]));
+    const MckpResult r = solve_instance(p, rc, all, p.budget, opt);
+    std::vector<std::vector<std::uint8_t>> split;
+    if (r.has_solution() && split_choice(p, rc, all, r.choice, split)) {
+      res.heads.assign(p.heads.size(), {});
+      for (std::size_t h = 0; h < all.size(); ++h) {
+        res.heads[h].option = 0;
+        res.heads[h].tiers = std::move(split[h]);
+        score_head(p, static_cast<int>(h), res.heads[h]);
+      }
+    }
+    res.lower_bound = std::max(res.lower_bound, r.lower_bound);
+    inner = r.status;
+    res.method = "one " + std::string(to_string(opt.solver)) + " knapsack over " + std::to_string(rc.items()) +
+                 " tokens (" + r.summary() + ")";
+  } else if (opt.solver == FamilySolver::Exact) {
+    std::vector<const TierOption*> chosen(all.size());
+    for (std::size_t h = 0; h < all.size(); ++h) chosen[h] = &options[static_cast<std::size_t>(mult.option_of_head[h])];
+    const RestrictedCosts rc = restrict_costs(p, all, chosen);
+    const MckpResult r = solve_instance(p, rc, all, p.budget, opt);
+    std::vector<std::vector<std::uint8_t>> split;
+    if (r.has_solution() && split_choice(p, rc, all, r.choice, split)) {
+      res.heads.assign(p.heads.size(), {});
+      for (std::size_t h = 0; h < all.size(); ++h) {
+        res.heads[h].option = mult.option_of_head[h];
+        res.heads[h].tiers = std::move(split[h]);
+        score_head(p, static_cast<int>(h), res.heads[h]);
+      }
+      res.method = "multiplier routing, then one exact knapsack over all tokens with the options fixed (" +
+                   r.summary() + ")";
+    } else {
+      res.heads.clear();  // the per-head incumbent below takes over
+    }
+  } else {
+    group_split(p, options, mult, opt, res);
+  }
+
+  if (!res.heads.empty()) finish_totals(p, res);
+  const bool need_incumbent = res.heads.empty() || (opt.solver == FamilySolver::Exact && opt.head_incumbent &&
+                                                    !proven(res) && inner != SolveStatus::Optimal);
+  if (need_incumbent) {
+    FamilyResult per = solve_families_per_head(p, options, opt);
+    if (per.has_solution() && (res.heads.empty() || per.objective < res.objective)) {
+      const double bound = res.lower_bound;
+      const double lambda = res.lambda;
+      res = std::move(per);
+      for (auto& h : res.heads) h.bound = std::numeric_limits<double>::quiet_NaN();
+      res.lower_bound = bound;  // the per-head bounds do not bound the pooled optimum
+      res.lambda = lambda;
+      res.method = "per-head incumbent (better than the pooled fill)";
+      finish_totals(p, res);
+    }
+  }
+  if (res.heads.empty()) {
+    res.status = SolveStatus::Infeasible;
+    res.message = "No allocation found.";
+    res.seconds = seconds_since(t0);
+    return res;
+  }
+  for (auto& h : res.heads) h.option_objectives.clear();
+  if (mult.status == SolveStatus::Trivial && proven(res))
+    res.status = SolveStatus::Trivial;
+  else
+    res.status = proven(res) ? SolveStatus::Optimal : SolveStatus::Feasible;
+  res.message = std::to_string(p.heads.size()) + " head(s) share " + num(res.rate_budget) + " bits; routing multiplier " +
+                num(mult.lambda) + " after " + std::to_string(mult.steps) + " bisection step(s); " + res.method + ".";
+  res.seconds = seconds_since(t0);
+  return res;
+}
+
+}  // namespace tierlab

@@ -1,0 +1,179 @@
+#pragma once
+// Policy families and per-head routing (MODEL.md section 5), on top of the shared-ladder
+// knapsack solvers (mckp.hpp, exact.hpp, greedy.hpp, waterfill.hpp).
+//
+// A head h has tokens t = 0..T_h-1 and costs c_t(tau_j) for every tier j of one RateLadder
+// (tier-major, SurrogateCosts::cost), rates r_j in bits per element (code or total). At a
+// budget B (bits per element over the tokens in scope) the families are tier subsets:
+//   Q:tau  dense quantization endpoint  {tau, exact}, one finite tier tau, no eviction
+//   E      eviction endpoint            {evict, exact}
+//   M      mixed interior               the whole ladder
+// Family Q is the best of its options Q:tau (by the objective); it is infeasible when B is
+// below every finite tier's rate. Each option's optimum is the knapsack
+//   minimise sum_t c_t(j_t)  subject to  sum_t r_{j_t} <= B T,  j_t in the option's tiers
+// solved on the option's restricted cost view (the rows of its tiers; tiers of equal rate
+// are merged, per token the cheaper one).
+//
+// Scope head: each head has its own budget B T_h and takes the option of least objective;
+// an endpoint (Q or E) is kept instead of M when its objective is <= (1 + route_tolerance)
+// times M's (ties and near-ties go to the simpler policy).
+//
+// Pooled scope (a layer, or the model): the heads share the budget B sum_h T_h and trade it.
+// With one common multiplier lambda >= 0, head h takes the option and allocation minimising
+//   L_h(lambda) = min_o sum_t min_{j in o} ( c_t(j) + lambda r_j )
+// lambda is bisected until the total rate of these minimisers meets the budget; for every
+// lambda >= 0
+//   LB(lambda) = sum_h L_h(lambda) - lambda B sum_h T_h
+// bounds the pooled optimum from below (weak duality), and the larger of LB at the two ends
+// of the final bracket is reported as the bound (with several options it equals M's LP
+// bound when M is among them). With the options fixed at the feasible end, the leftover
+// budget is filled:
+//   exact      one knapsack over all tokens in scope on the union ladder, where a tier
+//              outside a head's option costs a penalty larger than every allowed
+//              allocation (so it is never chosen); the per-head-scope solution is kept
+//              instead when it is better (never worse than per-head routing)
+//   greedy     one greedy knapsack per group of heads sharing an option, each given its
+//              group's rate at the multiplier plus the slack the previous groups left
+//   waterfill  per head (RateQuant): continuous bits b_h by reverse water-filling on
+//              w_h = sum_t a_t with the head's fitted n_h(b) = alpha_h beta_h^(-b), then
+//              projected onto the options' tiers with each head dense at one tier (the
+//              knapsack over heads with costs sum_t c_t(tau)); heads must have equal T.
+// A single-option family (E, M, Q with one finite tier) pooled is one knapsack over the
+// concatenated tokens (exact/greedy) or RateQuant (waterfill).
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/linalg.hpp"
+#include "model/tier.hpp"
+#include "solvers/exact.hpp"
+#include "solvers/mckp.hpp"
+#include "solvers/waterfill.hpp"
+
+namespace tierlab {
+
+enum class Family { Quantize, Evict, Mixed };
+std::string_view to_string(Family);  // "quantize" | "evict" | "mixed"
+char family_letter(Family);          // 'Q' | 'E' | 'M'
+Family parse_family(std::string_view);
+
+// What a solve may use per head: one family, or routed (each head picks Q, E or M).
+enum class FamilyChoice { Mixed, Quantize, Evict, Routed };
+std::string_view to_string(FamilyChoice);              // "mixed" | "quantize" | "evict" | "routed"
+FamilyChoice parse_family_choice(std::string_view);    // InputError lists the choices
+
+// Where the budget holds: each head alone, each layer's heads together, or all heads.
+enum class Scope { Head, Layer, Model };
+std::string_view to_string(Scope);      // "head" | "layer" | "model"
+Scope parse_scope(std::string_view);
+
+enum class FamilySolver { Exact, Greedy, Waterfill };
+std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "waterfill"
+FamilySolver parse_family_solver(std::string_view);
+
+// One option of a family: the ladder tiers a head may use.
+struct TierOption {
+  Family family = Family::Mixed;
+  std::vector<int> tiers;  // ladder indices, increasing
+  std::string name;        // "Q:kivi2", "E", "M"
+};
+// Q: one option per finite tier (ladder order); E; M; routed: Q options, then E, then M
+// (this order breaks ties). Throws InputError when the ladder has no finite tier and Q is asked.
+std::vector<TierOption> family_options(const RateLadder& ladder, FamilyChoice choice);
+
+// One head as the family solvers read it (pointers stay owned by the caller).
+struct FamilyHead {
+  const MatrixRMd* cost = nullptr;   // ladder.size() x T, tier-major: cost(j, t) = c_t(tau_j)
+  const VectorD* weights = nullptr;  // a_t, T entries (waterfill only)
+  DistortionModel noise;             // n_h(b) on the budget's rate kind (waterfill only)
+  std::int64_t tokens() const { return cost ? cost->cols() : 0; }
+};
+
+struct FamilyProblem {
+  std::vector<double> rates;  // r_j of every ladder tier, bits per element (code or total)
+  std::vector<FamilyHead> heads;
+  double budget = 0.0;  // B, bits per element
+  std::int64_t tokens() const;
+  void validate(FamilySolver solver) const;  // InputError naming the field
+};
+
+struct FamilyOptions {
+  FamilySolver solver = FamilySolver::Exact;
+  double route_tolerance = 0.0;  // >= 0, see the header comment
+  ExactOptions exact;
+  int max_bisection_steps = 200;
+  bool head_incumbent = true;  // exact, pooled: keep the per-head solution when better
+  void validate() const;
+};
+
+// The costs of some heads restricted to tier subsets, as one shared-ladder instance over
+// their concatenated tokens. Restricted tier k has rate rates[k] (distinct, increasing)
+// and stands for the ladder tiers members[k] (equal rates), of which each token takes the
+// cheapest its head's option allows; a tier the option lacks costs `penalty`.
+struct RestrictedCosts {
+  std::vector<double> rates;
+  std::vector<std::vector<int>> members;
+  MatrixRMd cost;                  // rates.size() x N, tier-major
+  std::vector<std::uint8_t> pick;  // N x rates.size(): ladder tier behind (item, k); 255 = not allowed
+  double penalty = 0.0;            // 0 when every tier is allowed for every item
+  std::int64_t items() const { return cost.cols(); }
+  MckpInstance instance(double budget) const;
+  std::uint8_t ladder_tier(std::int64_t item, int k) const {
+    return pick[static_cast<std::size_t>(item) * rates.size() + static_cast<std::size_t>(k)];
+  }
+};
+// heads[i] with option options[i] (same length), tokens concatenated in that order.
+RestrictedCosts restrict_costs(const FamilyProblem&, const std::vector<int>& heads,
+                               const std::vector<const TierOption*>& options);
+
+// The multiplier routing of the pooled scope (see the header comment).
+struct RoutingMultiplier {
+  SolveStatus status = SolveStatus::Feasible;  // Trivial (lambda = 0 fits), Infeasible, or Feasible
+  double lambda = 0.0;                // feasible end of the final bracket
+  double bound = 0.0;                 // max LB(lambda) over the bracket ends
+  std::vector<int> option_of_head;    // option minimising L_h at lambda
+  std::vector<double> head_rate_bits; // sum_t r at the minimisers, per head
+  double rate_bits = 0.0;             // their total (<= budget)
+  int steps = 0;                      // bisection steps
+};
+RoutingMultiplier route_by_multiplier(const FamilyProblem&, const std::vector<TierOption>& options,
+                                      const FamilyOptions& = {});
+
+struct FamilyHeadResult {
+  int option = -1;                   // index into FamilyResult::options
+  std::vector<std::uint8_t> tiers;   // ladder tier per token
+  double objective = 0.0;            // sum_t c_t(tiers_t)
+  double rate_bits = 0.0;            // sum_t r_{tiers_t}
+  double bound = std::numeric_limits<double>::quiet_NaN();  // head scope: min over options of their bounds
+  std::vector<double> option_objectives;  // head scope: objective of every option (NaN when infeasible)
+};
+
+struct FamilyResult {
+  SolveStatus status = SolveStatus::Feasible;
+  std::string message;
+  std::string method;  // how the answer was reached (e.g. "per head", "joint exact", "per-head incumbent")
+  std::vector<TierOption> options;
+  std::vector<FamilyHeadResult> heads;  // empty when Infeasible
+  double objective = std::numeric_limits<double>::quiet_NaN();
+  double lower_bound = -std::numeric_limits<double>::infinity();
+  double gap = std::numeric_limits<double>::infinity();
+  double relative_gap = std::numeric_limits<double>::infinity();
+  double lambda = std::numeric_limits<double>::quiet_NaN();  // pooled: the routing multiplier
+  double rate_used = 0.0;    // bits
+  double rate_budget = 0.0;  // B sum_h T_h, bits
+  double seconds = 0.0;
+
+  bool has_solution() const { return status != SolveStatus::Infeasible; }
+  std::vector<int> family_counts() const;  // heads per Family (Q, E, M)
+};
+
+// Each head with its own budget B T_h (scope head).
+FamilyResult solve_families_per_head(const FamilyProblem&, const std::vector<TierOption>& options,
+                                     const FamilyOptions& = {});
+// All heads sharing the budget B sum_h T_h (scope layer or model: the caller passes the heads).
+FamilyResult solve_families_pooled(const FamilyProblem&, const std::vector<TierOption>& options,
+                                   const FamilyOptions& = {});
+
+}  // namespace tierlab

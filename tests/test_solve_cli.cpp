@@ -1,0 +1,250 @@
+// Trace-level solving (scenarios/allocate.hpp, scenarios/interior.hpp) on a `tiny` synthetic
+// trace, and the `tierlab solve --write-allocation` -> `tierlab eval --allocation` round trip
+// through the built binary.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/recompute.hpp"
+#include "model/allocation.hpp"
+#include "model/error.hpp"
+#include "model/synthetic.hpp"
+#include "scenarios/allocate.hpp"
+#include "scenarios/interior.hpp"
+
+using namespace tierlab;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh temporary directory per test process, removed at exit.
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("tierlab_solve_" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// One tiny trace per test process.
+const std::string& tiny_trace() {
+  static TempDir tmp;
+  static const std::string path = [] {
+    const fs::path dir = tmp.path;
+    const std::string p = (dir / "tiny.safetensors").string();
+    SynthParams params = synth_preset("tiny");
+    params.seed = 5;
+    write_synthetic_trace(params, p);
+    return p;
+  }();
+  return path;
+}
+
+std::string temp_file(const std::string& name) { return (fs::path(tiny_trace()).parent_path() / name).string(); }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tierlab_binary() { return std::string(TIERLAB_BINARY_DIR) + "/scenarios/tierlab"; }
+
+// Runs the binary; returns its exit status, stdout and stderr in files.
+int run(const std::string& args, const std::string& out, const std::string& err) {
+  const std::string cmd = "'" + tierlab_binary() + "' " + args + " > '" + out + "' 2> '" + err + "'";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+AllocateOptions options(AllocSolver s, FamilyChoice f, Scope sc, double B) {
+  AllocateOptions o;
+  o.solver = s;
+  o.family = f;
+  o.scope = sc;
+  o.budget = B;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("every solver, family and scope gives a feasible allocation within the family", "[solve]") {
+  const TraceReader trace(tiny_trace());
+  const int H = trace.meta().n_heads();
+  for (auto s : {AllocSolver::Exact, AllocSolver::Greedy, AllocSolver::Waterfill, AllocSolver::Smoothed})
+    for (auto f : {FamilyChoice::Mixed, FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Routed})
+      for (auto sc : {Scope::Head, Scope::Layer, Scope::Model}) {
+        const AllocateOptions o = options(s, f, sc, 4.0);
+        INFO(o.name());
+        const AllocationReport r = allocate_trace(trace, o);
+        REQUIRE(r.has_solution());
+        REQUIRE(static_cast<int>(r.heads.size()) == H);
+        CHECK(r.budget_rate <= 4.0 + 1e-9);  // mean nominal code rate over the scope
+        CHECK(r.rate.code_bits == Approx(r.budget_rate).epsilon(1e-12));
+        CHECK(r.gap >= 0);
+        CHECK(r.bound <= r.objective * (1 + 1e-12) + 1e-300);
+        double share = 0;
+        for (double v : r.family_share) share += v;
+        CHECK(share == Approx(1.0));
+        for (const auto& h : r.heads) {
+          if (sc == Scope::Head) CHECK(h.budget_rate <= 4.0 + 1e-9);
+          const auto& tiers = r.allocation.head(h.layer, h.kv_head);
+          if (f == FamilyChoice::Quantize) CHECK(h.histogram[0] == 0);  // Q never evicts
+          if (f == FamilyChoice::Evict) CHECK(h.histogram[1] + h.histogram[2] + h.histogram[3] == 0);
+          if (f == FamilyChoice::Quantize) {
+            int finite = 0;
+            for (int j = 1; j <= 3; ++j) finite += h.histogram[j] > 0;
+            CHECK(finite <= 1);  // one finite tier per head
+          }
+          CHECK(static_cast<int>(tiers.size()) == h.tokens);
+        }
+      }
+}
+
+TEST_CASE("trace-level relations: M <= endpoints, pooled <= per head, heuristics >= exact", "[solve]") {
+  const TraceReader trace(tiny_trace());
+  for (double B : {2.0, 4.0, 6.0}) {
+    INFO("B = " << B);
+    const auto M = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Mixed, Scope::Head, B));
+    const auto Q = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Quantize, Scope::Head, B));
+    const auto E = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Evict, Scope::Head, B));
+    for (std::size_t h = 0; h < M.heads.size(); ++h) {
+      CHECK(M.heads[h].objective <= Q.heads[h].objective * (1 + 1e-12));
+      CHECK(M.heads[h].objective <= E.heads[h].objective * (1 + 1e-12));
+    }
+    const auto Rh = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Routed, Scope::Head, B));
+    const auto Rl = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Routed, Scope::Layer, B));
+    const auto Rm = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Routed, Scope::Model, B));
+    CHECK(Rl.objective <= Rh.objective * (1 + 1e-12));
+    CHECK(Rm.objective <= Rh.objective * (1 + 1e-12));
+    CHECK(Rm.bound <= Rm.objective * (1 + 1e-12));
+    const auto G = allocate_trace(trace, options(AllocSolver::Greedy, FamilyChoice::Mixed, Scope::Model, B));
+    const auto Mm = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Mixed, Scope::Model, B));
+    CHECK(G.objective >= Mm.objective * (1 - 1e-12));
+    CHECK(Mm.status == SolveStatus::Optimal);
+    const auto W = allocate_trace(trace, options(AllocSolver::Waterfill, FamilyChoice::Mixed, Scope::Head, B));
+    CHECK(W.objective >= M.objective * (1 - 1e-12));
+  }
+}
+
+TEST_CASE("smoothing with kernel 1 is the exact solver; smoothing never beats it on the true costs", "[solve]") {
+  const TraceReader trace(tiny_trace());
+  const auto ex = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Mixed, Scope::Head, 3.0));
+  AllocateOptions o = options(AllocSolver::Smoothed, FamilyChoice::Mixed, Scope::Head, 3.0);
+  o.smoothing.kernel = 1;
+  const auto k1 = allocate_trace(trace, o);
+  CHECK(k1.objective == Approx(ex.objective).epsilon(1e-12));
+  o.smoothing.kernel = 5;
+  const auto k5 = allocate_trace(trace, o);
+  CHECK(k5.objective >= ex.objective * (1 - 1e-12));
+  CHECK(k5.unsmoothed_objective == Approx(ex.objective).epsilon(1e-12));
+  CHECK(k5.bound <= ex.objective * (1 + 1e-12));
+  // The spans of the trace are reported both ways when it has any.
+  bool spans = false;
+  for (const auto& s : trace.meta().spans) spans |= !s.empty();
+  CHECK(k5.has_spans == spans);
+  if (spans) CHECK(k5.spans_unsmoothed.spans == k5.spans.spans);
+}
+
+TEST_CASE("an infeasible budget is an outcome, not an exception", "[solve]") {
+  const TraceReader trace(tiny_trace());
+  const auto r = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Quantize, Scope::Model, 1.0));
+  CHECK(r.status == SolveStatus::Infeasible);
+  CHECK_FALSE(r.has_solution());
+  CHECK(r.allocation.tiers.empty());
+  CHECK_THROWS_AS(parse_alloc_solver("lp"), InputError);
+}
+
+TEST_CASE("interior advantage on the tiny trace", "[solve][interior]") {
+  const TraceReader trace(tiny_trace());
+  auto cpu = make_recomputer(Backend::Cpu);
+  REQUIRE(cpu);
+  InteriorOptions io;
+  io.budget = 4.0;
+  const InteriorReport ir = interior_advantage(trace, io, *cpu);
+  REQUIRE(ir.heads.size() == static_cast<std::size_t>(trace.meta().n_heads()));
+  for (const auto& h : ir.heads) {
+    REQUIRE(h.M.feasible);
+    // M* is surrogate-optimal over a superset of Q and E: its surrogate advantage is >= 0.
+    if (!std::isnan(h.advantage_surrogate)) CHECK(h.advantage_surrogate >= -1e-12);
+    CHECK(h.Q.rate.code_bits <= 4.0 + 1e-9);
+    CHECK(h.E.rate.code_bits <= 4.0 + 1e-9);
+    // A recomputed by hand from the stored errors.
+    const double want = 1.0 - h.M.decode.rel_error / std::min(h.Q.decode.rel_error, h.E.decode.rel_error);
+    if (!std::isnan(h.advantage_decode)) CHECK(h.advantage_decode == Approx(want).epsilon(1e-12));
+  }
+  CHECK(ir.defined_obs > 0);
+  CHECK(interior_advantage_of(0.5, 1.0, 2.0) == Approx(0.5));
+  CHECK(interior_advantage_of(0.5, std::nan(""), 2.0) == Approx(0.75));
+  CHECK(std::isnan(interior_advantage_of(0.0, 0.0, 0.0)));
+}
+
+TEST_CASE("CLI: solve --write-allocation, then eval --allocation reads it", "[solve][cli]") {
+  REQUIRE(fs::exists(tierlab_binary()));
+  const std::string alloc = temp_file("alloc.safetensors");
+  const std::string out = temp_file("solve.json"), err = temp_file("solve.err");
+  const int rc = run("solve '" + tiny_trace() +
+                         "' --budget 3 --solver exact --family routed --scope model --json --write-allocation '" + alloc +
+                         "'",
+                     out, err);
+  INFO(read_text(err));
+  REQUIRE(rc == 0);
+  const auto solve = nlohmann::json::parse(read_text(out));
+  CHECK(solve["status"].get<std::string>() != "infeasible");
+  CHECK(solve["options"]["family"] == "routed");
+  REQUIRE(fs::exists(alloc));
+
+  // The file holds the same allocation as the library call with the same options.
+  const TraceReader trace(tiny_trace());
+  const Allocation a = read_allocation(alloc);
+  const auto lib = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Routed, Scope::Model, 3.0));
+  CHECK(a.ladder.name() == lib.allocation.ladder.name());
+  CHECK(a.tiers == lib.allocation.tiers);
+
+  const std::string eout = temp_file("eval.json"), eerr = temp_file("eval.err");
+  const int erc = run("eval '" + tiny_trace() + "' --allocation '" + alloc + "' --backend cpu --json", eout, eerr);
+  INFO(read_text(eerr));
+  REQUIRE(erc == 0);
+  const auto ev = nlohmann::json::parse(read_text(eout));
+  // eval's surrogate prediction (mean over heads) is solve's objective (sum over heads).
+  const double H = trace.meta().n_heads();
+  CHECK(ev["model"]["surrogate"]["predicted_abs"].get<double>() * H ==
+        Approx(solve["model"]["objective"].get<double>()).epsilon(1e-9));
+  CHECK(ev["model"]["rate"]["code_bits"].get<double>() ==
+        Approx(solve["model"]["rate"]["code_bits"].get<double>()).epsilon(1e-12));
+}
+
+TEST_CASE("CLI: text report, recompute with the interior advantage, and bad names", "[solve][cli]") {
+  REQUIRE(fs::exists(tierlab_binary()));
+  const std::string out = temp_file("solve.txt"), err = temp_file("solve2.err");
+  REQUIRE(run("solve '" + tiny_trace() + "' --budget 4 --solver smoothed --family routed --recompute --backend cpu", out,
+              err) == 0);
+  const std::string text = read_text(out);
+  CHECK(text.find("family shares") != std::string::npos);
+  CHECK(text.find("interior advantage") != std::string::npos);
+  CHECK(text.find("unsmoothed exact objective") != std::string::npos);
+
+  const std::string bad_out = temp_file("bad.txt"), bad_err = temp_file("bad.err");
+  CHECK(run("solve '" + tiny_trace() + "' --budget 4 --solver simplex", bad_out, bad_err) == 2);
+  CHECK(read_text(bad_err).find("exact, greedy, waterfill, smoothed") != std::string::npos);
+  CHECK(run("solve '" + tiny_trace() + "' --budget 4 --padding mirror --solver smoothed", bad_out, bad_err) == 2);
+  CHECK(read_text(bad_err).find("zero, reflect, replicate, none") != std::string::npos);
+  CHECK(run("solve '" + tiny_trace() + "' --budget 4 --scope cell", bad_out, bad_err) == 2);
+  CHECK(read_text(bad_err).find("head, layer, model") != std::string::npos);
+  // An infeasible budget with --write-allocation says why nothing was written.
+  CHECK(run("solve '" + tiny_trace() + "' --budget 1 --family quantize --write-allocation '" + temp_file("none.st") + "'",
+            bad_out, bad_err) == 2);
+  CHECK(read_text(bad_err).find("no allocation to write") != std::string::npos);
+}
