@@ -219,7 +219,11 @@ int run(const Options& o) {
   std::uniform_int_distribution<int> tier(0, 3);  // 0 evict, 1 kivi2, 2 kivi4, 3 exact
   std::vector<HeadBatch> batches(H);
   for (int h = 0; h < H; ++h) {
-    batches[h].problem = HeadProblem{&heads[h].q, &heads[h].k, &heads[h].v, {&heads[h].kivi2, &heads[h].kivi4, &heads[h].k}};
+    HeadProblem& p = batches[h].problem;
+    p.queries = &heads[h].q;
+    p.exact_keys = &heads[h].k;
+    p.values = &heads[h].v;
+    p.variants = {&heads[h].kivi2, &heads[h].kivi4, &heads[h].k};
     batches[h].selections.assign(E, Selection(T));
   }
   for (int e = 0; e < E; ++e)

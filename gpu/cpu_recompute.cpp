@@ -92,6 +92,55 @@ RowSums direct_row_double(const HeadProblem& hp, const Selection& sel, int row) 
   return r;
 }
 
+// One row with a causal limit (tokens 0..limit-1), directly in double precision: the
+// path for HeadProblem::visible (decode steps, few rows per head). Also sums the squared
+// logit change over the kept tokens the row sees.
+struct CausalRowSums {
+  double rel = 0, abs = 0, tv = 0, logit_sq = 0;
+  int kept = 0;
+};
+
+CausalRowSums causal_row_double(const HeadProblem& hp, const Selection& sel, int row, int limit) {
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  const MatrixRM& V = *hp.values;
+  const int d = static_cast<int>(K.cols());
+  const double scale = 1.0 / std::sqrt(double(d));
+  const Eigen::VectorXd q = Q.row(row).transpose().cast<double>();
+  std::vector<double> s(limit), sh(limit);
+  double m = -std::numeric_limits<double>::infinity(), mh = m;
+  CausalRowSums r;
+  for (int t = 0; t < limit; ++t) {
+    s[t] = K.row(t).cast<double>().dot(q) * scale;
+    m = std::max(m, s[t]);
+    if (sel[t] != 0) {
+      sh[t] = hp.variants[sel[t] - 1]->row(t).cast<double>().dot(q) * scale;
+      mh = std::max(mh, sh[t]);
+      r.logit_sq += (sh[t] - s[t]) * (sh[t] - s[t]);
+      ++r.kept;
+    }
+  }
+  double z = 0, zh = 0;
+  for (int t = 0; t < limit; ++t) {
+    s[t] = std::exp(s[t] - m);
+    z += s[t];
+    sh[t] = sel[t] != 0 ? std::exp(sh[t] - mh) : 0.0;
+    zh += sh[t];
+  }
+  Eigen::VectorXd o = Eigen::VectorXd::Zero(d), D = Eigen::VectorXd::Zero(d);
+  for (int t = 0; t < limit; ++t) {
+    const double p = s[t] / z;
+    const double delta = (zh > 0 ? sh[t] / zh : 0.0) - p;
+    const Eigen::VectorXd v = V.row(t).transpose().cast<double>();
+    o += p * v;
+    D += delta * v;
+    r.tv += 0.5 * std::abs(delta);
+  }
+  r.abs = D.squaredNorm();
+  r.rel = zh > 0 ? rel_of(r.abs, o.squaredNorm()) : 1.0;
+  return r;
+}
+
 void grow(std::vector<float>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
 }
@@ -128,12 +177,14 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
     ph.max_ds[v].assign(rows, -std::numeric_limits<float>::infinity());
   }
 
-  // Tiles of (query rows) x (tokens). Per tile: the exact logits in double (stored in
-  // float; p's precision sets the error's) and, per variant, ds from the key
-  // difference (exact in float when k^ and k are within a factor 2), u = expm1(ds).
+  // Tiles of (query rows) x (tokens). Per tile: the exact logits in double (p's precision
+  // sets the errors': float logits of sharp heads would cost 1e-6 relative) and, per
+  // variant, ds from the key difference (exact in float when k^ and k are within a
+  // factor 2), u = expm1(ds).
   const int row_blocks = (rows + kPrepareRowBlock - 1) / kPrepareRowBlock;
   const int token_blocks = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
   const MatrixRMd Qd = Q.middleRows(row_begin, rows).cast<double>();
+  MatrixRMd logits(rows, T);  // the exact logits in double until the softmax
   // Partial results reduced after the tiles: sum over a row block of ds^2 per token,
   // and max over a token block of ds per row.
   std::vector<std::vector<VectorD>> logit_part(nv);
@@ -169,7 +220,7 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
       kd = kblk.cast<double>();
       auto sd = sc.sd.topLeftCorner(nr, nt);
       sd.noalias() = Qd.middleRows(r0, nr) * kd.transpose();
-      ph.p.block(r0, t0, nr, nt) = (sd * inv_sqrt_d).cast<float>();
+      logits.block(r0, t0, nr, nt) = sd * inv_sqrt_d;
       for (int v = 0; v < nv; ++v) {
         if (ph.identical[v]) continue;
         auto kdiff = sc.kdiff.topRows(nt);
@@ -189,15 +240,15 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
       }
     }
 
-    // Exact softmax per row (max-subtracted, normaliser in double).
+    // Exact softmax per row in double (max-subtracted), stored in float.
 #pragma omp for schedule(static)
     for (int r = 0; r < rows; ++r) {
-      auto row = ph.p.row(r).array();
-      const float m = row.maxCoeff();
+      auto row = logits.row(r).array();
+      const double m = row.maxCoeff();
       row = (row - m).exp();
-      const double z = sum_double(row.data(), T);
-      row *= static_cast<float>(1.0 / z);
-      ph.p_sum[r] = sum_double(row.data(), T);
+      const double z = row.sum();
+      ph.p.row(r) = (row / z).cast<float>().matrix();
+      ph.p_sum[r] = sum_double(ph.p.row(r).data(), T);
       for (int v = 0; v < nv; ++v)
         if (!ph.identical[v])
           for (int tb = 0; tb < token_blocks; ++tb) ph.max_ds[v][r] = std::max(ph.max_ds[v][r], max_part[v][tb][r]);
@@ -449,13 +500,14 @@ class CpuRecomputer final : public Recomputer {
     const int nsel = static_cast<int>(batch.selections.size());
     std::vector<ErrorMetrics> out(nsel);
     if (nsel == 0) return out;
+    if (!hp.visible.empty()) return evaluate_causal(batch, threads_inside);
     const int nq = static_cast<int>(hp.queries->rows());
     const int T = static_cast<int>(hp.exact_keys->rows()), d = static_cast<int>(hp.exact_keys->cols());
     const int nv = static_cast<int>(hp.variants.size());
     const int nthreads = threads_inside ? static_cast<int>(all.size()) : 1;
 
     // Query rows in chunks so that the prepared head (p and one u per variant) stays bounded.
-    const double bytes_per_row = double(1 + nv) * T * sizeof(float);
+    const double bytes_per_row = double(1 + nv) * T * sizeof(float) + double(T) * sizeof(double);
     const int chunk = std::clamp(static_cast<int>(kPreparedBytesBudget / bytes_per_row) / kEvaluateRowBlock *
                                      kEvaluateRowBlock,
                                  kEvaluateRowBlock, kMaxChunkRows);
@@ -504,6 +556,34 @@ class CpuRecomputer final : public Recomputer {
       out[s].abs_error = acc[s].abs / nq;
       out[s].attn_tv = acc[s].tv / nq;
       out[s].logit_error = kept[s] > 0 ? logit[s] / (double(kept[s]) * nq) : 0.0;
+    }
+    return out;
+  }
+
+  // Rows with causal limits (HeadProblem::visible): each row directly in double.
+  static std::vector<ErrorMetrics> evaluate_causal(const HeadBatch& batch, bool threads_inside) {
+    const HeadProblem& hp = batch.problem;
+    const int nsel = static_cast<int>(batch.selections.size());
+    const int nq = static_cast<int>(hp.queries->rows());
+    std::vector<cpu::CausalRowSums> rows(std::size_t(nsel) * nq);
+#pragma omp parallel for schedule(dynamic, 1) if (threads_inside)
+    for (int task = 0; task < nsel * nq; ++task) {
+      const int s = task / nq, r = task % nq;
+      rows[task] = cpu::causal_row_double(hp, batch.selections[s], r, hp.visible[r]);
+    }
+    std::vector<ErrorMetrics> out(nsel);
+    for (int s = 0; s < nsel; ++s) {
+      double lsq = 0;
+      long kept = 0;
+      for (int r = 0; r < nq; ++r) {
+        const cpu::CausalRowSums& x = rows[std::size_t(s) * nq + r];
+        out[s].rel_error += x.rel / nq;
+        out[s].abs_error += x.abs / nq;
+        out[s].attn_tv += x.tv / nq;
+        lsq += x.logit_sq;
+        kept += x.kept;
+      }
+      out[s].logit_error = kept > 0 ? lsq / double(kept) : 0.0;
     }
     return out;
   }

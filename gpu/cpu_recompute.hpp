@@ -4,9 +4,9 @@
 // (and its benchmark); other code uses make_recomputer().
 //
 // Phase 1, prepare_head(), per query row i of rows [r0, r1):
-//   s_it = q_i.k_t / sqrt(d)  (double GEMM, stored as float: the precision of p sets
-//          the precision of every error below),
-//   p_it = softmax_t(s_i)  (float, max-subtracted, normaliser summed in double),
+//   s_it = q_i.k_t / sqrt(d)  (double GEMM: the precision of p sets the precision of
+//          every error below),
+//   p_it = softmax_t(s_i)  (double, max-subtracted; stored as float),
 //   P1_i = sum_t p_it  (double; the stored p differ from a distribution by rounding),
 //   o_i = sum_t p_it v_t / P1_i,  on2_i = ||o_i||^2  (double),
 //   per key variant v (float32 GEMMs):

@@ -103,13 +103,15 @@ struct KvEntry {
   std::uint64_t last_use = 0;
 };
 
-// One query set of a head, prepared (launch.hpp: S, E, P, lse, psum, pmax, onorm2).
+// One query set of a head (with its causal limits), prepared (launch.hpp: S, E, P, lse,
+// psum, pmax, onorm2).
 struct QueryEntry {
   const float* q_data = nullptr;
+  std::vector<int> visible;  // HeadProblem::visible (empty: every row sees all T tokens)
   std::uint64_t fp = 0;
   KvEntry* kv = nullptr;
   int nq = 0, nq_pad = 0, row_block = 0;
-  cuda::DeviceBuffer S, E, P, lse, psum, pmax, onorm2;
+  cuda::DeviceBuffer S, E, P, lse, psum, pmax, onorm2, vis;
   std::uint64_t last_use = 0;
 
   cuda::HeadView view() const {
@@ -131,6 +133,7 @@ struct QueryEntry {
     h.psum = psum.as<double>();
     h.pmax = pmax.as<float>();
     h.onorm2 = onorm2.as<double>();
+    h.visible = visible.empty() ? nullptr : vis.as<std::int32_t>();
     h.vscale = kv->vscale;
     return h;
   }
@@ -309,7 +312,7 @@ class CudaRecomputer final : public Recomputer {
     const MatrixRM& Q = *hp.queries;
     const std::uint64_t fp = fingerprint(Q);
     for (auto& e : queries_)
-      if (e->kv == kv && e->q_data == Q.data() && e->fp == fp && e->nq == Q.rows()) {
+      if (e->kv == kv && e->q_data == Q.data() && e->fp == fp && e->nq == Q.rows() && e->visible == hp.visible) {
         e->last_use = clock_;
         *out = e.get();
         return {};
@@ -319,6 +322,7 @@ class CudaRecomputer final : public Recomputer {
     if (!err.empty()) return err;
     auto e = std::make_unique<QueryEntry>();
     e->q_data = Q.data();
+    e->visible = hp.visible;
     e->fp = fp;
     e->kv = kv;
     e->nq = static_cast<int>(Q.rows());
@@ -329,7 +333,7 @@ class CudaRecomputer final : public Recomputer {
     const std::size_t plane = std::size_t(e->nq_pad) * kv->T_pad;
     const std::size_t rows = std::size_t(e->nq_pad);
     const std::size_t q_bytes = std::size_t(e->nq) * kv->d * 4;
-    const std::size_t bytes = plane * 4 * (2 + std::size_t(kv->nv)) + rows * 28 + q_bytes;
+    const std::size_t bytes = plane * 4 * (2 + std::size_t(kv->nv)) + rows * 32 + q_bytes;
     err = make_room(bytes);
     cuda::DeviceBuffer q_dev;
     if (err.empty()) err = q_dev.allocate(q_bytes);
@@ -340,20 +344,26 @@ class CudaRecomputer final : public Recomputer {
     if (err.empty()) err = e->psum.allocate(rows * 8);
     if (err.empty()) err = e->pmax.allocate(rows * 4);
     if (err.empty()) err = e->onorm2.allocate(rows * 8);
+    if (err.empty() && !e->visible.empty()) err = e->vis.allocate(e->visible.size() * sizeof(std::int32_t));
     if (!err.empty()) return err;
+    const std::int32_t* vis = e->visible.empty() ? nullptr : e->vis.as<std::int32_t>();
+    static_assert(sizeof(int) == sizeof(std::int32_t), "visible limits are copied as int32");
 
     const int T = kv->T, T_pad = kv->T_pad, d = kv->d;
+    // Past a row's visible limit: S = -1e30 (exp gives 0 even after shifts), E = P = 0.
     err = device_step(cuda::copy_to_device(q_dev.data(), Q.data(), q_bytes, stream_));
+    if (err.empty() && vis)
+      err = device_step(cuda::copy_to_device(e->vis.data(), e->visible.data(), e->vis.bytes(), stream_));
     if (err.empty())
       err = device_step(cuda::launch_logits(q_dev.as<float>(), e->nq, e->nq_pad, kv->K.as<float>(), nullptr, T, T_pad,
-                                            d, e->S.as<float>(), stream_));
+                                            d, vis, -1e30f, e->S.as<float>(), stream_));
     for (int v = 0; err.empty() && v < kv->nv; ++v)
       err = device_step(cuda::launch_logits(q_dev.as<float>(), e->nq, e->nq_pad,
                                             kv->variants.as<float>() + std::size_t(T) * d * v, kv->K.as<float>(), T,
-                                            T_pad, d, e->E.as<float>() + plane * v, stream_));
+                                            T_pad, d, vis, 0.0f, e->E.as<float>() + plane * v, stream_));
     if (err.empty()) err = device_step(cuda::fill_zero(e->P.data(), e->P.bytes(), stream_));
     if (err.empty())
-      err = device_step(cuda::launch_softmax_rows(e->S.as<float>(), e->nq, e->nq_pad, T, T_pad, e->P.as<float>(),
+      err = device_step(cuda::launch_softmax_rows(e->S.as<float>(), e->nq, e->nq_pad, T, T_pad, vis, e->P.as<float>(),
                                                   e->lse.as<double>(), e->psum.as<double>(), e->pmax.as<float>(),
                                                   stream_));
     if (err.empty())
@@ -493,8 +503,8 @@ class CudaRecomputer final : public Recomputer {
   // Host-side layout of one pass's upload (one copy) and device workspace.
   struct PassLayout {
     std::size_t heads = 0, sels = 0, row_items = 0, delta_items = 0, red_items = 0, flags = 0, codes = 0, total = 0;
-    std::size_t w_rows = 0, w_dnorm2 = 0, w_kept = 0, w_tv = 0, w_logit = 0, w_results = 0, w_zero_end = 0,
-                w_dpart = 0, w_total = 0;
+    std::size_t w_rows = 0, w_dnorm2 = 0, w_tv = 0, w_logit = 0, w_results = 0, w_zero_end = 0, w_dpart = 0,
+                w_total = 0;
   };
 
   std::string run_pass(const std::vector<HeadBatch>& batches, const Plan& plan, const std::vector<SelRef>& all,
@@ -607,7 +617,6 @@ class CudaRecomputer final : public Recomputer {
     const std::size_t n_rows = static_cast<std::size_t>(row_off), n_parts = static_cast<std::size_t>(part_off);
     L.w_rows = section(n_rows * sizeof(cuda::RowParams));
     L.w_dnorm2 = section(n_rows * 8);
-    L.w_kept = section(std::size_t(nsel) * 4);
     L.w_tv = section(n_parts * 8);
     L.w_logit = section(n_parts * 8);
     L.w_results = section(std::size_t(nsel) * 4 * 8);
@@ -650,7 +659,6 @@ class CudaRecomputer final : public Recomputer {
     args.flags = reinterpret_cast<std::int32_t*>(dev + L.flags);
     args.rows = reinterpret_cast<cuda::RowParams*>(work + L.w_rows);
     args.dnorm2 = reinterpret_cast<double*>(work + L.w_dnorm2);
-    args.kept = reinterpret_cast<std::int32_t*>(work + L.w_kept);
     args.tv_part = reinterpret_cast<double*>(work + L.w_tv);
     args.logit_part = reinterpret_cast<double*>(work + L.w_logit);
     args.results = reinterpret_cast<double*>(work + L.w_results);
@@ -714,7 +722,8 @@ class CudaRecomputer final : public Recomputer {
   // ---- self-check of the tensor-core path -----------------------------------------------
 
   // Small random heads covering both row blocks, all three column classes, several column
-  // blocks and token chunks, evaluated on both paths. *mismatch names the first difference.
+  // blocks, token chunks and causal limits, evaluated on both paths. *mismatch names the
+  // first difference.
   std::string self_check(std::string* mismatch) {
     struct Head {
       MatrixRM q, k, v;
@@ -749,7 +758,12 @@ class CudaRecomputer final : public Recomputer {
       Head& h = heads[i];
       const int T = static_cast<int>(h.k.rows());
       HeadBatch b;
-      b.problem = HeadProblem{&h.q, &h.k, &h.v, {&h.noisy[0], &h.noisy[1], &h.k}};
+      b.problem.queries = &h.q;
+      b.problem.exact_keys = &h.k;
+      b.problem.values = &h.v;
+      b.problem.variants = {&h.noisy[0], &h.noisy[1], &h.k};
+      if (i == 3)  // causal limits, as decode steps have
+        for (int r = 0; r < h.q.rows(); ++r) b.problem.visible.push_back(std::min(T, 40 + 2 * r));
       std::uniform_int_distribution<int> code(0, 3), kept(1, 3);
       Selection mixed(T), all_kept(T), few(T, 0), noisy(T, 1);
       for (int t = 0; t < T; ++t) {

@@ -57,6 +57,15 @@ std::string check_batch(const HeadBatch& batch) {
       return "HeadProblem.variants[" + std::to_string(v) + "] is " + shape_of(*k) + " but must be " +
              want + ".";
   }
+  if (!hp.visible.empty()) {
+    if (static_cast<long>(hp.visible.size()) != nq)
+      return "HeadProblem.visible has " + std::to_string(hp.visible.size()) + " entries but there are " +
+             std::to_string(nq) + " query rows.";
+    for (std::size_t r = 0; r < hp.visible.size(); ++r)
+      if (hp.visible[r] < 1 || hp.visible[r] > T)
+        return "HeadProblem.visible[" + std::to_string(r) + "] = " + std::to_string(hp.visible[r]) +
+               " is outside 1.." + std::to_string(T) + ".";
+  }
   const std::size_t n_var = hp.variants.size();
   for (std::size_t s = 0; s < batch.selections.size(); ++s) {
     const Selection& sel = batch.selections[s];

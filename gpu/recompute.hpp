@@ -34,6 +34,11 @@ struct HeadProblem {
   const MatrixRM* exact_keys = nullptr;  // T x d
   const MatrixRM* values = nullptr;      // T x d
   std::vector<const MatrixRM*> variants; // each T x d
+  // Optional causal limits: row r attends only to tokens 0 .. visible[r]-1 (1 <= visible[r]
+  // <= T), for both the exact and the approximate output. Decode step s of a trace with T
+  // prompt tokens has visible = T + s. Empty: every row sees all T tokens. The logit error
+  // then averages over the kept tokens each row sees.
+  std::vector<int> visible;
 };
 
 // Per token: 0 = evicted, v >= 1 = variant v - 1.

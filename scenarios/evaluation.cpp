@@ -1,5 +1,6 @@
 #include "scenarios/evaluation.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "model/error.hpp"
@@ -41,48 +42,26 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   const int d = static_cast<int>(head.keys.cols());
   if (S == 0 || head.decode_queries.rows() == 0) return {};
   const int g = static_cast<int>(head.decode_queries.rows() / S);
-  ErrorMetrics mean;
-  // Steps are evaluated in chunks: step s sees the T prompt tokens and the s appended ones.
-  constexpr int kChunk = 8;
-  struct Step {
-    MatrixRM queries, exact, approx, values;
-  };
-  for (int s0 = 1; s0 <= S; s0 += kChunk) {
-    const int s1 = std::min(S, s0 + kChunk - 1);
-    std::vector<Step> steps(static_cast<std::size_t>(s1 - s0 + 1));
-    std::vector<HeadBatch> batches;
-    for (int s = s0; s <= s1; ++s) {
-      Step& st = steps[static_cast<std::size_t>(s - s0)];
-      const int n = T + s;
-      st.queries.resize(g, d);
-      for (int j = 0; j < g; ++j) st.queries.row(j) = head.decode_queries.row(j * S + (s - 1));
-      st.exact.resize(n, d);
-      st.exact.topRows(T) = head.keys;
-      st.exact.bottomRows(s) = head.decode_keys.topRows(s);
-      st.approx.resize(n, d);
-      st.approx.topRows(T) = allocated_keys;
-      st.approx.bottomRows(s) = head.decode_keys.topRows(s);
-      st.values.resize(n, d);
-      st.values.topRows(T) = head.values;
-      st.values.bottomRows(s) = head.decode_values.topRows(s);
-    }
-    for (int s = s0; s <= s1; ++s) {
-      Step& st = steps[static_cast<std::size_t>(s - s0)];
-      HeadBatch b;
-      b.problem.queries = &st.queries;
-      b.problem.exact_keys = &st.exact;
-      b.problem.values = &st.values;
-      b.problem.variants = {&st.approx};
-      Selection sel(static_cast<std::size_t>(T + s), 1);
-      for (int t = 0; t < T; ++t) sel[static_cast<std::size_t>(t)] = kept[static_cast<std::size_t>(t)];
-      b.selections.push_back(std::move(sel));
-      batches.push_back(std::move(b));
-    }
-    EvalResult r = backend.evaluate(batches);
-    if (!r.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + r.message);
-    for (const auto& per_batch : r.errors) accumulate(mean, per_batch.at(0), 1.0 / S);
-  }
-  return mean;
+  // One problem over the T + S tokens; the query of step s sees the first T + s of them.
+  MatrixRM exact(T + S, d), approx(T + S, d), values(T + S, d);
+  exact.topRows(T) = head.keys;
+  exact.bottomRows(S) = head.decode_keys;
+  approx.topRows(T) = allocated_keys;
+  approx.bottomRows(S) = head.decode_keys;
+  values.topRows(T) = head.values;
+  values.bottomRows(S) = head.decode_values;
+  HeadBatch b;
+  b.problem.queries = &head.decode_queries;
+  b.problem.exact_keys = &exact;
+  b.problem.values = &values;
+  b.problem.variants = {&approx};
+  b.problem.visible.resize(static_cast<std::size_t>(g) * S);
+  for (int j = 0; j < g; ++j)
+    for (int s = 1; s <= S; ++s) b.problem.visible[static_cast<std::size_t>(j) * S + (s - 1)] = T + s;
+  Selection sel(static_cast<std::size_t>(T + S), 1);
+  std::copy(kept.begin(), kept.end(), sel.begin());
+  b.selections.push_back(std::move(sel));
+  return single(backend, std::move(b));
 }
 
 TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladder,

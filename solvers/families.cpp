@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -343,8 +342,10 @@ void finish_totals(const FamilyProblem& p, FamilyResult& res) {
   res.objective = static_cast<double>(obj);
   res.rate_used = static_cast<double>(rate);
   res.rate_budget = p.budget * static_cast<double>(p.tokens());
+  // The objective is feasible, so min(bound, objective) still bounds the optimum (this
+  // removes the rounding of a bound computed equal to the objective).
+  res.lower_bound = std::min(res.lower_bound, res.objective);
   res.gap = res.objective - res.lower_bound;
-  if (res.gap < 0) res.gap = 0.0;  // rounding of an equal bound
   res.relative_gap = res.gap / std::max(std::fabs(res.objective), 1e-300);
 }
 

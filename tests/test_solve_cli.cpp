@@ -62,9 +62,18 @@ std::string read_text(const std::string& path) {
 
 std::string tierlab_binary() { return std::string(TIERLAB_BINARY_DIR) + "/scenarios/tierlab"; }
 
+// ' + s + ' (paths here hold no quotes).
+std::string quote(const std::string& s) {
+  std::string q(1, '\'');
+  q.append(s);
+  q.push_back('\'');
+  return q;
+}
+
 // Runs the binary; returns its exit status, stdout and stderr in files.
 int run(const std::string& args, const std::string& out, const std::string& err) {
-  const std::string cmd = "'" + tierlab_binary() + "' " + args + " > '" + out + "' 2> '" + err + "'";
+  std::string cmd = quote(tierlab_binary());
+  cmd.append(" ").append(args).append(" > ").append(quote(out)).append(" 2> ").append(quote(err));
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -139,7 +148,7 @@ TEST_CASE("trace-level relations: M <= endpoints, pooled <= per head, heuristics
   }
 }
 
-TEST_CASE("smoothing with kernel 1 is the exact solver; smoothing never beats it on the true costs", "[solve]") {
+TEST_CASE("smoothing with kernel 1 is the exact solver, and smoothing never beats it on the true costs", "[solve]") {
   const TraceReader trace(tiny_trace());
   const auto ex = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Mixed, Scope::Head, 3.0));
   AllocateOptions o = options(AllocSolver::Smoothed, FamilyChoice::Mixed, Scope::Head, 3.0);
@@ -195,9 +204,8 @@ TEST_CASE("CLI: solve --write-allocation, then eval --allocation reads it", "[so
   REQUIRE(fs::exists(tierlab_binary()));
   const std::string alloc = temp_file("alloc.safetensors");
   const std::string out = temp_file("solve.json"), err = temp_file("solve.err");
-  const int rc = run("solve '" + tiny_trace() +
-                         "' --budget 3 --solver exact --family routed --scope model --json --write-allocation '" + alloc +
-                         "'",
+  const int rc = run("solve " + quote(tiny_trace()) +
+                         " --budget 3 --solver exact --family routed --scope model --json --write-allocation " + quote(alloc),
                      out, err);
   INFO(read_text(err));
   REQUIRE(rc == 0);
@@ -214,7 +222,7 @@ TEST_CASE("CLI: solve --write-allocation, then eval --allocation reads it", "[so
   CHECK(a.tiers == lib.allocation.tiers);
 
   const std::string eout = temp_file("eval.json"), eerr = temp_file("eval.err");
-  const int erc = run("eval '" + tiny_trace() + "' --allocation '" + alloc + "' --backend cpu --json", eout, eerr);
+  const int erc = run("eval " + quote(tiny_trace()) + " --allocation " + quote(alloc) + " --backend cpu --json", eout, eerr);
   INFO(read_text(eerr));
   REQUIRE(erc == 0);
   const auto ev = nlohmann::json::parse(read_text(eout));
@@ -229,7 +237,7 @@ TEST_CASE("CLI: solve --write-allocation, then eval --allocation reads it", "[so
 TEST_CASE("CLI: text report, recompute with the interior advantage, and bad names", "[solve][cli]") {
   REQUIRE(fs::exists(tierlab_binary()));
   const std::string out = temp_file("solve.txt"), err = temp_file("solve2.err");
-  REQUIRE(run("solve '" + tiny_trace() + "' --budget 4 --solver smoothed --family routed --recompute --backend cpu", out,
+  REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 4 --solver smoothed --family routed --recompute --backend cpu", out,
               err) == 0);
   const std::string text = read_text(out);
   CHECK(text.find("family shares") != std::string::npos);
@@ -237,14 +245,14 @@ TEST_CASE("CLI: text report, recompute with the interior advantage, and bad name
   CHECK(text.find("unsmoothed exact objective") != std::string::npos);
 
   const std::string bad_out = temp_file("bad.txt"), bad_err = temp_file("bad.err");
-  CHECK(run("solve '" + tiny_trace() + "' --budget 4 --solver simplex", bad_out, bad_err) == 2);
+  CHECK(run("solve " + quote(tiny_trace()) + " --budget 4 --solver simplex", bad_out, bad_err) == 2);
   CHECK(read_text(bad_err).find("exact, greedy, waterfill, smoothed") != std::string::npos);
-  CHECK(run("solve '" + tiny_trace() + "' --budget 4 --padding mirror --solver smoothed", bad_out, bad_err) == 2);
+  CHECK(run("solve " + quote(tiny_trace()) + " --budget 4 --padding mirror --solver smoothed", bad_out, bad_err) == 2);
   CHECK(read_text(bad_err).find("zero, reflect, replicate, none") != std::string::npos);
-  CHECK(run("solve '" + tiny_trace() + "' --budget 4 --scope cell", bad_out, bad_err) == 2);
+  CHECK(run("solve " + quote(tiny_trace()) + " --budget 4 --scope cell", bad_out, bad_err) == 2);
   CHECK(read_text(bad_err).find("head, layer, model") != std::string::npos);
   // An infeasible budget with --write-allocation says why nothing was written.
-  CHECK(run("solve '" + tiny_trace() + "' --budget 1 --family quantize --write-allocation '" + temp_file("none.st") + "'",
+  CHECK(run("solve " + quote(tiny_trace()) + " --budget 1 --family quantize --write-allocation " + quote(temp_file("none.st")),
             bad_out, bad_err) == 2);
   CHECK(read_text(bad_err).find("no allocation to write") != std::string::npos);
 }

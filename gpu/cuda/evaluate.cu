@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
   const float* __restrict__ S = h.S + row_off;
   const double lse = h.lse[r];
   const int nv = h.nv;
+  const int vis = h.visible ? min(max(h.visible[r], 1), h.T) : h.T;  // tokens the row sees
 
   const std::uint8_t* codes[NS];
   double M[NS], A[NS], Pev[NS];
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
             mxe[s] = fmaxf(mxe[s], p);
             continue;
           }
-          ++kept[s];
+          kept[s] += t + j < vis;  // past vis, P = E = 0: nothing else to mask
           const float e = __ldg(E + static_cast<std::size_t>(code - 1) * plane + t + j);
           emax[s] = fmaxf(emax[s], e);
           if (needs_double(e, p)) {
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
     if (!slow[s]) continue;
     const std::uint8_t* sel_codes = a.codes + a.sels[it.sel0 + s].code_offset;
     double lmax = -INFINITY;
-    for (int t = threadIdx.x; t < h.T; t += kRowStatsThreads) {
+    for (int t = threadIdx.x; t < vis; t += kRowStatsThreads) {
       const int code = min(static_cast<int>(sel_codes[t]), nv);
       if (code == 0) continue;
       const double x = static_cast<double>(S[t]) + static_cast<double>(E[static_cast<std::size_t>(code - 1) * plane + t]);
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
     }
     lmax = block_max(lmax, scratch);
     double z = 0.0;
-    for (int t = threadIdx.x; t < h.T; t += kRowStatsThreads) {
+    for (int t = threadIdx.x; t < vis; t += kRowStatsThreads) {
       const int code = min(static_cast<int>(sel_codes[t]), nv);
       if (code == 0) continue;
       const double x = static_cast<double>(S[t]) + static_cast<double>(E[static_cast<std::size_t>(code - 1) * plane + t]);
@@ -195,8 +196,8 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
       rp.sigma = 1.0f;
       rp.w = 1.0;
     }
+    rp.kept = n_kept;
     a.rows[idx] = rp;
-    if (r == 0) a.kept[sel] = n_kept;
   }
 }
 
@@ -592,19 +593,22 @@ __device__ __forceinline__ double rel_of(double abs, double on2) {
   return abs == 0.0 ? 0.0 : INFINITY;
 }
 
-// One block per selection: the means over the rows (launch.hpp).
+// One block per selection: the means over the rows (launch.hpp). A row that keeps none of
+// the tokens it sees has o^ = 0: e = 1 and abs = ||o||^2 exactly.
 __global__ void __launch_bounds__(256) finish_kernel(EvalArgs a) {
   __shared__ double scratch[32];
   const int sel = blockIdx.x;
   const SelView sv = a.sels[sel];
   const HeadView h = a.heads[sv.head];
-  double rel = 0.0, ab = 0.0, on = 0.0, tv = 0.0, le = 0.0;
+  double rel = 0.0, ab = 0.0, tv = 0.0, le = 0.0, kept = 0.0;
   for (int r = threadIdx.x; r < h.nq; r += blockDim.x) {
-    const double d2 = a.dnorm2[sv.row_offset + r];
+    const std::size_t idx = static_cast<std::size_t>(sv.row_offset) + r;
+    const double d2 = a.dnorm2[idx];
     const double o2 = h.onorm2[r];
-    rel += rel_of(d2, o2);
-    ab += d2;
-    on += o2;
+    const int k = a.rows[idx].kept;
+    rel += k > 0 ? rel_of(d2, o2) : 1.0;
+    ab += k > 0 ? d2 : o2;
+    kept += static_cast<double>(k);
   }
   for (int k = threadIdx.x; k < sv.n_parts; k += blockDim.x) {
     tv += a.tv_part[sv.part_offset + k];
@@ -612,24 +616,16 @@ __global__ void __launch_bounds__(256) finish_kernel(EvalArgs a) {
   }
   rel = block_sum(rel, scratch);
   ab = block_sum(ab, scratch);
-  on = block_sum(on, scratch);
   tv = block_sum(tv, scratch);
   le = block_sum(le, scratch);
+  kept = block_sum(kept, scratch);
   if (threadIdx.x == 0) {
     const double nq = static_cast<double>(h.nq);
-    const int kept = a.kept[sel];
     double* out = a.results + 4 * static_cast<std::size_t>(sel);
-    if (kept == 0) {  // o^ = 0: e = 1, abs = ||o||^2, tv = 1/2, no kept logit
-      out[0] = 1.0;
-      out[1] = on / nq;
-      out[2] = 0.5;
-      out[3] = 0.0;
-    } else {
-      out[0] = rel / nq;
-      out[1] = ab / nq;
-      out[2] = 0.5 * tv / nq;
-      out[3] = le / (static_cast<double>(kept) * nq);
-    }
+    out[0] = rel / nq;
+    out[1] = ab / nq;
+    out[2] = kept > 0.0 ? 0.5 * tv / nq : 0.5;  // nothing kept anywhere: tv = 1/2 exactly
+    out[3] = kept > 0.0 ? le / kept : 0.0;
   }
 }
 

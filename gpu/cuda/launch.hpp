@@ -7,6 +7,10 @@
 // What the kernels compute, in the symbols of MODEL.md section 2 and gpu/recompute.hpp,
 // for one head (query rows i, tokens t, key variants v, head dimension d):
 //
+// Causal limits (HeadProblem::visible): row i sees tokens t < vis_i only (vis_i = T when
+// there are none); below, sums over t and "kept"/"evicted" are over the tokens the row
+// sees. Past vis_i the stored S is -1e30 and E, P are 0, so no formula picks them up.
+//
 // Preparation, once per head and query set (cached by gpu/cuda_recompute.cpp):
 //   S_it   = fl32( q_i.k_t / sqrt(d) )             dot product accumulated in double
 //   E_vit  = fl32( q_i.(k^v_t - k_t) / sqrt(d) )   the logit change of variant v, from the
@@ -31,17 +35,18 @@
 //         underflows, M_i < 1e-20 psum_i, gets c_i in the log domain in double),
 //   p^_it - p_it = delta'_it / psum_i,  delta'_it = P_it expm1(E_it - c_i) (kept), -P_it (evicted).
 // Where P_it has lost its precision (P < 1e-30 with a large logit rise) or exp would leave
-// float's range, P_it exp(.) is formed from S_it - lse_i + E_it in double instead.
+// float's range, P_it exp(.) is formed as exp(S_it - lse_i + E_it [- c_i]) instead (the
+// argument in double, the exponential as expf(hi) (1 + lo)).
 //   D_i   = sum_t (p^_it - p_it) v_t   (the output change, formed directly)
 //   rel_i = ||D_i||^2 / onorm2_i,  abs_i = ||D_i||^2,  tv_i = 1/2 sum_t |p^_it - p_it|,
-//   logit error = sum_i sum_kept E_it^2 / (n_kept nq),
-// and the head's numbers are the means over its nq query rows. Every token evicted gives
-// rel = 1, abs = mean ||o||^2, tv = 1/2, logit error 0 (MODEL.md: o^ = 0).
+// and the head's numbers are the means over its nq query rows, except the logit error:
+//   logit error = sum_i sum_kept E_it^2 / sum_i n_kept_i.
+// A row that keeps none of the tokens it sees has o^ = 0: rel_i = 1, abs_i = ||o_i||^2,
+// tv_i = 1/2 (MODEL.md); a selection that keeps nothing has logit error 0.
 //
-// Two paths form D:
-//   simple  one block per (selection, row): delta in float, D accumulated in double.
-// (delta is delta'' or delta' of the row's form; the factor 1 / ((1 + ubar) psum) or
-// 1 / psum is applied to D in double at the end.)
+// Two paths form sum_t delta_it v_t (delta = delta'' or delta' of the row's form; the
+// factor 1 / ((1 + ubar) psum) or 1 / psum is applied in double at the end):
+//   simple  one block per (selection, row): delta in float, the sum in double.
 //   tc      tensor cores (mma.sync m16n8k16, fp16 inputs, fp32 accumulation) with an
 //           error-compensated split: a = sigma_i delta and b = sigma_v v are powers-of-two
 //           scaled so that |a|, |b| <= 2^14, split a = a_hi + a_lo, b = b_hi + b_lo
@@ -155,6 +160,7 @@ struct HeadView {
   const double* psum;     // nq_pad
   const float* pmax;      // nq_pad
   const double* onorm2;   // nq_pad
+  const std::int32_t* visible;  // nq: row i sees tokens t < visible[i]; null: all T
   float vscale;           // sigma_v, a power of two
   std::int32_t pad_;
 };
@@ -195,7 +201,7 @@ struct RowParams {
   float sigma;           // tc path: power-of-two scale of delta (sigma |delta| <= 2^14)
   float tv_factor;       // w / psum: turns |delta| into |p^ - p|
   std::int32_t direct;   // 1: direct form, 0: shifted form
-  std::int32_t pad_;
+  std::int32_t kept;     // kept tokens among those the row sees
   double c_fallback;     // subtracted from S - lse + E where P exp(.) is formed from the logits (0 or c)
   double w;              // direct form: 1 / (1 + ubar); shifted form: 1
 };
@@ -206,7 +212,6 @@ struct EvalArgs {
   const SelView* sels;
   const std::uint8_t* codes;
   RowParams* rows;      // per (selection,row)
-  std::int32_t* kept;   // per selection: number of kept tokens
   float* dpart;         // tc: D partials (scaled by sigma_i sigma_v, without w / psum)
   double* tv_part;      // partial sums of |p^ - p|
   double* logit_part;   // partial sums of E^2 over kept tokens
@@ -217,19 +222,20 @@ struct EvalArgs {
                         // [3] the tc path saw a value beyond fp16's range
 };
 
-static_assert(sizeof(HeadView) == 112 && sizeof(SelView) == 48 && sizeof(RowItem) == 16 &&
+static_assert(sizeof(HeadView) == 120 && sizeof(SelView) == 48 && sizeof(RowItem) == 16 &&
                   sizeof(DeltaItem) == 40 && sizeof(RowParams) == 48,
               "host and device views must have the same fixed layout");
 
 // ---- preparation launchers -------------------------------------------------------
 
 // out (nq_pad x T_pad) = fl32(Q (K - K_minus)^T / sqrt(d)) with double accumulation;
-// K_minus may be null. Padding is written as zero.
+// K_minus may be null. Tokens past a row's visible limit get `masked`; padding gets 0.
+// visible: nq entries on the device, or null (every row sees all T tokens).
 std::string launch_logits(const float* Q, int nq, int nq_pad, const float* K, const float* K_minus, int T,
-                          int T_pad, int d, float* out, Stream&);
-// P, lse, psum, pmax from S (P must be zeroed beforehand on padded rows).
-std::string launch_softmax_rows(const float* S, int nq, int nq_pad, int T, int T_pad, float* P, double* lse,
-                                double* psum, float* pmax, Stream&);
+                          int T_pad, int d, const std::int32_t* visible, float masked, float* out, Stream&);
+// P, lse, psum, pmax from S over the tokens each row sees (P must be zeroed beforehand).
+std::string launch_softmax_rows(const float* S, int nq, int nq_pad, int T, int T_pad, const std::int32_t* visible,
+                                float* P, double* lse, double* psum, float* pmax, Stream&);
 // onorm2_i = ||sum_t P_it v_t||^2 / psum_i^2.
 std::string launch_output_norms(const float* P, const double* psum, const float* V, int nq, int T, int T_pad,
                                 int d, double* onorm2, Stream&);
@@ -239,7 +245,7 @@ std::string launch_pack_values(const float* V, int T, int d, int T_pad, int d_pa
 
 // ---- evaluation launchers --------------------------------------------------------
 
-// RowParams per (selection,row) and kept per selection (the item with row 0 writes it).
+// RowParams per (selection,row).
 std::string launch_row_stats(const EvalArgs&, const RowItem* items, int n_items, Stream&);
 // tc path for heads of one shape class (row_block 16 or 64, ntw 2, 4 or 8 n-tiles per warp:
 // column blocks of 16 * ntw).

@@ -24,10 +24,12 @@ using detail::raw;
 constexpr int kLogitTile = 64;  // rows and tokens per block
 constexpr int kLogitK = 16;     // head-dimension slice per step
 
-// out[r][t] = fl32(sum_j Q[r][j] (K[t][j] - Km[t][j]) * inv_sqrt_d), double accumulation.
+// out[r][t] = fl32(sum_j Q[r][j] (K[t][j] - Km[t][j]) * inv_sqrt_d), double accumulation;
+// `masked` past row r's visible limit, 0 on padding.
 // 256 threads as 16 x 16, each computing 4 x 4 outputs of the 64 x 64 tile.
 __global__ void __launch_bounds__(256) logits_kernel(const float* __restrict__ Q, int nq, const float* __restrict__ K,
                                                      const float* __restrict__ Km, int T, int d, double inv_sqrt_d,
+                                                     const std::int32_t* __restrict__ visible, float masked,
                                                      float* __restrict__ out, int nq_pad, int T_pad) {
   __shared__ double qs[kLogitK][kLogitTile + 1];
   __shared__ double ks[kLogitK][kLogitTile + 1];
@@ -71,14 +73,18 @@ __global__ void __launch_bounds__(256) logits_kernel(const float* __restrict__ Q
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int r = row0 + ty + 16 * i, t = tok0 + tx + 16 * j;
-      if (r < nq_pad && t < T_pad)
-        out[static_cast<std::size_t>(r) * T_pad + t] =
-            (r < nq && t < T) ? static_cast<float>(acc[i][j] * inv_sqrt_d) : 0.0f;
+      if (r < nq_pad && t < T_pad) {
+        float v = 0.0f;
+        if (r < nq && t < T) v = (visible && t >= visible[r]) ? masked : static_cast<float>(acc[i][j] * inv_sqrt_d);
+        out[static_cast<std::size_t>(r) * T_pad + t] = v;
+      }
     }
 }
 
-// One block per row: lse = log sum exp(S) in double, P = fl32(exp(S - lse)), psum, pmax.
+// One block per row: lse = log sum exp(S) in double, P = fl32(exp(S - lse)), psum, pmax,
+// over the tokens the row sees.
 __global__ void __launch_bounds__(256) softmax_rows_kernel(const float* __restrict__ S, int nq, int T, int T_pad,
+                                                           const std::int32_t* __restrict__ visible,
                                                            float* __restrict__ P, double* __restrict__ lse_out,
                                                            double* __restrict__ psum_out, float* __restrict__ pmax_out) {
   __shared__ double scratch[32];
@@ -92,17 +98,18 @@ __global__ void __launch_bounds__(256) softmax_rows_kernel(const float* __restri
     return;
   }
   const float* s = S + static_cast<std::size_t>(r) * T_pad;
+  const int vis = visible ? min(max(visible[r], 1), T) : T;
   double m = -INFINITY;
-  for (int t = threadIdx.x; t < T; t += blockDim.x) m = fmax(m, static_cast<double>(s[t]));
+  for (int t = threadIdx.x; t < vis; t += blockDim.x) m = fmax(m, static_cast<double>(s[t]));
   m = block_max(m, scratch);
   double z = 0.0;
-  for (int t = threadIdx.x; t < T; t += blockDim.x) z += exp(static_cast<double>(s[t]) - m);
+  for (int t = threadIdx.x; t < vis; t += blockDim.x) z += exp(static_cast<double>(s[t]) - m);
   z = block_sum(z, scratch);
   const double lse = m + log(z);
   float* p_row = P + static_cast<std::size_t>(r) * T_pad;
   double ps = 0.0, pm = 0.0;
   for (int t = threadIdx.x; t < T_pad; t += blockDim.x) {
-    const float p = t < T ? static_cast<float>(exp(static_cast<double>(s[t]) - lse)) : 0.0f;
+    const float p = t < vis ? static_cast<float>(exp(static_cast<double>(s[t]) - lse)) : 0.0f;
     p_row[t] = p;
     ps += static_cast<double>(p);
     pm = fmax(pm, static_cast<double>(p));
@@ -194,20 +201,21 @@ __global__ void __launch_bounds__(256) pack_values_kernel(const float* __restric
 }  // namespace
 
 std::string launch_logits(const float* Q, int nq, int nq_pad, const float* K, const float* K_minus, int T, int T_pad,
-                          int d, float* out, Stream& s) {
+                          int d, const std::int32_t* visible, float masked, float* out, Stream& s) {
   if (nq < 1 || T < 1 || d < 1 || nq_pad < nq || T_pad < T) return "launch_logits: invalid sizes.";
   const dim3 grid(blocks_for(static_cast<std::size_t>(T_pad), kLogitTile),
                   blocks_for(static_cast<std::size_t>(nq_pad), kLogitTile));
   if (grid.y > 65535u) return "launch_logits: too many query rows for one launch.";
-  logits_kernel<<<grid, 256, 0, raw(s)>>>(Q, nq, K, K_minus, T, d, 1.0 / std::sqrt(static_cast<double>(d)), out,
-                                          nq_pad, T_pad);
+  logits_kernel<<<grid, 256, 0, raw(s)>>>(Q, nq, K, K_minus, T, d, 1.0 / std::sqrt(static_cast<double>(d)),
+                                          visible, masked, out, nq_pad, T_pad);
   return launch_status("logits");
 }
 
-std::string launch_softmax_rows(const float* S, int nq, int nq_pad, int T, int T_pad, float* P, double* lse,
-                                double* psum, float* pmax, Stream& s) {
+std::string launch_softmax_rows(const float* S, int nq, int nq_pad, int T, int T_pad, const std::int32_t* visible,
+                                float* P, double* lse, double* psum, float* pmax, Stream& s) {
   if (nq < 1 || T < 1 || nq_pad < nq || T_pad < T) return "launch_softmax_rows: invalid sizes.";
-  softmax_rows_kernel<<<static_cast<unsigned>(nq_pad), 256, 0, raw(s)>>>(S, nq, T, T_pad, P, lse, psum, pmax);
+  softmax_rows_kernel<<<static_cast<unsigned>(nq_pad), 256, 0, raw(s)>>>(S, nq, T, T_pad, visible, P, lse, psum,
+                                                                          pmax);
   return launch_status("softmax_rows");
 }
 
