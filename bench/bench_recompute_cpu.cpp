@@ -211,7 +211,7 @@ int main(int argc, char** argv) try {
   }
   std::vector<HeadBatch> batches(H);
   for (int h = 0; h < H; ++h) {
-    batches[h].problem = HeadProblem{&in.q[h], &in.k[h], &in.v[h], {&k2[h], &k4[h], &in.k[h]}};
+    batches[h].problem = HeadProblem{&in.q[h], &in.k[h], &in.v[h], {&k2[h], &k4[h], &in.k[h]}, {}};
     for (int e = 0; e < E; ++e) batches[h].selections.push_back(in.alloc[e][h]);
     const std::string why = check_batch(batches[h]);
     if (!why.empty()) throw std::runtime_error(why);

@@ -92,7 +92,7 @@ struct Head {
   MatrixRM q, k, v;
   std::vector<MatrixRM> noisy;  // noisy variants, then the exact copy last
   HeadProblem problem(bool exact_by_pointer = false) const {
-    HeadProblem hp{&q, &k, &v, {}};
+    HeadProblem hp{&q, &k, &v, {}, {}};
     for (std::size_t i = 0; i + 1 < noisy.size(); ++i) hp.variants.push_back(&noisy[i]);
     hp.variants.push_back(exact_by_pointer ? &k : &noisy.back());
     return hp;
@@ -380,4 +380,88 @@ TEST_CASE("backends are chosen at run time and their absence is a sentence", "[r
   if (!have_cuda && reason.find("built without CUDA") != std::string::npos)
     CHECK(reason == "tierlab was built without CUDA (nvcc not found or TIERLAB_CUDA=OFF)");
 #endif
+}
+
+namespace {
+
+// MODEL.md section 2 with causal limits: row i sees tokens 0 .. visible[i]-1 only (exact and
+// approximate alike); the logit error is the mean over the (row, kept visible token) pairs.
+ErrorMetrics reference_errors_causal(const HeadProblem& hp, const Selection& sel) {
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  const MatrixRM& V = *hp.values;
+  const int nq = int(Q.rows()), d = int(K.cols());
+  ErrorMetrics sum;
+  double logit = 0;
+  long pairs = 0;
+  for (int i = 0; i < nq; ++i) {
+    const int T = hp.visible[i];
+    std::vector<double> s(T), sh(T, 0.0);
+    std::vector<bool> kept(T);
+    int n_kept = 0;
+    for (int t = 0; t < T; ++t) {
+      n_kept += (kept[t] = sel[t] != 0);
+      const MatrixRM& kh = sel[t] != 0 ? *hp.variants[sel[t] - 1] : K;
+      double dot = 0, doth = 0;
+      for (int j = 0; j < d; ++j) {
+        dot += double(Q(i, j)) * double(K(t, j));
+        doth += double(Q(i, j)) * double(kh(t, j));
+      }
+      s[t] = dot / std::sqrt(double(d));
+      sh[t] = doth / std::sqrt(double(d));
+      if (kept[t]) logit += (sh[t] - s[t]) * (sh[t] - s[t]), ++pairs;
+    }
+    const std::vector<double> p = softmax(s, {});
+    const std::vector<double> ph = n_kept > 0 ? softmax(sh, kept) : std::vector<double>(T, 0.0);
+    double diff2 = 0, o2 = 0, tv = 0;
+    for (int j = 0; j < d; ++j) {
+      double o = 0, oh = 0;
+      for (int t = 0; t < T; ++t) o += p[t] * double(V(t, j)), oh += ph[t] * double(V(t, j));
+      diff2 += (oh - o) * (oh - o);
+      o2 += o * o;
+    }
+    for (int t = 0; t < T; ++t) tv += 0.5 * std::abs(ph[t] - p[t]);
+    sum.rel_error += diff2 / o2 / nq;
+    sum.abs_error += diff2 / nq;
+    sum.attn_tv += tv / nq;
+  }
+  sum.logit_error = pairs > 0 ? logit / double(pairs) : 0.0;
+  return sum;
+}
+
+}  // namespace
+
+TEST_CASE("causal limits (decode steps): each row sees only its first visible tokens", "[recompute]") {
+  on_every_backend([](Recomputer& rc) {
+    std::mt19937 rng(7);
+    struct Size { int nq, T, d; };
+    const std::vector<Size> sizes = {{4, 40, 8}, {12, 300, 64}, {8, 1100, 128}};
+    const std::vector<float> noise = {0.4f, 0.05f, 1e-4f};
+    std::vector<Head> heads;
+    for (const Size& s : sizes) heads.push_back(random_head(rng, s.nq, s.T, s.d, noise, 2.0f));
+    std::vector<HeadBatch> batches;
+    for (const Head& head : heads) {
+      const int T = int(head.k.rows()), nq = int(head.q.rows());
+      HeadBatch b{head.problem(), {}};
+      // Like decode: the last nq tokens are appended one per row, row r sees T - nq + r + 1.
+      for (int r = 0; r < nq; ++r) b.problem.visible.push_back(T - nq + r + 1);
+      const int nv = int(b.problem.variants.size());
+      b.selections.push_back(random_selection(rng, T, nv, 0.3));
+      b.selections.push_back(random_selection(rng, T, nv, 0.8));
+      b.selections.push_back(Selection(T, std::uint8_t(head.exact_code())));
+      batches.push_back(std::move(b));
+    }
+    const EvalResult r = evaluate_ok(rc, batches);
+    for (std::size_t b = 0; b < batches.size(); ++b)
+      for (std::size_t s = 0; s < batches[b].selections.size(); ++s) {
+        INFO("head " << b << ", selection " << s);
+        check_close(r.errors[b][s], reference_errors_causal(batches[b].problem, batches[b].selections[s]));
+      }
+    // A limit outside 1..T is refused with a sentence.
+    HeadBatch bad = batches[0];
+    bad.problem.visible[0] = int(heads[0].k.rows()) + 1;
+    const std::string why = check_batch(bad);
+    CHECK(why.find("visible[0]") != std::string::npos);
+    CHECK_FALSE(rc.evaluate({bad}).ok);
+  });
 }
