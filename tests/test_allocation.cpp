@@ -11,40 +11,15 @@
 #include "model/allocation.hpp"
 #include "model/error.hpp"
 #include "model/safetensors.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
+using tierlab::testing::TempDir;
+using tierlab::testing::error_of;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    fs::create_directories(fs::path(TIERLAB_BINARY_DIR) / "test-tmp");
-    std::string tmpl = (fs::path(TIERLAB_BINARY_DIR) / "test-tmp" / (tag + "-XXXXXX")).string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("expected another exception type, got: " << e.what());
-  }
-  FAIL("expected an exception, nothing was thrown");
-  return {};
-}
 
 // 2 layers x 3 KV heads x 7 tokens on the ladder evict,kivi2,kivi4,exact.
 Allocation small_allocation() {

@@ -20,28 +20,15 @@
 
 #include "model/error.hpp"
 #include "model/safetensors.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
+using tierlab::testing::TempDir;
+using tierlab::testing::error_of;
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh directory under the build tree, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    fs::create_directories(fs::path(TIERLAB_BINARY_DIR) / "test-tmp");
-    std::string tmpl = (fs::path(TIERLAB_BINARY_DIR) / "test-tmp" / (tag + "-XXXXXX")).string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string le64(std::uint64_t v) {
   std::string s(8, '\0');

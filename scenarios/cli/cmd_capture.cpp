@@ -7,46 +7,28 @@
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/prompt_options.hpp"
 
 namespace tierlab::cli {
 
 void add_capture(CLI::App& app) {
   struct Args {
-    std::string checkpoint, prompt_ids, out;
-    int prompt_greedy = 0, prompt_sample = 0, decode = 0, obs_window = -1;
-    float temperature = 1.0f;
-    std::uint64_t seed = 0;
+    PromptOptions prompt;
+    std::string checkpoint, out;
+    int decode = 0, obs_window = -1;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "capture", "Capture a trace (keys, values, queries of every layer and head) from a llama2.c model's forward pass");
   cmd->add_option("--checkpoint", args->checkpoint, "llama2.c checkpoint (e.g. data/stories260K/stories260K.bin)")
       ->required();
-  auto* ids = cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated (start with BOS = 1)");
-  auto* greedy = cmd->add_option("--prompt-greedy", args->prompt_greedy,
-                                 "Prompt of N tokens: BOS and N-1 greedy tokens from the model");
-  auto* sample = cmd->add_option("--prompt-sample", args->prompt_sample,
-                                 "Prompt of N tokens: BOS and N-1 tokens sampled at --temperature with --seed");
-  ids->excludes(greedy, sample);
-  greedy->excludes(sample);
-  cmd->add_option("--temperature", args->temperature, "Sampling temperature for --prompt-sample")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Sampling seed for --prompt-sample")->capture_default_str();
+  args->prompt.add_to(cmd);
   cmd->add_option("--decode", args->decode, "Decode steps S (greedy, full cache)")->required();
   cmd->add_option("--obs-window", args->obs_window, "Observation window W (default min(32, prompt length))");
   cmd->add_option("-o,--output", args->out, "Output trace (safetensors)")->required();
   cmd->callback([args]() {
     CaptureOptions opt;
-    if (!args->prompt_ids.empty()) {
-      opt.prompt.ids = parse_token_ids(args->prompt_ids);
-    } else if (args->prompt_greedy > 0) {
-      opt.prompt.generate = args->prompt_greedy;
-    } else if (args->prompt_sample > 0) {
-      opt.prompt.generate = args->prompt_sample;
-      opt.prompt.temperature = args->temperature;
-      opt.prompt.seed = args->seed;
-    } else {
-      throw InputError("capture needs a prompt: --prompt-ids 1,461,401 or --prompt-greedy N or --prompt-sample N.");
-    }
+    opt.prompt = args->prompt.spec("capture");
     opt.decode_steps = args->decode;
     opt.obs_window = args->obs_window;
     const Llama2cModel model(args->checkpoint);

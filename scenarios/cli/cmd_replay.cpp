@@ -9,6 +9,7 @@
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/prompt_options.hpp"
 #include "scenarios/replay.hpp"
 #include "solvers/policy.hpp"
 
@@ -16,10 +17,9 @@ namespace tierlab::cli {
 
 void add_replay(CLI::App& app) {
   struct Args {
-    std::string checkpoint, prompt_ids, policy, allocation;
-    int prompt_greedy = 0, prompt_sample = 0, decode = 64, obs_window = -1, redecide = 0;
-    float temperature = 1.0f;
-    std::uint64_t seed = 0;
+    PromptOptions prompt;
+    std::string checkpoint, policy, allocation;
+    int decode = 64, obs_window = -1, redecide = 0;
     bool free_running = false, json = false;
   };
   auto args = std::make_shared<Args>();
@@ -27,15 +27,7 @@ void add_replay(CLI::App& app) {
       "replay", "Decode with a compressed key cache on a llama2.c model; compare tokens, KL and perplexity with the full cache");
   cmd->add_option("--checkpoint", args->checkpoint, "llama2.c checkpoint (e.g. data/stories260K/stories260K.bin)")
       ->required();
-  auto* ids = cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated (start with BOS = 1)");
-  auto* greedy = cmd->add_option("--prompt-greedy", args->prompt_greedy,
-                                 "Prompt of N tokens: BOS and N-1 greedy tokens from the model");
-  auto* sample = cmd->add_option("--prompt-sample", args->prompt_sample,
-                                 "Prompt of N tokens: BOS and N-1 tokens sampled at --temperature with --seed");
-  ids->excludes(greedy, sample);
-  greedy->excludes(sample);
-  cmd->add_option("--temperature", args->temperature, "Sampling temperature for --prompt-sample")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Sampling seed for --prompt-sample")->capture_default_str();
+  args->prompt.add_to(cmd);
   cmd->add_option("--decode", args->decode, "Decode steps S")->capture_default_str();
   auto* pol = cmd->add_option("--policy", args->policy,
                               "Uniform policy: exact, kivi:B[:gG][:rR], token:B[:gN], evict:KEEP");
@@ -49,17 +41,7 @@ void add_replay(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print JSON (every step included)");
   cmd->callback([args]() {
     ReplayOptions opt;
-    if (!args->prompt_ids.empty()) {
-      opt.prompt.ids = parse_token_ids(args->prompt_ids);
-    } else if (args->prompt_greedy > 0) {
-      opt.prompt.generate = args->prompt_greedy;
-    } else if (args->prompt_sample > 0) {
-      opt.prompt.generate = args->prompt_sample;
-      opt.prompt.temperature = args->temperature;
-      opt.prompt.seed = args->seed;
-    } else {
-      throw InputError("replay needs a prompt: --prompt-ids 1,461,401 or --prompt-greedy N or --prompt-sample N.");
-    }
+    opt.prompt = args->prompt.spec("replay");
     opt.decode_steps = args->decode;
     opt.obs_window = args->obs_window;
     opt.redecide_every = args->redecide;

@@ -1,0 +1,45 @@
+#pragma once
+// Helpers shared by the test files (not production code).
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <exception>
+#include <filesystem>
+#include <string>
+
+namespace tierlab::testing {
+
+// A fresh directory under the build tree, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    namespace fs = std::filesystem;
+    fs::create_directories(fs::path(TIERLAB_BINARY_DIR) / "test-tmp");
+    std::string tmpl = (fs::path(TIERLAB_BINARY_DIR) / "test-tmp" / (tag + "-XXXXXX")).string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+// The message of the exception of type E that f() throws; fails the test otherwise.
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("expected another exception type, got: " << e.what());
+  }
+  FAIL("expected an exception, nothing was thrown");
+  return {};
+}
+
+}  // namespace tierlab::testing
