@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
@@ -64,50 +65,47 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   return single(backend, std::move(b));
 }
 
-TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladder,
-                               const HeadAllocator& allocate, Recomputer& backend,
-                               const EvalProgress& progress) {
+namespace {
+
+// Recomputes one compressed head on both query sets and fills the bookkeeping.
+HeadEvaluation evaluate_head(const HeadData& head, const CompressedHead& c, double predicted_abs,
+                             double output_norm2, Recomputer& backend) {
+  HeadEvaluation he;
+  he.layer = head.layer;
+  he.kv_head = head.kv_head;
+  he.rate = c.rate;
+  int evicted = 0;
+  for (const std::uint8_t k : c.kept) evicted += k ? 0 : 1;
+  he.evicted_fraction = c.kept.empty() ? 0.0 : static_cast<double>(evicted) / static_cast<double>(c.kept.size());
+  he.predicted_abs = predicted_abs;
+  he.predicted_rel = output_norm2 > 0 ? predicted_abs / output_norm2 : 0.0;
+  HeadBatch obs;
+  obs.problem.queries = &head.obs_queries;
+  obs.problem.exact_keys = &head.keys;
+  obs.problem.values = &head.values;
+  obs.problem.variants = {&c.keys};
+  obs.selections.push_back(Selection(c.kept.begin(), c.kept.end()));
+  he.obs = single(backend, std::move(obs));
+  he.decode = evaluate_decode_steps(head, c.keys, c.kept, backend);
+  return he;
+}
+
+// Runs `one_head` over every head of the trace and aggregates.
+template <class OneHead>
+TraceEvaluation evaluate_heads(const TraceReader& trace, Recomputer& backend, const EvalProgress& progress,
+                               OneHead&& one_head) {
   const auto t0 = std::chrono::steady_clock::now();
   const TraceMeta& meta = trace.meta();
   TraceEvaluation out;
   out.trace_path = trace.path();
   out.backend = backend.description();
-  out.ladder = ladder;
   out.layers.resize(static_cast<std::size_t>(meta.n_layers));
   const int total = meta.n_heads();
   int done = 0;
   for (int l = 0; l < meta.n_layers; ++l) {
     for (int h = 0; h < meta.n_kv_heads; ++h) {
       const HeadData head = trace.head(l, h);
-      const SurrogateCosts costs = surrogate_costs(head.keys, head.values, head.obs_queries, ladder);
-      const std::vector<std::uint8_t> tiers = allocate(head, costs.weights);
-      if (static_cast<int>(tiers.size()) != meta.prompt_len)
-        throw InputError("allocation for layer " + std::to_string(l) + " head " + std::to_string(h) + " has " +
-                         std::to_string(tiers.size()) + " tiers, the trace has " +
-                         std::to_string(meta.prompt_len) + " prompt tokens");
-      const MaterializedKeys mk = materialize(head.keys, ladder, tiers);
-
-      HeadEvaluation he;
-      he.layer = l;
-      he.kv_head = h;
-      he.rate = mk.rate;
-      int evicted = 0;
-      for (std::size_t t = 0; t < tiers.size(); ++t) {
-        if (!mk.kept[t]) ++evicted;
-        he.predicted_abs += costs.cost(tiers[t], static_cast<Eigen::Index>(t));
-      }
-      he.evicted_fraction = static_cast<double>(evicted) / static_cast<double>(tiers.size());
-      he.predicted_rel = costs.output_norm2 > 0 ? he.predicted_abs / costs.output_norm2 : 0.0;
-
-      HeadBatch obs;
-      obs.problem.queries = &head.obs_queries;
-      obs.problem.exact_keys = &head.keys;
-      obs.problem.values = &head.values;
-      obs.problem.variants = {&mk.keys};
-      obs.selections.push_back(Selection(mk.kept.begin(), mk.kept.end()));
-      he.obs = single(backend, std::move(obs));
-      he.decode = evaluate_decode_steps(head, mk.keys, mk.kept, backend);
-
+      const HeadEvaluation he = one_head(head);
       accumulate(out.layers[static_cast<std::size_t>(l)], he, 1.0 / meta.n_kv_heads);
       accumulate(out.model, he, 1.0 / total);
       out.heads.push_back(he);
@@ -115,6 +113,72 @@ TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladde
     }
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace
+
+double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                          const MatrixRM& approx, const std::vector<std::uint8_t>& kept, double* output_norm2) {
+  const int T = static_cast<int>(keys.rows()), d = static_cast<int>(keys.cols());
+  const int nq = static_cast<int>(queries.rows());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const MatrixRMd K = keys.cast<double>(), V = values.cast<double>();
+  const MatrixRMd dK = approx.cast<double>() - K;
+  double total = 0, on2 = 0;
+  for (int i = 0; i < nq; ++i) {
+    const VectorD q = queries.row(i).transpose().cast<double>();
+    VectorD s = K * q * scale;
+    const double m = s.maxCoeff();
+    VectorD p = (s.array() - m).exp().matrix();
+    p /= p.sum();
+    const VectorD o = V.transpose() * p;
+    on2 += o.squaredNorm();
+    const VectorD noise = dK * q;  // q.(k^_t - k_t)
+    for (int t = 0; t < T; ++t) {
+      const double w = p[t] * p[t] * (V.row(t).transpose() - o).squaredNorm();
+      if (kept[static_cast<std::size_t>(t)])
+        total += w * noise[t] * noise[t] / d;
+      else
+        total += p[t] < 1.0 ? w / ((1.0 - p[t]) * (1.0 - p[t])) : w;
+    }
+  }
+  if (output_norm2) *output_norm2 = nq > 0 ? on2 / nq : 0.0;
+  return nq > 0 ? total / nq : 0.0;
+}
+
+TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& compress, Recomputer& backend,
+                               const EvalProgress& progress) {
+  const int T = trace.meta().prompt_len;
+  return evaluate_heads(trace, backend, progress, [&](const HeadData& head) {
+    const CompressedHead c = compress(head);
+    if (c.keys.rows() != T || c.keys.cols() != head.keys.cols() || static_cast<int>(c.kept.size()) != T)
+      throw InputError("the compressed keys of layer " + std::to_string(head.layer) + " head " +
+                       std::to_string(head.kv_head) + " have the wrong shape");
+    double on2 = 0;
+    const double predicted = surrogate_abs_cost(head.keys, head.values, head.obs_queries, c.keys, c.kept, &on2);
+    return evaluate_head(head, c, predicted, on2, backend);
+  });
+}
+
+TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladder,
+                               const HeadAllocator& allocate, Recomputer& backend,
+                               const EvalProgress& progress) {
+  const TraceMeta& meta = trace.meta();
+  TraceEvaluation out = evaluate_heads(trace, backend, progress, [&](const HeadData& head) {
+    const SurrogateCosts costs = surrogate_costs(head.keys, head.values, head.obs_queries, ladder);
+    const std::vector<std::uint8_t> tiers = allocate(head, costs.weights);
+    if (static_cast<int>(tiers.size()) != meta.prompt_len)
+      throw InputError("allocation for layer " + std::to_string(head.layer) + " head " +
+                       std::to_string(head.kv_head) + " has " + std::to_string(tiers.size()) +
+                       " tiers, the trace has " + std::to_string(meta.prompt_len) + " prompt tokens");
+    MaterializedKeys mk = materialize(head.keys, ladder, tiers);
+    double predicted = 0;
+    for (std::size_t t = 0; t < tiers.size(); ++t) predicted += costs.cost(tiers[t], static_cast<Eigen::Index>(t));
+    const CompressedHead c{std::move(mk.keys), std::move(mk.kept), mk.rate};
+    return evaluate_head(head, c, predicted, costs.output_norm2, backend);
+  });
+  out.ladder = ladder;
   return out;
 }
 

@@ -54,6 +54,24 @@ TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladde
                                const HeadAllocator& allocate, Recomputer& backend,
                                const EvalProgress& progress = {});
 
+// Any per-head compression (a published key quantizer, an eviction scorer): the
+// dequantized keys (T x d; evicted rows ignored), the kept flags and the rate. The surrogate
+// prediction is then computed from these keys: sum_t c_t(k^_t) over kept tokens plus c_t(0)
+// over evicted ones (model/surrogate.hpp formulas, obs queries).
+struct CompressedHead {
+  MatrixRM keys;
+  std::vector<std::uint8_t> kept;
+  Rate rate;
+};
+using HeadCompressor = std::function<CompressedHead(const HeadData&)>;
+TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& compress, Recomputer& backend,
+                               const EvalProgress& progress = {});
+
+// sum_t [kept_t ? c_t(approx_t) : c_t(0)] for one head and query set, in double; sets
+// *output_norm2 = mean_q ||o_q||^2.
+double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                          const MatrixRM& approx, const std::vector<std::uint8_t>& kept, double* output_norm2);
+
 // Recomputed errors of one head's allocation on its decode steps (see above).
 ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocated_keys,
                                    const std::vector<std::uint8_t>& kept, Recomputer& backend);

@@ -13,7 +13,7 @@
 #     Catch2 2.13 with libCatch2WithMain.a, CLI11, Boost headers, as a relocatable usr/
 #     tree). It is unpacked into .devcarry/root and passed as CMAKE_PREFIX_PATH.
 #     TIERLAB_PREFIX=/path/to/usr uses an existing prefix instead; TIERLAB_CMAKE_ARGS adds
-#     configure arguments (e.g. "-DEigen3_DIR=..."). No Qt there: the GUI is switched off.
+#     configure arguments (e.g. "-DEigen3_DIR=..."). No Qt or yaml-cpp there: -DTIERLAB_SCENARIOS=OFF builds model, solvers, gpu, their tests and the benches only.
 #   - The PyTorch baseline at .devcarry/torch_recompute_ref.py (or ../shared/bench/).
 # Budget: about 6 minutes in all; every step has its own timeout, optional steps are
 # skipped when the budget is spent. The exit status is 0 only if every step passed.
@@ -83,7 +83,7 @@ command -v ninja > /dev/null && GEN=Ninja
 # ---- 2. configure and build --------------------------------------------------------------
 # shellcheck disable=SC2086
 step configure 120 "$OUT/configure.log" cmake -S "$REPO" -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release \
-  -DTIERLAB_CUDA=ON -DTIERLAB_TESTS=ON -DTIERLAB_BENCH=ON -DTIERLAB_CUDA_PTXAS_VERBOSE=ON -DTIERLAB_GUI=OFF \
+  -DTIERLAB_CUDA=ON -DTIERLAB_TESTS=ON -DTIERLAB_BENCH=ON -DTIERLAB_CUDA_PTXAS_VERBOSE=ON -DTIERLAB_SCENARIOS=OFF \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DPython3_EXECUTABLE="$(command -v "$PYTHON")" \
   "${CMAKE_DEPS[@]}" ${TIERLAB_CMAKE_ARGS:-} || finish
 grep -q "CUDA backend ON" "$OUT/configure.log" || { log "configure did not enable the CUDA backend"; FAILED=1; finish; }

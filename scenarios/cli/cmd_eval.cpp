@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "model/allocation.hpp"
+#include "model/key_quantizer.hpp"
+#include "solvers/scorers.hpp"
 #include "model/error.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/evaluation.hpp"
@@ -20,9 +22,55 @@ std::unique_ptr<Recomputer> backend_or_throw(const std::string& name) {
   return backend;
 }
 
+namespace {
+
+// A published key quantizer on every token, or a published eviction scorer at a budget.
+TraceEvaluation evaluate_method(const TraceReader& trace, const std::string& quantizer_name,
+                                const std::string& scorer_name, const std::map<std::string, std::string>& params,
+                                const std::string& keep, Recomputer& backend) {
+  const TraceMeta& meta = trace.meta();
+  TerminalProgress bar("eval");
+  auto progress = [&](int d, int t) { bar.update(d, t); };
+  if (!quantizer_name.empty()) {
+    const auto quantizer = make_key_quantizer(quantizer_name, params);
+    TraceEvaluation ev = evaluate_trace(trace, [&](const HeadData& head) {
+      QuantizedHeadKeys q = quantizer->quantize(head, meta.rope);
+      const Rate rate = q.rate();  // before the keys are moved out
+      return CompressedHead{std::move(q.keys), std::vector<std::uint8_t>(static_cast<std::size_t>(meta.prompt_len), 1),
+                            rate};
+    }, backend, progress);
+    std::string label = quantizer->name();
+    for (const auto& [k, v] : quantizer->parameters()) label += " " + k + "=" + v;
+    ev.policy = "quantizer " + label;
+    return ev;
+  }
+  std::map<std::string, std::string> scorer_params = params;
+  if (!scorer_params.count("group_size")) scorer_params["group_size"] = std::to_string(meta.group_size);
+  const ScorerConfig cfg = make_scorer(scorer_name, scorer_params);
+  // Layer- and model-wide rules need every head's scores: plan over the whole trace.
+  std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(trace.head(l, h));
+  const EvictionPlan plan = plan_eviction(cfg, heads, Budget::parse(keep));
+  heads.clear();
+  TraceEvaluation ev = evaluate_trace(trace, [&](const HeadData& head) {
+    const HeadKeep& k = plan.keep[static_cast<std::size_t>(head.layer)][static_cast<std::size_t>(head.kv_head)];
+    double kept = 0;
+    for (const std::uint8_t x : k) kept += x;
+    const double bits = 16.0 * kept / static_cast<double>(k.size());
+    return CompressedHead{head.keys, std::vector<std::uint8_t>(k.begin(), k.end()), Rate{bits, bits}};
+  }, backend, progress);
+  ev.policy = "scorer " + cfg.name() + " keep " + Budget::parse(keep).name();
+  ev.ladder = eviction_ladder();
+  return ev;
+}
+
+}  // namespace
+
 void add_eval(CLI::App& app) {
   struct Args {
-    std::string trace, policy, allocation, backend = "auto";
+    std::string trace, policy, allocation, quantizer, scorer, keep = "ratio:0.25", backend = "auto";
+    std::vector<std::string> params;
     bool json = false, per_head = false;
   };
   auto args = std::make_shared<Args>();
@@ -32,15 +80,38 @@ void add_eval(CLI::App& app) {
   auto* pol = cmd->add_option("--policy", args->policy,
                               "Uniform policy: exact, kivi:B[:gG][:rR], token:B[:gN], evict:KEEP");
   auto* alloc = cmd->add_option("--allocation", args->allocation, "Allocation file (from tierlab solve)");
-  pol->excludes(alloc);
+  auto* quant = cmd->add_option("--quantizer", args->quantizer,
+                                "Published key quantizer, every token (see `tierlab methods --kind quantizer`)");
+  auto* scorer = cmd->add_option("--scorer", args->scorer,
+                                 "Published eviction scorer (see `tierlab methods --kind scorer`), with --keep");
+  cmd->add_option("--keep", args->keep, "Eviction budget for --scorer: ratio:R or count:N")->capture_default_str();
+  cmd->add_option("--param", args->params, "Method parameter NAME=VALUE for --quantizer/--scorer (repeatable)");
+  pol->excludes(alloc, quant, scorer);
+  alloc->excludes(quant, scorer);
+  quant->excludes(scorer);
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_flag("--per-head", args->per_head, "Show every head in the table");
   cmd->callback([args]() {
-    if (args->policy.empty() && args->allocation.empty())
-      throw InputError("eval needs --policy or --allocation (e.g. --policy kivi:2)");
+    if (args->policy.empty() && args->allocation.empty() && args->quantizer.empty() && args->scorer.empty())
+      throw InputError("eval needs --policy, --allocation, --quantizer or --scorer (e.g. --policy kivi:2)");
     TraceReader trace(args->trace);
     auto backend = backend_or_throw(args->backend);
+    if (!args->quantizer.empty() || !args->scorer.empty()) {
+      std::map<std::string, std::string> params;
+      for (const std::string& kv : args->params) {
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0)
+          throw InputError("option --param: '" + kv + "' is not NAME=VALUE");
+        params[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+      TraceEvaluation ev = evaluate_method(trace, args->quantizer, args->scorer, params, args->keep, *backend);
+      if (args->json)
+        std::printf("%s\n", to_json(ev).dump(2).c_str());
+      else
+        std::printf("%s", text_report(ev, args->per_head).c_str());
+      return;
+    }
     RateLadder ladder;
     HeadAllocator allocate;
     std::string label;

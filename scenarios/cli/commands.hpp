@@ -12,6 +12,9 @@ void add_demo(CLI::App& app);
 void add_solve(CLI::App&);
 void add_capture(CLI::App&);
 void add_replay(CLI::App&);
+void add_methods(CLI::App&);
+void add_run(CLI::App&);
+void add_figure(CLI::App&);
 
 }  // namespace tierlab::cli
 

@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   tierlab::cli::add_solve(app);
   tierlab::cli::add_capture(app);
   tierlab::cli::add_replay(app);
+  tierlab::cli::add_methods(app);
+  tierlab::cli::add_run(app);
+  tierlab::cli::add_figure(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,391 @@
+#include "scenarios/analyses.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "scenarios/atomic_file.hpp"
+
+namespace tierlab {
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double getd(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return kNaN;
+  return j[key].get<double>();
+}
+
+std::string f(double v, const char* fmt = "%.6g") {
+  if (!std::isfinite(v)) return "nan";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+double pearson(const std::vector<double>& x, const std::vector<double>& y) {
+  const std::size_t n = x.size();
+  if (n < 2) return kNaN;
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n, my = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (std::size_t i = 0; i < n; ++i) sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx), syy += (y[i] - my) * (y[i] - my);
+  if (sxx <= 0 || syy <= 0) return kNaN;
+  return sxy / std::sqrt(sxx * syy);
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return kNaN;
+  const double pos = q * (v.size() - 1);
+  const std::size_t i = static_cast<std::size_t>(std::floor(pos));
+  const double t = pos - i;
+  return i + 1 < v.size() ? v[i] * (1 - t) + v[i + 1] * t : v[i];
+}
+
+// The median over a cell's heads of A at one budget (NaN when no head has A defined).
+double cell_median(const nlohmann::json& budget) {
+  std::vector<double> v;
+  for (const auto& h : budget["heads"])
+    if (const double a = getd(h, "A"); std::isfinite(a)) v.push_back(a);
+  return quantile(v, 0.5);
+}
+
+}  // namespace
+
+std::vector<double> mid_ranks(const std::vector<double>& x) {
+  std::vector<std::size_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return x[a] < x[b]; });
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < idx.size();) {
+    std::size_t j = i;
+    while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
+    const double rank = 0.5 * (static_cast<double>(i) + static_cast<double>(j)) + 1.0;
+    for (std::size_t k = i; k <= j; ++k) r[idx[k]] = rank;
+    i = j + 1;
+  }
+  return r;
+}
+
+double spearman(const std::vector<double>& x, const std::vector<double>& y) {
+  return pearson(mid_ranks(x), mid_ranks(y));
+}
+
+Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y, int resamples, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::size_t n = x.size();
+  std::vector<double> rhos;
+  if (n >= 2) {
+    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
+    std::vector<double> bx(n), by(n);
+    for (int r = 0; r < resamples; ++r) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t k = pick(rng);
+        bx[i] = x[k], by[i] = y[k];
+      }
+      const double rho = spearman(bx, by);
+      if (std::isfinite(rho)) rhos.push_back(rho);
+    }
+  }
+  Interval iv;
+  iv.used = static_cast<int>(rhos.size());
+  iv.lo = quantile(rhos, 0.025);
+  iv.hi = quantile(rhos, 0.975);
+  return iv;
+}
+
+void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells, const std::string& out) {
+  namespace fs = std::filesystem;
+  const std::string dir = out + "/tables";
+  fs::create_directories(dir);
+  const char* qname = sc.queries == QuerySet::Decode ? "decode" : "obs";
+
+  // ---- cells.csv / heads.csv
+  std::ostringstream cc, hc;
+  cc << "cell,preset,seed,prompt_len,logit_scale,budget,dominated_share,R2_median,A_median,A,A_obs,A_decode,A_surrogate,"
+        "heads_defined,wins_Q,wins_E,wins_M,winner\n";
+  hc << "cell,preset,prompt_len,logit_scale,budget,layer,kv_head,A,A_surrogate,err_Q,err_E,err_M,winner,dominated_2bit,R2\n";
+  nlohmann::json cells_json = nlohmann::json::array();
+  for (const auto& c : cells) {
+    for (const auto& b : c["budgets"]) {
+      const auto& w = b["wins"];
+      cc << c["id"].get<std::string>() << ',' << c["preset"].get<std::string>() << ',' << c["seed"].get<std::uint64_t>()
+         << ',' << c["prompt_len"].get<int>() << ',' << f(getd(c, "logit_scale")) << ',' << f(b["budget"].get<double>())
+         << ',' << f(getd(c, "dominated_share")) << ',' << f(getd(c, "R2_median")) << ',' << f(cell_median(b)) << ','
+         << f(getd(b, "A")) << ','
+         << f(getd(b, "A_obs")) << ',' << f(getd(b, "A_decode")) << ',' << f(getd(b, "A_surrogate")) << ','
+         << b["defined"].get<int>() << ',' << w["Q"].get<int>() << ',' << w["E"].get<int>() << ',' << w["M"].get<int>()
+         << ',' << b["winner"].get<std::string>() << '\n';
+      cells_json.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"seed", c["seed"]}, {"prompt_len", c["prompt_len"]},
+                            {"logit_scale", c["logit_scale"]}, {"budget", b["budget"]},
+                            {"dominated_share", c["dominated_share"]}, {"R2_median", c["R2_median"]},
+                            {"A_median", num(cell_median(b))}, {"A", b["A"]},
+                            {"A_obs", b["A_obs"]}, {"A_decode", b["A_decode"]}, {"A_surrogate", b["A_surrogate"]},
+                            {"heads_defined", b["defined"]}, {"wins", w}, {"winner", b["winner"]}});
+      std::size_t hi = 0;
+      for (const auto& h : b["heads"]) {
+        const double R2 = hi < c["R2"].size() && !c["R2"][hi].is_null() ? c["R2"][hi].get<double>() : kNaN;
+        hc << c["id"].get<std::string>() << ',' << c["preset"].get<std::string>() << ',' << c["prompt_len"].get<int>()
+           << ',' << f(getd(c, "logit_scale")) << ',' << f(b["budget"].get<double>()) << ',' << h["layer"].get<int>()
+           << ',' << h["kv_head"].get<int>() << ',' << f(getd(h, "A")) << ',' << f(getd(h, "A_surrogate")) << ','
+           << f(getd(h, "err_Q")) << ',' << f(getd(h, "err_E")) << ',' << f(getd(h, "err_M")) << ','
+           << h["winner"].get<std::string>() << ',' << (h["dominated_2bit"].get<bool>() ? 1 : 0) << ',' << f(R2) << '\n';
+        ++hi;
+      }
+    }
+  }
+  write_file_atomically(dir + "/cells.csv", cc.str());
+  write_file_atomically(dir + "/heads.csv", hc.str());
+  write_file_atomically(dir + "/cells.json", cells_json.dump(1) + "\n");
+
+  // ---- A vs budget (per head)
+  std::ostringstream bc;
+  bc << "budget,mean_A_cells,mean_A_heads,median_A_heads,share_heads_positive,heads_defined,wins_Q,wins_E,wins_M\n";
+  nlohmann::json budgets = nlohmann::json::array();
+  std::vector<double> mean_by_budget;
+  for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
+    double sc_sum = 0, h_sum = 0;
+    std::vector<double> hv;
+    int sc_n = 0, h_n = 0, pos = 0, wq = 0, we = 0, wm = 0;
+    for (const auto& c : cells) {
+      const auto& b = c["budgets"][bi];
+      if (const double a = getd(b, "A"); std::isfinite(a)) sc_sum += a, ++sc_n;
+      for (const auto& h : b["heads"])
+        if (const double a = getd(h, "A"); std::isfinite(a)) h_sum += a, ++h_n, pos += a > 0 ? 1 : 0, hv.push_back(a);
+      wq += b["wins"]["Q"].get<int>(), we += b["wins"]["E"].get<int>(), wm += b["wins"]["M"].get<int>();
+    }
+    const double mc = sc_n ? sc_sum / sc_n : kNaN, mh = h_n ? h_sum / h_n : kNaN, sp = h_n ? double(pos) / h_n : kNaN;
+    const double med = quantile(hv, 0.5);
+    mean_by_budget.push_back(med);
+    bc << f(sc.budgets[bi]) << ',' << f(mc) << ',' << f(mh) << ',' << f(med) << ',' << f(sp) << ',' << h_n << ',' << wq << ',' << we << ','
+       << wm << '\n';
+    budgets.push_back({{"budget", sc.budgets[bi]}, {"mean_A_cells", num(mc)}, {"mean_A_heads", num(mh)}, {"median_A_heads", num(med)},
+                       {"share_heads_positive", num(sp)}, {"heads_defined", h_n},
+                       {"wins", {{"Q", wq}, {"E", we}, {"M", wm}}}});
+  }
+  write_file_atomically(dir + "/budgets.csv", bc.str());
+  // The interior stops paying at the smallest budget from which the median A over heads <= 0
+  // for every larger one (the median: A is unbounded below, a few heads dominate a mean).
+  std::vector<std::size_t> order(sc.budgets.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sc.budgets[a] < sc.budgets[b]; });
+  double stop_budget = kNaN;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (std::isfinite(mean_by_budget[*it]) && mean_by_budget[*it] <= 0) stop_budget = sc.budgets[*it];
+    else break;
+  }
+
+  // ---- (a) rho across cells at the primary budget
+  std::size_t pb = 0;
+  for (std::size_t i = 0; i < sc.budgets.size(); ++i)
+    if (sc.budgets[i] == sc.primary_budget) pb = i;
+  std::vector<double> xs, ys;
+  std::vector<std::string> models;
+  nlohmann::json points = nlohmann::json::array();
+  for (const auto& c : cells) {
+    const double x = getd(c, "dominated_share"), y = cell_median(c["budgets"][pb]);
+    points.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"prompt_len", c["prompt_len"]},
+                      {"dominated_share", num(x)}, {"A", num(y)}});
+    if (std::isfinite(x) && std::isfinite(y)) xs.push_back(x), ys.push_back(y), models.push_back(c["preset"]);
+  }
+  const double rho = spearman(xs, ys);
+  const Interval iv = bootstrap_spearman(xs, ys, sc.bootstrap, sc.seed);
+  // Controlling for the model: ranks minus each model's mean rank, then Pearson.
+  double rho_within = kNaN;
+  {
+    const std::set<std::string> distinct(models.begin(), models.end());
+    if (distinct.size() > 1) {
+      const auto rx = mid_ranks(xs), ry = mid_ranks(ys);
+      std::map<std::string, std::pair<double, double>> sum;
+      std::map<std::string, int> cnt;
+      for (std::size_t i = 0; i < rx.size(); ++i) sum[models[i]].first += rx[i], sum[models[i]].second += ry[i], ++cnt[models[i]];
+      std::vector<double> ex, ey;
+      for (std::size_t i = 0; i < rx.size(); ++i)
+        ex.push_back(rx[i] - sum[models[i]].first / cnt[models[i]]), ey.push_back(ry[i] - sum[models[i]].second / cnt[models[i]]);
+      rho_within = pearson(ex, ey);
+    }
+  }
+  // Per context length T: mean A at the primary budget and share of heads won by eviction.
+  std::map<int, std::array<double, 4>> byT;  // -, -, E wins, heads
+  std::map<int, std::vector<double>> medT;    // cell medians of A
+  for (const auto& c : cells) {
+    auto& t = byT[c["prompt_len"].get<int>()];
+    const auto& b = c["budgets"][pb];
+    if (const double a = cell_median(b); std::isfinite(a)) medT[c["prompt_len"].get<int>()].push_back(a);
+    t[2] += b["wins"]["E"].get<int>();
+    t[3] += static_cast<double>(b["heads"].size());
+  }
+  nlohmann::json perT = nlohmann::json::array();
+  for (const auto& [T, t] : byT)
+    perT.push_back({{"prompt_len", T}, {"median_A", num(quantile(medT[T], 0.5))}, {"share_E_wins", num(t[3] ? t[2] / t[3] : kNaN)}});
+  nlohmann::json interior = {{"scenario", sc.name},       {"queries", qname},
+                             {"primary_budget", sc.primary_budget}, {"n_cells", xs.size()},
+                             {"rho", num(rho)},           {"ci_lo", num(iv.lo)},
+                             {"ci_hi", num(iv.hi)},       {"resamples", sc.bootstrap},
+                             {"resamples_used", iv.used}, {"seed", sc.seed},
+                             {"rho_within_model", num(rho_within)}, {"stop_budget", num(stop_budget)},
+                             {"budgets", budgets},        {"per_context_length", perT},
+                             {"points", points}};
+
+  // ---- (b) phase map
+  nlohmann::json phase;
+  std::ostringstream pc;
+  if (sc.phase_map) {
+    std::map<std::pair<double, double>, std::array<int, 4>> cellwins;  // Q E M, total A defined
+    std::map<double, std::vector<double>> r2_by_scale;
+    std::map<std::pair<double, double>, std::pair<double, int>> meanA;
+    for (const auto& c : cells) {
+      const double ls = getd(c, "logit_scale");
+      if (!std::isfinite(ls)) continue;
+      for (const auto& r : c["R2"])
+        if (!r.is_null()) r2_by_scale[ls].push_back(r.get<double>());
+      for (const auto& b : c["budgets"]) {
+        auto& w = cellwins[{ls, b["budget"].get<double>()}];
+        w[0] += b["wins"]["Q"].get<int>(), w[1] += b["wins"]["E"].get<int>(), w[2] += b["wins"]["M"].get<int>();
+        auto& m = meanA[{ls, b["budget"].get<double>()}];
+        if (const double a = getd(b, "A"); std::isfinite(a)) m.first += a, m.second += 1;
+      }
+    }
+    pc << "logit_scale,budget,winner,share_Q,share_E,share_M,mean_A,R2_median\n";
+    nlohmann::json rows = nlohmann::json::array();
+    std::vector<std::pair<double, double>> r2med;  // scale, median R2
+    for (const auto& [ls, v] : r2_by_scale) r2med.push_back({ls, quantile(v, 0.5)});
+    for (const auto& [key, w] : cellwins) {
+      const int tot = w[0] + w[1] + w[2];
+      std::string win = "Q";
+      int best = w[0];
+      if (w[1] > best) win = "E", best = w[1];
+      if (w[2] > best) win = "M", best = w[2];
+      double r2 = kNaN;
+      for (const auto& [s, m] : r2med)
+        if (s == key.first) r2 = m;
+      const auto& m = meanA[key];
+      const double ma = m.second ? m.first / m.second : kNaN;
+      pc << f(key.first) << ',' << f(key.second) << ',' << (tot ? win : "") << ',' << f(tot ? double(w[0]) / tot : kNaN)
+         << ',' << f(tot ? double(w[1]) / tot : kNaN) << ',' << f(tot ? double(w[2]) / tot : kNaN) << ',' << f(ma) << ','
+         << f(r2) << '\n';
+      rows.push_back({{"logit_scale", key.first}, {"budget", key.second}, {"winner", tot ? win : ""},
+                      {"share_Q", num(tot ? double(w[0]) / tot : kNaN)}, {"share_E", num(tot ? double(w[1]) / tot : kNaN)},
+                      {"share_M", num(tot ? double(w[2]) / tot : kNaN)}, {"mean_A", num(ma)}, {"R2_median", num(r2)}});
+    }
+    // Surrogate boundary: where the median R_h(2) crosses 1 along the logit scale.
+    double boundary = kNaN;
+    for (std::size_t i = 0; i + 1 < r2med.size(); ++i) {
+      const auto [s0, r0] = r2med[i];
+      const auto [s1, r1] = r2med[i + 1];
+      if (std::isfinite(r0) && std::isfinite(r1) && (r0 - 1) * (r1 - 1) <= 0 && r0 != r1) {
+        boundary = s0 + (1 - r0) * (s1 - s0) / (r1 - r0);
+        break;
+      }
+    }
+    nlohmann::json med = nlohmann::json::array();
+    for (const auto& [s, m] : r2med) med.push_back({{"logit_scale", s}, {"R2_median", num(m)}});
+    phase = {{"rows", rows}, {"R2_median_by_scale", med}, {"boundary_logit_scale", num(boundary)}};
+    write_file_atomically(dir + "/phase.csv", pc.str());
+    write_file_atomically(dir + "/phase.json", phase.dump(1) + "\n");
+  }
+  write_file_atomically(dir + "/interior.json", interior.dump(1) + "\n");
+
+  // ---- (d) water-filling picture of one head
+  nlohmann::json wf;
+  for (const auto& c : cells)
+    if (c.contains("waterfill")) {
+      const auto& w = c["waterfill"];
+      const std::vector<double> a = w["a"].get<std::vector<double>>(), bits = w["bits"].get<std::vector<double>>();
+      const double alpha = w["alpha"].get<double>(), beta = w["beta"].get<double>(), theta = w["theta"].get<double>();
+      std::vector<std::size_t> idx(a.size());
+      std::iota(idx.begin(), idx.end(), 0);
+      std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) { return a[x] > a[y]; });
+      std::ostringstream wc;
+      wc << "rank,token,a,g0,bits\n";
+      int zero = 0;
+      double maxb = 0;
+      nlohmann::json rows = nlohmann::json::array();
+      for (std::size_t r = 0; r < idx.size(); ++r) {
+        const std::size_t t = idx[r];
+        const double g0 = a[t] * alpha * std::log(beta);  // marginal return per bit at 0 bits
+        wc << r + 1 << ',' << t << ',' << f(a[t]) << ',' << f(g0) << ',' << f(bits[t]) << '\n';
+        rows.push_back({{"rank", r + 1}, {"token", t}, {"a", a[t]}, {"g0", g0}, {"bits", bits[t]}});
+        zero += bits[t] <= 0 ? 1 : 0;
+        maxb = std::max(maxb, bits[t]);
+      }
+      write_file_atomically(dir + "/waterfill.csv", wc.str());
+      wf = {{"cell", c["id"]}, {"layer", w["layer"]}, {"kv_head", w["kv_head"]}, {"budget", w["budget"]},
+            {"alpha", alpha}, {"beta", beta}, {"theta", theta}, {"tokens", a.size()}, {"zero_bit_tokens", zero},
+            {"max_bits", maxb}, {"rows", rows}};
+      write_file_atomically(dir + "/waterfill.json", wf.dump(1) + "\n");
+      break;
+    }
+
+  // ---- summary.md
+  std::ostringstream s;
+  s << "# " << sc.name << "\n\n";
+  if (!sc.description.empty()) s << sc.description << "\n\n";
+  s << "Scenario `" << sc.file << "`: " << cells.size() << " cells, budgets";
+  for (double b : sc.budgets) s << ' ' << f(b);
+  s << " bits per key element (" << (sc.rate_kind == RateKind::Code ? "code" : "total") << "), ladder `"
+    << sc.ladder.name() << "`, verdict on the " << qname << " queries; backend "
+    << (cells.empty() ? "" : cells.front()["backend"].get<std::string>()) << ".\n\n";
+  s << "A = 1 - err(M*) / min(err(Q*), err(E*)) (exact recomputation; A > 0: mixing tiers beats both endpoints). "
+       "A is unbounded below (a head where an endpoint is almost exact gives A << 0), so a cell is summarised by the "
+       "median of A over its heads; the means are in the tables.\n\n";
+  s << "## Interior advantage vs dominated share (B = " << f(sc.primary_budget) << ")\n\n";
+  s << "- Spearman rho(dominated share, median A over the cell's heads) over " << xs.size() << " cells = " << f(rho, "%.3f")
+    << ", 95% bootstrap interval [" << f(iv.lo, "%.3f") << ", " << f(iv.hi, "%.3f") << "] (" << iv.used << " of "
+    << sc.bootstrap << " resamples, seed " << sc.seed << ").\n";
+  if (std::isfinite(rho_within)) s << "- Controlling for the model (per-preset residual ranks): rho = " << f(rho_within, "%.3f") << ".\n";
+  std::string verdict;
+  if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
+  else if (iv.lo > 0) verdict = "holds: cells with more dominated heads gain more from the interior (interval above 0)";
+  else if (iv.hi < 0) verdict = "is reversed: the interval lies below 0";
+  else verdict = "is not established: the interval contains 0";
+  s << "- The headline relation of MODEL.md section 5 (interior advantage grows with the dominated share) " << verdict << ".\n";
+  if (xs.size() < 12) s << "- Note: fewer than 12 cells; the interval is wide.\n";
+  s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean A (heads) | heads with A > 0 | wins Q / E / M |\n|---|---|---|---|---|\n";
+  for (const auto& b : budgets)
+    s << "| " << f(b["budget"].get<double>()) << " | " << f(getd(b, "median_A_heads"), "%.4f") << " | " << f(getd(b, "mean_A_heads"), "%.4g") << " | "
+      << f(100 * getd(b, "share_heads_positive"), "%.1f") << "% | " << b["wins"]["Q"] << " / " << b["wins"]["E"] << " / "
+      << b["wins"]["M"] << " |\n";
+  if (std::isfinite(stop_budget)) s << "\nThe interior stops paying (median A over heads <= 0 from there up) at B = " << f(stop_budget) << ".\n";
+  else s << "\nThe interior pays (median A over heads > 0) at the largest budget swept; no stop budget within the sweep.\n";
+  if (byT.size() > 1) {
+    s << "\n## Context length (B = " << f(sc.primary_budget) << ")\n\n| T | median over cells of the cell's median A | share of heads won by eviction |\n|---|---|---|\n";
+    for (const auto& t : perT)
+      s << "| " << t["prompt_len"] << " | " << f(getd(t, "median_A"), "%.4f") << " | " << f(100 * getd(t, "share_E_wins"), "%.1f") << "% |\n";
+    const double e0 = getd(perT.front(), "share_E_wins"), e1 = getd(perT.back(), "share_E_wins");
+    s << "\nFrom T = " << perT.front()["prompt_len"] << " to T = " << perT.back()["prompt_len"] << " the share of heads won by eviction goes "
+      << f(100 * e0, "%.1f") << "% -> " << f(100 * e1, "%.1f") << "% (" << (e1 > e0 ? "toward eviction" : e1 < e0 ? "away from eviction" : "unchanged") << ").\n";
+  }
+  if (sc.phase_map) {
+    s << "\n## Dominance phase map (logit scale x budget)\n\nWinner by exact recomputation (most heads), share of heads won by M:\n\n";
+    s << "| logit scale | B | winner | Q | E | M | median R(2) |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& r : phase["rows"])
+      s << "| " << f(r["logit_scale"].get<double>()) << " | " << f(r["budget"].get<double>()) << " | " << r["winner"].get<std::string>()
+        << " | " << f(getd(r, "share_Q"), "%.2f") << " | " << f(getd(r, "share_E"), "%.2f") << " | " << f(getd(r, "share_M"), "%.2f")
+        << " | " << f(getd(r, "R2_median"), "%.3f") << " |\n";
+    const double bnd = getd(phase, "boundary_logit_scale");
+    if (std::isfinite(bnd)) s << "\nThe surrogate's boundary (median R_h(2) = 1) lies at logit scale " << f(bnd, "%.3f") << ".\n";
+    else s << "\nThe median R_h(2) does not cross 1 within the swept logit scales (no surrogate boundary in range).\n";
+  }
+  if (!wf.is_null()) {
+    s << "\n## Water-filling picture (cell " << wf["cell"].get<std::string>() << ", head L" << wf["layer"] << ".H" << wf["kv_head"]
+      << ", B = " << f(wf["budget"].get<double>()) << " bits per token)\n\n"
+      << "Fitted noise model n_h(b) = " << f(wf["alpha"].get<double>(), "%.4g") << " * " << f(wf["beta"].get<double>(), "%.4g")
+      << "^(-b); water level theta = " << f(wf["theta"].get<double>(), "%.4g") << "; " << wf["zero_bit_tokens"] << " of "
+      << wf["tokens"] << " tokens get 0 bits (evicted: their marginal return w_t alpha ln(beta) is below theta); the "
+      << "heaviest token gets " << f(wf["max_bits"].get<double>(), "%.2f") << " bits.\n";
+  }
+  s << "\nTables: `tables/` (CSV and JSON). Figures: `figures/` (PNG, SVG, PDF); re-render with `tierlab figure " << out << "`.\n";
+  write_file_atomically(out + "/summary.md", s.str());
+}
+
+}  // namespace tierlab

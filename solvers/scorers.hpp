@@ -1,0 +1,225 @@
+#pragma once
+// Eviction scorers: the published token-eviction methods as policies of the eviction
+// family E (tiers {evict, exact}: RateLadder::parse("evict,exact"), evict = 0, exact = 1).
+// Sources and the variants public implementations disagree on: docs/methods.md,
+// "Eviction scorers"; facts: METHODS.md.
+//
+// Notation (one KV head of one layer, HeadData): keys k_t, values v_t, t = 0..T-1, head
+// dim d; observation queries q_{j,i} (query head j = 0..g-1 of the GQA group, window
+// position i = 0..W_trace-1, row j * W_trace + i, prompt position T - W_trace + i). A
+// scorer that reads a window uses its last W rows per query head (W <= W_trace).
+// Logits z_{j,i,t} = q_{j,i}.k_t / sqrt(d); attention p_{j,i,t} = softmax_t(z) over the
+// keys the query may see: with causal = true (default, as the models and SnapKV/kvpress
+// compute it) query i sees t <= T - W_trace + i; with causal = false every key.
+// Outputs o_{j,i} = sum_t p_{j,i,t} v_t.
+//
+// Per-query-head scores x_{j,t} are reduced over the group by the GQA aggregate
+// (gqa = mean (default) | max | sum):  x_t = agg_j x_{j,t}.
+//
+// Scores (larger = keep):
+//   streaming   none: rank by position (the most recent win); sinks = 4 forced
+//   h2o         x_{j,t} = sum_i p_{j,i,t} over every query so far (prefill: the W window
+//               queries; decode: H2OCache adds each step's query); keep the heavy hitters
+//               plus a recent window of round(recent_fraction * K) tokens (default 0.5)
+//   snapkv      x_{j,t} = R_i p_{j,i,t} over the last W window queries, R = sum (original,
+//               default) | mean (kvpress), on the prefix t < T - W only (the window itself
+//               is always kept); then pooled over positions with kernel k (default 5),
+//               padding k//2: avg with count_include_pad = true (zero padding counted in
+//               the average at both edges; PyTorch's default and the original's, default)
+//               or false (the window shrinks at the edges), or max (padding never wins).
+//               group_order = after (default, kvpress: pool each query head, then
+//               aggregate) | before (AdaKV's GQA code: aggregate, then pool). Avg pooling is
+//               linear and commutes with the mean; max pooling does not.
+//   tova        last window query's attention averaged over all query heads of the LAYER
+//               (every KV head's g heads): x_t = mean_{h,j} p_{h,j,W-1,t}; one shared
+//               top-K per layer applied to every head (TovaCache re-scores each step)
+//   adakv       SnapKV's score per head; budget: see "Budget rules" (floor fraction 0.2)
+//   pyramidkv   SnapKV's score per head; layer budgets decreasing linearly with depth
+//   dropkv      x_{j,t} = sum_i (p/(1-p))^2 ||v_t - o_{j,i}||^2 over the window (the exact
+//               squared output change of removing t alone), avg-pooled kernel 11
+//               (count_include_pad = true); absolute squared-output units, comparable
+//               across heads
+//   obcache     value score  x_{j,t} = sum_i p_{j,i,t}^2 ||v_t||^2
+//               key score    x_{j,t} = sum_i (p_{j,i,t} z_{j,i,t})^2 ||v_t - o_{j,i}||^2
+//               score = value | key | joint (= value + key, default); optional pooling
+//               (kernel 1 = none, default); sinks 4 + recent W forced
+//   expected    Expected Attention: mu_j, Sigma_j = mean and (biased, 1/W) covariance of
+//               the W window queries of query head j (POST-RoPE: the trace has no pre-RoPE
+//               queries, so RoPE is not averaged over future positions as in kvpress);
+//               e_{j,t} = exp(mu_j.k_t / sqrt(d) + k_t^T Sigma_j k_t / (2 d)) normalised over
+//               t (sum_t = 1), x_{j,t} = e_{j,t} ||v_t|| (use_value_norm = true); sinks 4
+//   keydiff     x_t = -cos(k_t, kbar), kbar = mean_u k_u / ||k_u|| (no attention)
+//   laprox      the exact formula is not public; approximation used: the single-removal
+//               output cost c_t(0) of model/surrogate.hpp (mean over all g W window
+//               queries, no causal mask) divided by the layer's output norm
+//               mean_h mean_q ||o_q||^2, x_t = c_t(0) / N_l; comparable across layers
+//               and heads; one model-wide top-K
+//
+// Budgets. A Budget is a keep RATIO rho in [0, 1] or a token COUNT n >= 0 per head:
+//   K(T) = round_half_up(rho T)   or   K(T) = min(n, T)
+// (pitfall: a ratio is per head of its own T; a count larger than T keeps everything).
+// K counts the forced tokens (sinks, window, recent) too: as in SnapKV's
+// max_capacity_prompt and kvpress's compression ratio.
+//
+// Budget rules (selection):
+//   forced     the first `sinks` tokens and the last `recent` tokens (snapkv family: the W
+//              window) are kept first; if K is smaller, sinks first, then the most recent
+//   head       per head: forced + the top (K - forced) scores (ties to the earlier token)
+//   layer      the heads of a layer pool their free slots: top sum_h (K_h - forced_h)
+//              scores over all heads (Ada-KV without floor; needs comparable units)
+//   model      the same over every head of every layer (LaProx default)
+//   adakv      per layer, with F_h = K_h - forced_h, floor fraction a: head h first gets
+//              floor(a F_h); the rest, sum_h F_h - sum_h floor(a F_h), goes to a layer-wide
+//              top over all heads' remaining scores; head budget = floor + share won
+//   pyramidkv  per layer l of L (PyramidKV repo): F = K - W, m = F / beta (integer
+//              division, beta = 20), M = 2 F - m, s = (M - m) / (L - 1),
+//              F_l = M - l s (L = 1: F_l = F); per head: window + top F_l
+//   tova       per layer: forced + one shared top over the layer score
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/linalg.hpp"
+#include "model/tier.hpp"
+#include "model/trace.hpp"
+#include "solvers/smoothing.hpp"
+
+namespace tierlab {
+
+using MethodParams = std::map<std::string, std::string>;
+
+// One parameter of a named method, for the registry and `tierlab methods`.
+struct MethodParam {
+  std::string name;
+  std::string default_value;
+  std::string help;
+};
+struct MethodInfo {
+  std::string name;
+  std::string kind;  // "eviction scorer" | "seed allocator" | "uniform policy"
+  std::string summary;
+  std::string source;  // arXiv id and/or repository
+  std::vector<MethodParam> params;
+};
+
+// K(T) as in the header comment. parse: "ratio:0.25" | "count:64".
+struct Budget {
+  enum class Kind { Ratio, Count } kind = Kind::Ratio;
+  double value = 1.0;
+  static Budget ratio(double rho);
+  static Budget count(std::int64_t n);
+  static Budget parse(std::string_view text);
+  int keep(int tokens) const;
+  std::string name() const;
+};
+
+enum class GqaAggregate { Mean, Max, Sum };
+enum class WindowReduce { Sum, Mean };
+enum class GroupOrder { AfterPool, BeforePool };
+enum class SelectionScope { Head, Layer, Model };
+
+enum class ScorerKind { Streaming, H2O, SnapKV, Tova, AdaKV, PyramidKV, DropKV, OBCache, Expected, KeyDiff, LaProx };
+
+struct ScorerConfig {
+  ScorerKind kind = ScorerKind::SnapKV;
+  GqaAggregate gqa = GqaAggregate::Mean;
+  int window = 32;  // W window queries read (and kept, snapkv family)
+  WindowReduce reduce = WindowReduce::Sum;
+  PoolKind pool = PoolKind::Avg;
+  int kernel = 5;   // 1 = no pooling
+  bool count_include_pad = true;
+  GroupOrder group_order = GroupOrder::AfterPool;
+  bool causal = true;
+  int sinks = 0;
+  int recent = 0;
+  double recent_fraction = 0.5;  // h2o
+  double floor = 0.2;            // adakv
+  int pyramid_beta = 20;         // pyramidkv
+  std::string obcache_score = "joint";
+  bool use_covariance = true;    // expected
+  bool use_value_norm = true;    // expected
+  SelectionScope selection = SelectionScope::Head;
+  int group_size = 1;            // g query heads per KV head (TraceMeta::group_size)
+  void validate() const;
+  std::string name() const;
+};
+
+// Registry: "streaming", "h2o", "snapkv", "tova", "adakv", "pyramidkv", "dropkv",
+// "obcache", "expected", "keydiff", "laprox". Unknown names or parameters, and bad
+// values, throw InputError listing the valid ones.
+const std::vector<MethodInfo>& eviction_scorer_methods();
+ScorerConfig make_scorer(std::string_view name, const MethodParams& params = {});
+// The ladder every scorer allocates on: {evict, exact}.
+RateLadder eviction_ladder();
+
+// Attention p (W x T: the last W window queries of query head j of a group of g,
+// causal as in the header comment; masked entries 0).
+MatrixRMd window_attention(const HeadData& head, int group_size, int query_head, int window, bool causal);
+
+// Per-token scores of one head (T entries; for tova: this head's share, for the layer
+// score use layer_scores). Tokens the rule does not score (snapkv window) get +inf.
+VectorD head_scores(const ScorerConfig& cfg, const HeadData& head);
+// Scores of every head of one layer (tova: the same shared vector for every head; laprox
+// normalised by the layer's output norm).
+std::vector<VectorD> layer_scores(const ScorerConfig& cfg, const std::vector<HeadData>& layer);
+
+using HeadKeep = std::vector<std::uint8_t>;  // per token: 0 evict, 1 exact
+
+struct EvictionPlan {
+  std::string method;
+  std::vector<std::vector<VectorD>> scores;  // [layer][head]
+  std::vector<std::vector<HeadKeep>> keep;   // [layer][head]
+  std::vector<std::vector<int>> head_budget; // tokens kept, [layer][head]
+  std::int64_t kept = 0, tokens = 0;
+};
+
+// The whole rule: scores then the budget rule, for the heads given ([layer][head]).
+EvictionPlan plan_eviction(const ScorerConfig& cfg, const std::vector<std::vector<HeadData>>& model,
+                           const Budget& budget);
+
+// H2O during decode. Construct from the prompt (prefill scores, then eviction to K
+// tokens); step() appends the token of one decode step, adds the attention of that
+// step's g queries (over the kept tokens, including the new one; group aggregate) to
+// the accumulated scores, then evicts down to K (recent window + heavy hitters).
+class H2OCache {
+ public:
+  H2OCache(const ScorerConfig& cfg, const HeadData& prompt, const Budget& budget);
+  void step(const MatrixRM& queries /* g x d */, const VectorF& key, const VectorF& value);
+  const std::vector<double>& scores() const { return acc_; }  // per token seen so far
+  const std::vector<std::uint8_t>& alive() const { return alive_; }
+  int capacity() const { return capacity_; }
+
+ private:
+  void evict();
+  ScorerConfig cfg_;
+  MatrixRMd keys_, values_;
+  std::vector<double> acc_;
+  std::vector<std::uint8_t> alive_;
+  int capacity_ = 0;
+};
+
+// TOVA during decode for one layer: every step re-scores the kept tokens by the new
+// queries' attention averaged over all the layer's query heads and drops the lowest
+// until K remain (one shared keep-set per layer).
+class TovaCache {
+ public:
+  TovaCache(const ScorerConfig& cfg, const std::vector<HeadData>& layer, const Budget& budget);
+  // queries[h]: g x d for KV head h; keys[h], values[h]: the new token's key and value.
+  void step(const std::vector<MatrixRM>& queries, const std::vector<VectorF>& keys,
+            const std::vector<VectorF>& values);
+  const std::vector<std::uint8_t>& alive() const { return alive_; }
+  const std::vector<double>& last_scores() const { return last_; }
+
+ private:
+  void evict();
+  ScorerConfig cfg_;
+  std::vector<MatrixRMd> keys_, values_;
+  std::vector<std::uint8_t> alive_;
+  std::vector<double> last_;
+  int capacity_ = 0;
+};
+
+}  // namespace tierlab

@@ -1,0 +1,314 @@
+#include "solvers/seed_allocators.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "solvers/families.hpp"
+#include "solvers/smoothing.hpp"
+#include "solvers/waterfill.hpp"
+
+namespace tierlab {
+namespace {
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+double to_double(const std::string& method, const std::string& p, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size() && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not a number");
+}
+
+const std::map<std::string, std::vector<MethodParam>>& param_table() {
+  static const std::map<std::string, std::vector<MethodParam>> t = {
+      {"ratequant",
+       {{"quantizer", "", "quantizer kind whose fit n_h(b) is used (default: the ladder's finite tiers' kind)"}}},
+      {"rdkv",
+       {{"score", "attention", "token score: attention (mean_q p) | weight (a_t)"},
+        {"kernel", "5", "reflect-padded average pool kernel (1 = none)"},
+        {"eps", "", "eps(b) per ladder tier, comma-separated (default: paper NMSE by bits {0,2,4,8,16})"}}},
+      {"routed",
+       {{"scope", "head", "head (own budget per head) | model (heads pool the budget)"},
+        {"solver", "exact", "exact | greedy | waterfill"},
+        {"route_tolerance", "0", "keep an endpoint family within (1 + tol) of the mixed objective"}}}};
+  return t;
+}
+
+MethodParams with_defaults(const std::string& name, const MethodParams& given) {
+  const auto& table = param_table();
+  auto it = table.find(name);
+  if (it == table.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, _] : table) names.push_back(n);
+    throw InputError("seed allocator '" + name + "' is unknown; valid: " + join(names));
+  }
+  MethodParams out;
+  std::vector<std::string> valid;
+  for (const auto& p : it->second) out[p.name] = p.default_value, valid.push_back(p.name);
+  for (const auto& [k, v] : given) {
+    if (!out.count(k)) throw InputError("method '" + name + "': unknown parameter '" + k + "'; valid: " + join(valid));
+    out[k] = v;
+  }
+  return out;
+}
+
+std::string method_name(const std::string& name, const MethodParams& p) {
+  std::string s = name;
+  bool first = true;
+  for (const auto& [k, v] : p) {
+    if (v.empty()) continue;
+    s += (first ? ":" : ",") + k + "=" + v;
+    first = false;
+  }
+  return s;
+}
+
+void account(SeedAllocation& out, const SeedProblem& pr, const std::vector<double>& rates) {
+  out.objective = 0;
+  out.rate_used = 0;
+  out.tokens = 0;
+  for (std::size_t h = 0; h < out.tiers.size(); ++h) {
+    const auto& c = pr.heads[h]->cost;
+    for (std::size_t t = 0; t < out.tiers[h].size(); ++t) {
+      out.objective += c(out.tiers[h][t], static_cast<Eigen::Index>(t));
+      out.rate_used += rates[out.tiers[h][t]];
+    }
+    out.tokens += static_cast<std::int64_t>(out.tiers[h].size());
+  }
+  out.rate_budget = pr.budget * static_cast<double>(out.tokens);
+}
+
+SeedAllocation rate_quant(const SeedProblem& pr, const MethodParams& p) {
+  SeedAllocation out;
+  out.method = method_name("ratequant", p);
+  const auto rates = ladder_rates(pr);
+  const int m = pr.ladder.size();
+  QuantizerKind kind = pr.ladder.tiers[1].kind;
+  if (!p.at("quantizer").empty()) kind = parse_quantizer_kind(p.at("quantizer"));
+  const std::size_t H = pr.heads.size();
+  const Eigen::Index T = pr.heads[0]->cost.cols();
+  WaterfillProblem wp;
+  for (std::size_t h = 0; h < H; ++h) {
+    if (pr.heads[h]->cost.cols() != T)
+      throw InputError("ratequant: head " + std::to_string(h) + " has " + std::to_string(pr.heads[h]->cost.cols()) +
+                       " tokens, head 0 has " + std::to_string(T) + "; per-head bits need equal token counts");
+    const NoiseFit fit = fit_noise(*pr.heads[h], kind);
+    wp.weights.push_back(pr.heads[h]->weights.a.sum());
+    wp.models.push_back({fit.alpha, fit.beta});
+  }
+  wp.budget = pr.budget;
+  wp.max_bits = pr.ladder.tiers.back().bits;
+  // Projection instance over heads on the non-evicting tiers: cost(h, k) = sum_t c_t(tau_{k+1}).
+  std::vector<double> head_cost(H * static_cast<std::size_t>(m - 1));
+  for (std::size_t h = 0; h < H; ++h)
+    for (int k = 1; k < m; ++k) head_cost[h * (m - 1) + (k - 1)] = pr.heads[h]->cost.row(k).sum();
+  MckpInstance inst;
+  inst.rates.assign(rates.begin() + 1, rates.end());
+  inst.cost = CostView::item_major(head_cost.data(), static_cast<std::int64_t>(H), m - 1);
+  inst.budget = pr.budget;
+  WaterfillOptions wo;
+  wo.compute_bound = false;
+  const WaterfillResult r = waterfill(wp, inst, wo);
+  out.continuous_bits = r.continuous.bits;
+  out.multiplier = r.continuous.theta;
+  out.max_kkt_residual = r.continuous.max_kkt_residual;
+  out.status = r.projected.status;
+  out.message = r.projected.message;
+  if (r.projected.has_solution()) {
+    out.tiers.resize(H);
+    for (std::size_t h = 0; h < H; ++h) out.tiers[h].assign(static_cast<std::size_t>(T), r.projected.choice[h] + 1);
+  }
+  account(out, pr, rates);
+  return out;
+}
+
+double paper_eps(int bits) {
+  switch (bits) {
+    case 0: return 1.0;
+    case 2: return 0.0955;
+    case 4: return 4.02e-3;
+    case 8: return 1.40e-5;
+    case 16: return 0.0;
+  }
+  throw InputError("rdkv: the paper's eps(b) has no value for " + std::to_string(bits) +
+                   " bits (it covers 0, 2, 4, 8, 16); pass eps=... for this ladder");
+}
+
+SeedAllocation rdkv(const SeedProblem& pr, const MethodParams& p) {
+  SeedAllocation out;
+  out.method = method_name("rdkv", p);
+  const auto rates = ladder_rates(pr);
+  const int m = pr.ladder.size();
+  std::vector<double> eps;
+  if (p.at("eps").empty()) {
+    for (const Tier& t : pr.ladder.tiers) eps.push_back(paper_eps(t.bits));
+  } else {
+    std::stringstream ss(p.at("eps"));
+    std::string item;
+    while (std::getline(ss, item, ',')) eps.push_back(to_double("rdkv", "eps", item));
+    if (static_cast<int>(eps.size()) != m)
+      throw InputError("rdkv: parameter eps has " + std::to_string(eps.size()) + " values; the ladder '" +
+                       pr.ladder.name() + "' has " + std::to_string(m) + " tiers");
+  }
+  const std::string score = p.at("score");
+  if (score != "attention" && score != "weight")
+    throw InputError("rdkv: parameter score = '" + score + "' is not attention or weight");
+  const double kd = to_double("rdkv", "kernel", p.at("kernel"));
+  SmoothingOptions so;
+  so.pool = PoolKind::Avg;
+  so.kernel = static_cast<int>(kd);
+  so.padding = Padding::Reflect;
+  if (kd != so.kernel) throw InputError("rdkv: parameter kernel = '" + p.at("kernel") + "' is not an integer");
+  so.validate();
+  // Smoothed scores, all heads concatenated.
+  std::vector<std::vector<double>> s(pr.heads.size());
+  for (std::size_t h = 0; h < pr.heads.size(); ++h) {
+    const TokenWeights& w = pr.heads[h]->weights;
+    if (score == "weight") {
+      s[h].assign(w.a.data(), w.a.data() + w.a.size());
+    } else {
+      s[h].assign(w.attention.data(), w.attention.data() + w.attention.size());
+    }
+    if (so.kernel > 1 && !s[h].empty()) s[h] = smooth_scores(s[h], so);
+  }
+  std::int64_t N = 0;
+  for (const auto& v : s) N += static_cast<std::int64_t>(v.size());
+  auto choose = [&](double lambda, std::vector<std::vector<std::uint8_t>>* tiers) {
+    double used = 0;
+    if (tiers) tiers->resize(s.size());
+    for (std::size_t h = 0; h < s.size(); ++h) {
+      if (tiers) (*tiers)[h].resize(s[h].size());
+      for (std::size_t t = 0; t < s[h].size(); ++t) {
+        int best = 0;
+        double bv = s[h][t] * eps[0] + lambda * rates[0];
+        for (int j = 1; j < m; ++j) {
+          const double v = s[h][t] * eps[j] + lambda * rates[j];
+          if (v < bv) bv = v, best = j;
+        }
+        used += rates[best];
+        if (tiers) (*tiers)[h][t] = static_cast<std::uint8_t>(best);
+      }
+    }
+    return used;
+  };
+  const double cap = pr.budget * static_cast<double>(N) + 1e-9 * std::max(1.0, pr.budget * N);
+  const double rmin = *std::min_element(rates.begin(), rates.end());
+  if (pr.budget < rmin) {
+    out.status = SolveStatus::Infeasible;
+    out.message = "rdkv: budget below the ladder's smallest rate.";
+    account(out, pr, rates);
+    return out;
+  }
+  double lambda = 0.0;
+  if (choose(0.0, nullptr) > cap) {
+    double hi = 1.0, lo = 0.0;
+    while (choose(hi, nullptr) > cap && hi < 1e300) lo = hi, hi *= 16;
+    // geometric bisection between lo (over budget, or 0) and hi (fits)
+    for (int it = 0; it < 200; ++it) {
+      const double mid = lo > 0 ? std::sqrt(lo * hi) : hi / 1024;
+      if (choose(mid, nullptr) > cap) lo = mid;
+      else hi = mid;
+      if (lo > 0 && hi / lo < 1 + 1e-12) break;
+    }
+    lambda = hi;
+    out.status = SolveStatus::Feasible;
+  } else {
+    out.status = SolveStatus::Trivial;
+  }
+  choose(lambda, &out.tiers);
+  out.multiplier = lambda;
+  out.message = "rdkv: lambda = " + std::to_string(lambda) + " by bisection.";
+  account(out, pr, rates);
+  return out;
+}
+
+SeedAllocation routed(const SeedProblem& pr, const MethodParams& p) {
+  SeedAllocation out;
+  out.method = method_name("routed", p);
+  const auto rates = ladder_rates(pr);
+  const Scope scope = parse_scope(p.at("scope"));
+  FamilyOptions fo;
+  fo.solver = parse_family_solver(p.at("solver"));
+  fo.route_tolerance = to_double("routed", "route_tolerance", p.at("route_tolerance"));
+  fo.validate();
+  FamilyProblem fp;
+  fp.rates = rates;
+  fp.budget = pr.budget;
+  for (const SurrogateCosts* c : pr.heads) {
+    FamilyHead fh;
+    fh.cost = &c->cost;
+    fh.weights = &c->weights.a;
+    if (fo.solver == FamilySolver::Waterfill) {
+      const NoiseFit fit = fit_noise(*c, pr.ladder.tiers[1].kind);
+      fh.noise = {fit.alpha, fit.beta};
+    }
+    fp.heads.push_back(fh);
+  }
+  const auto options = family_options(pr.ladder, FamilyChoice::Routed);
+  const FamilyResult r = scope == Scope::Head ? solve_families_per_head(fp, options, fo)
+                                              : solve_families_pooled(fp, options, fo);
+  out.status = r.status;
+  out.message = r.message;
+  out.multiplier = std::isfinite(r.lambda) ? r.lambda : 0.0;
+  for (const auto& h : r.heads) out.tiers.push_back(h.tiers);
+  account(out, pr, rates);
+  return out;
+}
+
+}  // namespace
+
+void SeedProblem::validate() const {
+  ladder.validate();
+  if (heads.empty()) throw InputError("SeedProblem.heads is empty; give at least one head's costs");
+  if (head_dim <= 0) throw InputError("SeedProblem.head_dim = " + std::to_string(head_dim) + " must be positive");
+  if (!(budget >= 0) || !std::isfinite(budget))
+    throw InputError("SeedProblem.budget = " + std::to_string(budget) + " must be finite and >= 0");
+  for (std::size_t h = 0; h < heads.size(); ++h) {
+    if (!heads[h]) throw InputError("SeedProblem.heads[" + std::to_string(h) + "] is null");
+    if (heads[h]->cost.rows() != ladder.size() || heads[h]->ladder.tiers != ladder.tiers)
+      throw InputError("SeedProblem.heads[" + std::to_string(h) + "] has costs on ladder '" +
+                       heads[h]->ladder.name() + "', not '" + ladder.name() + "'");
+  }
+}
+
+std::vector<double> ladder_rates(const SeedProblem& pr) {
+  std::vector<double> r;
+  for (const Tier& t : pr.ladder.tiers) r.push_back(rate_of(t.nominal_rate(pr.head_dim), pr.rate_kind));
+  return r;
+}
+
+const std::vector<MethodInfo>& seed_allocator_methods() {
+  static const std::vector<MethodInfo> v = [] {
+    const auto& t = param_table();
+    return std::vector<MethodInfo>{
+        {"ratequant", "seed allocator",
+         "per-head bits by reverse water-filling on per-quantizer fitted n_h(b) = alpha beta^-b, projected to the ladder",
+         "arXiv 2605.06675 (RateQuant)", t.at("ratequant")},
+        {"rdkv", "seed allocator",
+         "per-token argmin s eps(b) + lambda b, lambda by bisection, scores reflect-avg-pooled k5 (paper: keys per channel)",
+         "arXiv 2605.08317, Junkai1860/RDKV", t.at("rdkv")},
+        {"routed", "seed allocator", "each head routes to family Q, E or M (MODEL.md section 5)",
+         "tierlab (solvers/families.hpp)", t.at("routed")}};
+  }();
+  return v;
+}
+
+SeedAllocation allocate_seed(std::string_view name_view, const MethodParams& given, const SeedProblem& problem) {
+  const std::string name(name_view);
+  const MethodParams p = with_defaults(name, given);
+  problem.validate();
+  if (name == "ratequant") return rate_quant(problem, p);
+  if (name == "rdkv") return rdkv(problem, p);
+  return routed(problem, p);
+}
+
+}  // namespace tierlab

@@ -1,0 +1,73 @@
+#pragma once
+// Seed allocators: published bit-allocation methods, on top of the solvers
+// (waterfill.hpp, families.hpp). Each reads the heads' surrogate costs on one RateLadder
+// (model/surrogate.hpp: cost(j, t) = c_t(tau_j), weights a_t) and a budget B in bits per
+// key element (code or total rate, RateKind), and returns a tier per token per head.
+// Sources and variants: docs/methods.md, "Seed allocators".
+//
+//   ratequant  (arXiv 2605.06675) per-HEAD bits, each head dense at one tier. Per head h
+//              the noise model n_h(b) = alpha_h beta_h^(-b) is fitted on the head's own
+//              quantizer (fit_noise over the ladder's finite tiers of one QuantizerKind:
+//              per-quantizer alpha, beta), weight w_h = sum_t a_t, and reverse
+//              water-filling over heads
+//                b_h = clamp( log_{beta_h}( w_h alpha_h ln(beta_h) / theta ), 0, b_max )
+//              with mean_h b_h = B, b_max = the exact tier's rate; then projected onto the
+//              ladder's non-evicting tiers (the knapsack over heads with costs
+//              sum_t c_t(tau)); heads must have equal T. KKT residuals come from the
+//              continuous solution (waterfill.hpp).
+//   rdkv       (arXiv 2605.08317, Junkai1860/RDKV) per TOKEN: s_t = the token score
+//              (score = attention: mean_q p_{q,t} (default) | weight: a_t), smoothed per head by a
+//              reflect-padded average pool of kernel 5 (smoothing.hpp); every token takes
+//                j_t = argmin_j  s~_t eps(b_j) + lambda r_j     (ties to the lower rate)
+//              over the ladder (paper: bits {0,2,4,8,16}), eps(b) the calibrated key NMSE
+//              (default: the paper's Llama-3.1-8B values eps(0) = 1, eps(2) = 0.0955,
+//              eps(4) = 4.02e-3, eps(8) = 1.40e-5, eps(16) = 0; or a list), and lambda >= 0
+//              is bisected (geometrically, 200 steps) to the least value whose mean rate
+//              over all tokens of the heads given is <= B. The paper allocates keys per
+//              CHANNEL; tierlab's tiers are per token, so this is the per-token variant.
+//   routed     MODEL.md section 5 (solvers/families.hpp): each head picks the family
+//              Q, E or M; scope head (own budget B T_h, default) or model (pooled).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/surrogate.hpp"
+#include "model/tier.hpp"
+#include "solvers/mckp.hpp"
+#include "solvers/scorers.hpp"
+
+namespace tierlab {
+
+struct SeedProblem {
+  RateLadder ladder;
+  std::vector<const SurrogateCosts*> heads;  // costs on `ladder`, owned by the caller
+  double budget = 0.0;                        // B, bits per key element
+  RateKind rate_kind = RateKind::Code;
+  int head_dim = 0;                           // d, for the tiers' nominal rates
+  void validate() const;                      // InputError naming the field
+};
+
+struct SeedAllocation {
+  std::string method;   // name with parameters
+  SolveStatus status = SolveStatus::Feasible;
+  std::string message;
+  std::vector<std::vector<std::uint8_t>> tiers;  // per head, per token (ladder indices)
+  std::vector<double> continuous_bits;           // ratequant: b_h per head
+  double multiplier = 0.0;                       // ratequant: theta; rdkv: lambda
+  double max_kkt_residual = 0.0;                 // ratequant (continuous)
+  double objective = 0.0;                        // sum_h sum_t c_t(tier), surrogate units
+  double rate_used = 0.0;                        // bits, sum over tokens of r
+  double rate_budget = 0.0;                      // B * tokens, bits
+  std::int64_t tokens = 0;
+  double mean_rate() const { return tokens > 0 ? rate_used / static_cast<double>(tokens) : 0.0; }
+};
+
+// "ratequant", "rdkv", "routed"; InputError lists valid names and parameters.
+const std::vector<MethodInfo>& seed_allocator_methods();
+SeedAllocation allocate_seed(std::string_view name, const MethodParams& params, const SeedProblem& problem);
+
+// The tier rates r_j of a problem's ladder on its rate kind.
+std::vector<double> ladder_rates(const SeedProblem& problem);
+
+}  // namespace tierlab
