@@ -1,5 +1,8 @@
 #include "scenarios/figures/figures.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <QApplication>
 #include <QFont>
 #include <qcustomplot.h>
@@ -31,6 +34,12 @@ void ensure_app() {
   if (std::getenv("DISPLAY") == nullptr && std::getenv("WAYLAND_DISPLAY") == nullptr &&
       std::getenv("QT_QPA_PLATFORM") == nullptr)
     qputenv("QT_QPA_PLATFORM", "offscreen");
+  if (std::getenv("XDG_RUNTIME_DIR") == nullptr) {
+    // Qt warns on stderr without one; a private directory (mode 0700) keeps the CLI quiet.
+    const std::string dir = "/tmp/tierlab-runtime-" + std::to_string(::getuid());
+    ::mkdir(dir.c_str(), 0700);
+    qputenv("XDG_RUNTIME_DIR", QByteArray::fromStdString(dir));
+  }
   static int argc = 1;
   static char name[] = "tierlab";
   static char* argv[] = {name, nullptr};
