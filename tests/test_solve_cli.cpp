@@ -60,7 +60,7 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-std::string tierlab_binary() { return std::string(TIERLAB_BINARY_DIR) + "/scenarios/tierlab"; }
+std::string tierlab_binary() { return std::string(TIERLAB_BINARY_DIR) + "/tierlab"; }
 
 // ' + s + ' (paths here hold no quotes).
 std::string quote(const std::string& s) {
