@@ -13,12 +13,6 @@
 // Rate (bits): base code + n r b_s (side codes); base metadata + fp16 scale + min per side
 // channel (32 r) + fp16 basis U (16 d r per head; basis_cost=offline counts 0, for a basis
 // learned offline on calibration data as the paper does). Per element: base + r b_s / d + metadata.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 #include <algorithm>
 #include <cmath>
 

@@ -24,12 +24,6 @@
 // score_space_error on the observation queries (key MSE without queries) is chosen. With one
 // of rank/bits given, the other is the largest that fits the budget. The cross-head
 // redistribution of KV-COBRA's allocator is a seed allocator, not part of this quantizer.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -6,12 +6,6 @@
 // code = round_half_even(clamp((x - mn) / scale, 0, 2^b - 1)) (torch.round), and
 // x^ = code * scale + mn with the product rounded before the sum (no fused
 // multiply-add, which -march=native would otherwise allow).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 #include "model/quantizer.hpp"
 
 #include <algorithm>

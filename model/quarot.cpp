@@ -11,12 +11,6 @@
 //   k^_t = H_d y^ / sqrt(d)                         (back to the original basis)
 // Rate: b code bits + fp16 scale + fp16 zero per token per group = b + 32/n (0.25 at n = 128).
 // round() is round-half-to-even (torch.round).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 #include <algorithm>
 #include <cmath>
 

@@ -28,14 +28,8 @@
 
 #include "model/error.hpp"
 
-// No fused multiply-add contraction in this file: the same source then gives the same
+// Compiled with -ffp-contract=off (model/CMakeLists.txt): the same source then gives the same
 // bits whether or not the CPU has FMA (-march=native differs between machines).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 namespace tierlab {
 namespace {
 
