@@ -19,10 +19,15 @@
 // (d) Water-filling picture (scenarios with `waterfill`): the chosen head's tokens sorted by
 //     weight a_t, with g_t(0) = a_t alpha ln(beta) (the marginal return per bit at 0 bits),
 //     the continuous bits b_t and the water level theta (solvers/waterfill.hpp).
-//
+// (e) Allocation staleness over decode steps (scenarios with `staleness`, MODEL.md section 7,
+//     scenarios/staleness.hpp): per decode step s over all cells' heads, the median and mean
+//     of err_stale(s) / err_fresh(s), of the Jaccard overlap of the evicted sets and of the
+//     tier agreement, and the share of heads whose best family equals the observation's.
+////
 // Outputs under DIR/tables: cells.csv/.json (one row per cell x budget), heads.csv (one row
 // per cell x budget x head), budgets.csv (A vs budget), interior.json (rho and interval,
-// stop budget, per T), phase.csv/.json (phase maps only), waterfill.csv/.json (waterfill only);
+// stop budget, per T), phase.csv/.json (phase maps only), waterfill.csv/.json (waterfill only),
+// staleness.csv/.json (per step) and staleness_heads.csv (per cell x head x step) (staleness only);
 // DIR/summary.md.
 #include <cstdint>
 #include <string>

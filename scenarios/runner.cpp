@@ -20,6 +20,7 @@
 #include "scenarios/atomic_file.hpp"
 #include "scenarios/interior.hpp"
 #include "scenarios/progress.hpp"
+#include "scenarios/staleness.hpp"
 #include "solvers/waterfill.hpp"
 
 namespace tierlab {
@@ -154,6 +155,29 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
     j["waterfill"] = {{"layer", w.layer}, {"kv_head", w.kv_head}, {"budget", w.budget}, {"alpha", fit.alpha},
                       {"beta", fit.beta}, {"fit_residual", fit.residual}, {"theta", cw.theta},
                       {"max_kkt_residual", cw.max_kkt_residual}, {"a", p.weights}, {"bits", cw.bits}};
+  }
+
+  if (sc.staleness.enabled) {
+    if (m.decode_steps == 0)
+      throw InputError(sc.file + ": cell '" + cell.id + "' has no decode steps; the staleness analysis needs them.");
+    StalenessOptions so;
+    so.ladder = sc.ladder;
+    so.rate_kind = sc.rate_kind;
+    so.budget = sc.staleness.budget;
+    so.steps = sc.staleness.steps;
+    nlohmann::json heads = nlohmann::json::array();
+    for (int l = 0; l < m.n_layers; ++l)
+      for (int h = 0; h < m.n_kv_heads; ++h) {
+        if (stop && stop->load()) throw Interrupted();
+        const StalenessHead r = staleness_head(trace.head(l, h), so, backend);
+        nlohmann::json steps = nlohmann::json::array();
+        for (const StalenessStep& st : r.steps)
+          steps.push_back({{"step", st.step}, {"err_stale", num(st.err_stale)}, {"err_fresh", num(st.err_fresh)},
+                           {"ratio", num(st.ratio)}, {"jaccard", num(st.jaccard)}, {"agreement", num(st.agreement)},
+                           {"family", st.family}, {"same_family", st.same_family}});
+        heads.push_back({{"layer", l}, {"kv_head", h}, {"family_obs", r.family_obs}, {"steps", steps}});
+      }
+    j["staleness"] = {{"budget", so.budget}, {"heads", heads}};
   }
 
   j["budgets"] = nlohmann::json::array();

@@ -14,6 +14,8 @@
 // surrogate, each family's recomputed error, and the winning family (the least error on
 // the verdict query set; ties go to the endpoint, Q before E); plus the dominated share and
 // R_h(2-bit tier) = sum_t c_t(2-bit) / sum_t c_t(evict) per head (model/dominance.hpp).
+// With the scenario's `staleness` key, the cell also holds, per head and listed decode step,
+// the stale-vs-fresh comparison of scenarios/staleness.hpp (cell key "staleness").
 #include <atomic>
 #include <functional>
 #include <optional>

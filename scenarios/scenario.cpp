@@ -132,7 +132,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   if (!root.IsMap()) throw InputError(file_name + ":1: a scenario file must be a mapping of keys.");
   c.keys(root, "the scenario",
          {"name", "description", "traces", "ladder", "rate_kind", "budgets", "primary_budget", "queries",
-          "decode_steps", "backend", "seed", "bootstrap", "waterfill"});
+          "decode_steps", "backend", "seed", "bootstrap", "waterfill", "staleness"});
   Scenario s;
   s.file = file_name;
   const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
@@ -287,6 +287,22 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
     if (wf["layer"]) s.waterfill.layer = static_cast<int>(c.integer(wf["layer"], "waterfill.layer", 0, 1023));
     if (wf["kv_head"]) s.waterfill.kv_head = static_cast<int>(c.integer(wf["kv_head"], "waterfill.kv_head", 0, 1023));
     if (wf["budget"]) s.waterfill.budget = c.num(wf["budget"], "waterfill.budget", 0.01, 16.0);
+  }
+  if (const YAML::Node st = root["staleness"]) {
+    if (!st.IsMap()) c.fail(st, "key 'staleness' must be a mapping with the keys steps, budget.");
+    c.keys(st, "staleness", {"steps", "budget"});
+    s.staleness.enabled = true;
+    if (st["steps"]) {
+      s.staleness.steps.clear();
+      for (const auto& x : c.list(st["steps"], "staleness.steps")) {
+        const int v = static_cast<int>(c.integer(x, "staleness.steps", 1, 4096));
+        if (!s.staleness.steps.empty() && v <= s.staleness.steps.back())
+          c.fail(x, "key 'staleness.steps' must be increasing; " + std::to_string(v) + " follows " +
+                        std::to_string(s.staleness.steps.back()) + ".");
+        s.staleness.steps.push_back(v);
+      }
+    }
+    if (st["budget"]) s.staleness.budget = c.num(st["budget"], "staleness.budget", 0.01, 16.0);
   }
   return s;
 }

@@ -49,6 +49,14 @@ struct WaterfillSpec {
   double budget = 2.0;
 };
 
+// Allocation staleness over decode steps (scenarios/staleness.hpp): per cell, every head's
+// stale M* (observation queries) against a fresh M* at each listed decode step s, at `budget`.
+struct StalenessSpec {
+  bool enabled = false;
+  std::vector<int> steps{1, 2, 4, 8, 16};  // increasing, each in [1, 4096]; steps > S are skipped
+  double budget = 2.0;                     // (0, 16]
+};
+
 struct Scenario {
   std::string file;         // where it was read from
   std::string name;         // "interior-synthetic"
@@ -64,6 +72,7 @@ struct Scenario {
   int bootstrap = 1000;         // bootstrap resamples for the interval of rho (100..100000)
   bool phase_map = false;       // true when logit_scales is given: the dominance phase map
   WaterfillSpec waterfill;
+  StalenessSpec staleness;
 };
 
 // Parses and validates a scenario file (relative trace paths are resolved against the

@@ -420,6 +420,34 @@ std::vector<std::string> render_figures(const std::string& dir) {
     f2.xmin = 0, f2.xmax = n + 1, f2.ymin = 0, f2.ymax = std::max(bhi, B) * 1.1 + 0.1;
     for (auto& x : render(f2, dir + "/figures/waterfill_bits")) files.push_back(x);
   }
+  // 5. allocation staleness over decode steps.
+  if (fs::exists(dir + "/tables/staleness.json")) {
+    const nlohmann::json st = read_json(dir + "/tables/staleness.json");
+    Series ratio{"median error ratio err_stale / err_fresh", kPalette[3], Style::Line, {}, {}, 6};
+    Series jac{"median Jaccard of evicted sets", kPalette[0], Style::Line, {}, {}, 6};
+    Series agr{"median tier agreement", kPalette[2], Style::Line, {}, {}, 6};
+    double xlo = INFINITY, xhi = 0, yhi = 1;
+    for (const auto& r : st["rows"]) {
+      const double x = val(r, "step");
+      xlo = std::min(xlo, x), xhi = std::max(xhi, x);
+      const std::pair<Series*, const char*> cols[3] = {{&ratio, "median_ratio"}, {&jac, "median_jaccard"}, {&agr, "median_agreement"}};
+      for (const auto& [s, key] : cols) {
+        const double y = val(r, key);
+        if (std::isfinite(y)) s->x.push_back(x), s->y.push_back(y), yhi = std::max(yhi, y);
+      }
+    }
+    if (std::isfinite(xlo) && xhi > 0) {
+      Figure f;
+      f.title = "Allocation staleness over decode steps, B = " + fmt(val(st, "budget")) + " bits per element";
+      f.xlabel = "decode step s (log)";
+      f.ylabel = "error ratio, or overlap in [0, 1]";
+      f.xlog = true;
+      f.xmin = xlo / 1.3, f.xmax = xhi * 1.3;
+      f.ymin = 0, f.ymax = yhi * 1.08;
+      f.series = {ratio, jac, agr, {"", QColor(120, 120, 120), Style::Dashed, {f.xmin, f.xmax}, {1, 1}, 1}};
+      for (auto& x : render(f, dir + "/figures/staleness")) files.push_back(x);
+    }
+  }
   return files;
 }
 

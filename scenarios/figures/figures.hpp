@@ -11,6 +11,9 @@
 //   advantage_vs_budget    per head: A vs budget B (points), the mean over heads (line)
 //   phase_map              (phase scenarios) winning family per (logit scale, budget), the
 //                          surrogate boundary (median R_h(2) = 1) as a dashed line
+//   staleness              (scenarios with `staleness`) per decode step s (log x axis): the
+//                          median over heads of err_stale / err_fresh, of the Jaccard overlap
+//                          of the evicted sets and of the tier agreement; y = 1 dashed
 //
 // Headless: when neither DISPLAY nor WAYLAND_DISPLAY nor QT_QPA_PLATFORM is set, the
 // platform is set to "offscreen" before the QApplication is created.
