@@ -43,3 +43,23 @@ std::string error_of(F&& f) {
 }
 
 }  // namespace tierlab::testing
+
+#include <cstdint>
+#include <vector>
+
+#include "solvers/mckp.hpp"
+
+namespace tierlab::testing {
+
+// A knapsack instance that owns its costs (item-major N x m), for the solver tests.
+struct OwnedInstance {
+  std::vector<double> rates;
+  std::vector<double> costs;  // item-major
+  std::int64_t n = 0;
+  double budget = 0;
+  MckpInstance view() const {
+    return MckpInstance{rates, CostView::item_major(costs.data(), n, static_cast<int>(rates.size())), budget};
+  }
+};
+
+}  // namespace tierlab::testing

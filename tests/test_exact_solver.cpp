@@ -11,21 +11,13 @@
 #include "solvers/exact.hpp"
 #include "solvers/mckp.hpp"
 #include "solvers/oracle.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 
 namespace {
 
-// An instance that owns its costs (item-major N x m).
-struct Owned {
-  std::vector<double> rates;
-  std::vector<double> costs;  // item-major
-  std::int64_t n = 0;
-  double budget = 0;
-  MckpInstance view() const {
-    return MckpInstance{rates, CostView::item_major(costs.data(), n, static_cast<int>(rates.size())), budget};
-  }
-};
+using Owned = tierlab::testing::OwnedInstance;
 
 bool close(double a, double b, double rel = 1e-9, double abs = 1e-12) {
   return std::fabs(a - b) <= abs + rel * std::max(std::fabs(a), std::fabs(b));

@@ -12,20 +12,13 @@
 #include "solvers/exact.hpp"
 #include "solvers/greedy.hpp"
 #include "solvers/waterfill.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 
 namespace {
 
-struct Owned {
-  std::vector<double> rates;
-  std::vector<double> costs;  // item-major
-  std::int64_t n = 0;
-  double budget = 0;
-  MckpInstance view() const {
-    return MckpInstance{rates, CostView::item_major(costs.data(), n, static_cast<int>(rates.size())), budget};
-  }
-};
+using Owned = tierlab::testing::OwnedInstance;
 
 Owned random_instance(std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u01(0.0, 1.0);

@@ -9,20 +9,13 @@
 
 #include "model/error.hpp"
 #include "solvers/oracle.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 
 namespace {
 
-struct Owned {
-  std::vector<double> rates;
-  std::vector<double> costs;  // item-major
-  std::int64_t n = 0;
-  double budget = 0;
-  MckpInstance view() const {
-    return MckpInstance{rates, CostView::item_major(costs.data(), n, static_cast<int>(rates.size())), budget};
-  }
-};
+using Owned = tierlab::testing::OwnedInstance;
 
 // Every allocation (m^N), rates summed in double, budget B N with a 1e-9 tolerance.
 double brute_force(const Owned& o, bool& feasible) {
