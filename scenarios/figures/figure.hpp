@@ -1,0 +1,55 @@
+#pragma once
+// One figure, described as data (no Qt types here): a title, axis labels with units, axis
+// ranges (linear or logarithmic) and series of points, lines, dashed lines or squares.
+// The same description is drawn three ways, so that what a report shows, what
+// `tierlab figure` writes and what tierlab-explorer displays are one picture:
+//   - PNG and PDF through QCustomPlot (scenarios/figures/figure_qt.hpp draws it into a
+//     QCustomPlot, headless or in a window);
+//   - SVG by this library's own writer, from the same ranges and the ticks QCustomPlot chose
+//     (Qt's SVG module is not a dependency);
+//   - CSV of the data: one row per point, columns series,x,y.
+#include <string>
+#include <vector>
+
+namespace tierlab {
+
+struct Rgb {
+  int r = 0, g = 0, b = 0, a = 255;
+};
+
+// The figures' colour cycle (matplotlib's "tab10" first six).
+Rgb palette(int i);
+
+enum class Style { Points, Line, Dashed, Squares };
+
+struct Series {
+  std::string name;  // empty: not in the legend
+  Rgb color;
+  Style style = Style::Points;
+  std::vector<double> x, y;
+  double size = 7;  // marker size in pixels (Points, Squares)
+};
+
+struct Figure {
+  std::string title, xlabel, ylabel;
+  std::vector<Series> series;
+  double xmin = 0, xmax = 1, ymin = 0, ymax = 1;
+  bool xlog = false;  // logarithmic x axis (ticks at powers of 2)
+  bool ylog = false;  // logarithmic y axis (ticks at powers of 10)
+};
+
+constexpr int kFigureWidth = 900, kFigureHeight = 600;  // pixels (PNG written at 2x)
+
+// Writes BASE.png, BASE.pdf and BASE.svg (`formats`: any of "png", "pdf", "svg"); returns the
+// files written. Creates a QApplication (offscreen platform when there is no display) if
+// the process has none. Throws InputError when a file cannot be written.
+std::vector<std::string> render_figure(const Figure&, const std::string& base,
+                                       const std::vector<std::string>& formats = {"png", "pdf", "svg"});
+
+// Writes one file whose format follows the extension of `path` (.png, .pdf, .svg or .csv).
+void export_figure(const Figure&, const std::string& path);
+
+// The figure's data as CSV text: header "series,x,y", then one row per point.
+std::string figure_csv(const Figure&);
+
+}  // namespace tierlab
