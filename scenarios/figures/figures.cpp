@@ -219,29 +219,45 @@ std::vector<std::string> render_figures(const std::string& dir) {
   // 5. allocation staleness over decode steps.
   if (fs::exists(dir + "/tables/staleness.json")) {
     const nlohmann::json st = read_json(dir + "/tables/staleness.json");
+    // Two figures: the error ratio spans orders of magnitude (log y), the overlaps live in [0, 1].
     Series ratio{"median error ratio err_stale / err_fresh", palette(3), Style::Line, {}, {}, 6};
     Series jac{"median Jaccard of evicted sets", palette(0), Style::Line, {}, {}, 6};
     Series agr{"median tier agreement", palette(2), Style::Line, {}, {}, 6};
-    double xlo = INFINITY, xhi = 0, yhi = 1;
+    Series fam{"share of heads keeping their best family", palette(4), Style::Line, {}, {}, 6};
+    double xlo = INFINITY, xhi = 0, rlo = 1, rhi = 1;
     for (const auto& r : st["rows"]) {
       const double x = val(r, "step");
       xlo = std::min(xlo, x), xhi = std::max(xhi, x);
-      const std::pair<Series*, const char*> cols[3] = {{&ratio, "median_ratio"}, {&jac, "median_jaccard"}, {&agr, "median_agreement"}};
+      const std::pair<Series*, const char*> cols[4] = {
+          {&ratio, "median_ratio"}, {&jac, "median_jaccard"}, {&agr, "median_agreement"}, {&fam, "share_same_family"}};
       for (const auto& [s, key] : cols) {
         const double y = val(r, key);
-        if (std::isfinite(y)) s->x.push_back(x), s->y.push_back(y), yhi = std::max(yhi, y);
+        if (!std::isfinite(y) || (s == &ratio && y <= 0)) continue;
+        s->x.push_back(x), s->y.push_back(y);
+        if (s == &ratio) rlo = std::min(rlo, y), rhi = std::max(rhi, y);
       }
     }
     if (std::isfinite(xlo) && xhi > 0) {
+      const std::string B = fmt(val(st, "budget"));
       Figure f;
-      f.title = "Allocation staleness over decode steps, B = " + fmt(val(st, "budget")) + " bits per element";
+      f.title = "Allocation staleness: error ratio stale / fresh, B = " + B + " bits per element";
       f.xlabel = "decode step s (log)";
-      f.ylabel = "error ratio, or overlap in [0, 1]";
-      f.xlog = true;
+      f.ylabel = "median over heads of err_stale / err_fresh (log)";
+      f.xlog = f.ylog = true;
       f.xmin = xlo / 1.3, f.xmax = xhi * 1.3;
-      f.ymin = 0, f.ymax = yhi * 1.08;
-      f.series = {ratio, jac, agr, {"", Rgb{120, 120, 120}, Style::Dashed, {f.xmin, f.xmax}, {1, 1}, 1}};
+      f.ymin = rlo / 2, f.ymax = rhi * 2;
+      f.series = {ratio, {"ratio 1: the stale allocation is as good as a fresh one", Rgb{120, 120, 120}, Style::Dashed,
+                          {f.xmin, f.xmax}, {1, 1}, 1}};
       for (auto& x : render_figure(f, dir + "/figures/staleness")) files.push_back(x);
+      Figure g;
+      g.title = "Allocation staleness: overlap of stale and fresh allocations, B = " + B + " bits per element";
+      g.xlabel = "decode step s (log)";
+      g.ylabel = "overlap or share, in [0, 1]";
+      g.xlog = true;
+      g.xmin = f.xmin, g.xmax = f.xmax;
+      g.ymin = 0, g.ymax = 1.02;
+      g.series = {jac, agr, fam};
+      for (auto& x : render_figure(g, dir + "/figures/staleness_overlap")) files.push_back(x);
     }
   }
   return files;
