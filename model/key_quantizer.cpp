@@ -426,6 +426,9 @@ std::vector<KeyQuantizerInfo> list_key_quantizers() {
       {"headq", "base quantizer + low-rank residual in the calibration query basis (logit correction); base + r b_s / d",
        {{"base", "kivi"}, {"base.*", "(base parameters)"}, {"rank", "8"}, {"side_bits", "4"}, {"basis_cost", "fp16"}},
        "arXiv 2605.03562"},
+      {"rdkv-channel", "RDKV per key channel: b_c in {0,2,4,8,16} by argmin s_c eps(b) + lambda b; sum_c b_c / d + metadata",
+       {{"budget", "2"}, {"options", "0,2,4,8,16"}, {"eps", "(paper key NMSE)"}, {"kernel", "5"}, {"group", "0 (all tokens)"}},
+       "arXiv 2605.08317, github.com/Junkai1860/RDKV"},
   };
 }
 
@@ -437,6 +440,7 @@ std::unique_ptr<KeyQuantizer> make_key_quantizer(const std::string& name, const 
   if (name == "turboquant") return make_turboquant_quantizer(params);
   if (name == "kvcobra") return make_kvcobra_quantizer(params);
   if (name == "headq") return make_headq_quantizer(params);
+  if (name == "rdkv-channel") return make_rdkv_channel_quantizer(params);
   std::string list;
   for (const auto& q : list_key_quantizers()) list += (list.empty() ? "" : ", ") + q.name;
   throw InputError("Unknown key quantizer '" + name + "'; valid names are " + list + ".");

@@ -12,7 +12,7 @@
 // to the head's quantized rows, so their share falls as 1/n.
 //
 // Registered quantizers (one line each here; the full formula opens each source file):
-//   kivi, token, quarot, kvquant, turboquant, kvcobra, headq.
+//   kivi, token, quarot, kvquant, turboquant, kvcobra, headq, rdkv-channel.
 // Shared helpers below (Walsh-Hadamard, RoPE, Lloyd-Max, score-space error) are the
 // building blocks the methods share and the tests check against published figures.
 #include <cstdint>
@@ -155,6 +155,35 @@ std::unique_ptr<KeyQuantizer> make_turboquant_quantizer(const KeyQuantizerParams
 std::unique_ptr<KeyQuantizer> make_kvcobra_quantizer(const KeyQuantizerParams&);
 // headq (model/headq.cpp): k^ = k^0 + U Q_bs(U^T (k - k^0)); base + r b_s/d + metadata.
 std::unique_ptr<KeyQuantizer> make_headq_quantizer(const KeyQuantizerParams&);
+// rdkv-channel (model/rdkv_channel.cpp): RDKV's per-channel key allocation; channel c at
+// b_c = argmin_b s~_c eps(b) + lambda b over {0,2,4,8,16}, s_c = mean_q q_c^2 mean_t k_c^2
+// reflect-avg-pooled, lambda the least meeting mean_c b_c <= budget; sum_c b_c / d + metadata.
+std::unique_ptr<KeyQuantizer> make_rdkv_channel_quantizer(const KeyQuantizerParams&);
+
+// ---- RDKV per-channel building blocks (model/rdkv_channel.cpp) -----------------------
+// Average pool of odd kernel k with reflect padding (PyTorch F.pad mode "reflect": the edge
+// is not repeated, x[-i] = x[i]), effective kernel min(k, 2n - 1) as the released code:
+//   y_i = (1 / k') sum_{j = i - k'/2}^{i + k'/2} x_reflect(j).  kernel = 1 returns x.
+std::vector<double> reflect_average_pool(const std::vector<double>& x, int kernel);
+// s_c = mean over obs-query rows of q_c^2 times mean over all T keys of k_c^2 (ThinK score);
+// the query factor is 1 when the head has no observation queries.
+std::vector<double> rdkv_channel_scores(const HeadData& head);
+// b_c = argmin_j scores_c eps_j + lambda options_j (ties to the lower option), lambda >= 0
+// the least value with mean_c b_c <= budget (0 when the unconstrained choice fits).
+struct RdkvChannelAllocation {
+  std::vector<int> bits;   // per channel, one of options
+  double lambda = 0.0;
+  double mean_bits = 0.0;  // mean_c b_c
+};
+RdkvChannelAllocation rdkv_allocate_channels(const std::vector<double>& scores, const std::vector<int>& options,
+                                             const std::vector<double>& eps, double budget);
+
+// ---- KV-COBRA building blocks (model/kvcobra.cpp) --------------------------------------
+// One head's KV-COBRA basis weights, as its quantizer orders them: w_i = qv_i kv_i
+// (query energy times key energy along basis vector v_i, kvcobra.cpp), sorted descending;
+// basis = auto | pre | post as the quantizer's parameter.
+std::vector<double> kvcobra_direction_weights(const HeadData& head, const RopeParams& rope,
+                                              const std::string& basis = "auto");
 
 // Reads typed parameters from a KeyQuantizerParams with defaults; finish() throws
 // InputError for keys never asked for. Used by the factories.

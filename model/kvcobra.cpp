@@ -23,7 +23,8 @@
 // p b <= budget d (capped at next_pow2(d)), r = min(p, d); the pair with the least
 // score_space_error on the observation queries (key MSE without queries) is chosen. With one
 // of rank/bits given, the other is the largest that fits the budget. The cross-head
-// redistribution of KV-COBRA's allocator is a seed allocator, not part of this quantizer.
+// redistribution of KV-COBRA's allocator is solvers/kvcobra_allocator.hpp (the seed allocator
+// "kvcobra"), which calls this quantizer with rank and bits given per head.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -37,9 +38,53 @@ namespace tierlab {
 namespace {
 
 struct Basis {
-  MatrixRMd V;              // d x d, columns ordered by score
+  MatrixRMd V;                  // d x d, columns ordered by score
+  std::vector<double> weights;  // w_i = qv_i kv_i of column i (descending)
   bool pre = false;
 };
+
+// The head's basis, columns ordered by w_i = qv_i * kv_i (descending, stable), and the
+// sorted weights (header comment).
+Basis kvcobra_basis(const HeadData& head, const RopeParams& rope, const std::string& basis) {
+  const int T = static_cast<int>(head.keys.rows()), d = static_cast<int>(head.keys.cols());
+  const bool have_pre = head.keys_pre_rope.rows() == T && head.keys_pre_rope.cols() == d;
+  if (basis == "pre" && !have_pre)
+    throw InputError("Key quantizer 'kvcobra': basis = pre but head (layer " + std::to_string(head.layer) +
+                     ", kv head " + std::to_string(head.kv_head) + ") has no keys_pre_rope tensor.");
+  if (basis != "pre" && basis != "post" && basis != "auto")
+    throw InputError("Key quantizer 'kvcobra': basis = '" + basis + "' is not auto, pre or post.");
+  Basis B;
+  B.pre = basis == "pre" || (basis == "auto" && have_pre);
+  const MatrixRMd K = (B.pre ? head.keys_pre_rope : head.keys).cast<double>();
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(K.transpose() * K);
+  const Eigen::MatrixXd V = es.eigenvectors();
+  const Eigen::VectorXd kv = es.eigenvalues().cwiseMax(0.0) / std::max(1, T);
+  Eigen::VectorXd qv = Eigen::VectorXd::Ones(d);
+  const MatrixRM& Q = head.obs_queries;
+  if (Q.rows() > 0 && Q.cols() == d) {
+    const MatrixRMd Qd = Q.cast<double>();
+    if (!B.pre) {
+      qv = (Qd * V).array().square().colwise().mean().transpose();
+    } else {
+      Eigen::VectorXd e = Qd.array().square().colwise().mean().transpose();  // E q_j^2
+      const int rd = rope.rotary_dim > 0 ? std::min(rope.rotary_dim, d) : d, pairs = rd / 2;
+      for (int i = 0; i < pairs; ++i) {
+        const int a = rope.style == "half" ? i : 2 * i, b = rope.style == "half" ? i + pairs : 2 * i + 1;
+        e(a) = e(b) = 0.5 * (e(a) + e(b));
+      }
+      qv = (V.array().square().colwise() * e.array()).colwise().sum().transpose();
+    }
+  }
+  std::vector<int> order(d);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return qv(x) * kv(x) > qv(y) * kv(y); });
+  B.V.resize(d, d);
+  for (int i = 0; i < d; ++i) {
+    B.V.col(i) = V.col(order[i]);
+    B.weights.push_back(qv(order[i]) * kv(order[i]));
+  }
+  return B;
+}
 
 class KvcobraKeyQuantizer final : public KeyQuantizer {
  public:
@@ -99,41 +144,7 @@ class KvcobraKeyQuantizer final : public KeyQuantizer {
   }
 
  private:
-  Basis make_basis(const HeadData& head, const RopeParams& rope) const {
-    const int T = static_cast<int>(head.keys.rows()), d = static_cast<int>(head.keys.cols());
-    const bool have_pre = head.keys_pre_rope.rows() == T && head.keys_pre_rope.cols() == d;
-    if (basis_ == "pre" && !have_pre)
-      throw InputError("Key quantizer 'kvcobra': basis = pre but head (layer " + std::to_string(head.layer) +
-                       ", kv head " + std::to_string(head.kv_head) + ") has no keys_pre_rope tensor.");
-    Basis B;
-    B.pre = basis_ == "pre" || (basis_ == "auto" && have_pre);
-    const MatrixRMd K = (B.pre ? head.keys_pre_rope : head.keys).cast<double>();
-    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(K.transpose() * K);
-    const Eigen::MatrixXd V = es.eigenvectors();
-    const Eigen::VectorXd kv = es.eigenvalues().cwiseMax(0.0) / std::max(1, T);
-    Eigen::VectorXd qv = Eigen::VectorXd::Ones(d);
-    const MatrixRM& Q = head.obs_queries;
-    if (Q.rows() > 0 && Q.cols() == d) {
-      const MatrixRMd Qd = Q.cast<double>();
-      if (!B.pre) {
-        qv = (Qd * V).array().square().colwise().mean().transpose();
-      } else {
-        Eigen::VectorXd e = Qd.array().square().colwise().mean().transpose();  // E q_j^2
-        const int rd = rope.rotary_dim > 0 ? std::min(rope.rotary_dim, d) : d, pairs = rd / 2;
-        for (int i = 0; i < pairs; ++i) {
-          const int a = rope.style == "half" ? i : 2 * i, b = rope.style == "half" ? i + pairs : 2 * i + 1;
-          e(a) = e(b) = 0.5 * (e(a) + e(b));
-        }
-        qv = (V.array().square().colwise() * e.array()).colwise().sum().transpose();
-      }
-    }
-    std::vector<int> order(d);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return qv(x) * kv(x) > qv(y) * kv(y); });
-    B.V.resize(d, d);
-    for (int i = 0; i < d; ++i) B.V.col(i) = V.col(order[i]);
-    return B;
-  }
+  Basis make_basis(const HeadData& head, const RopeParams& rope) const { return kvcobra_basis(head, rope, basis_); }
 
   QuantizedHeadKeys run(const HeadData& head, const RopeParams& rope, const Basis& B, const std::vector<int>& rows,
                         int r, int b) const {
@@ -205,6 +216,10 @@ class KvcobraKeyQuantizer final : public KeyQuantizer {
 };
 
 }  // namespace
+
+std::vector<double> kvcobra_direction_weights(const HeadData& head, const RopeParams& rope, const std::string& basis) {
+  return kvcobra_basis(head, rope, basis).weights;
+}
 
 std::unique_ptr<KeyQuantizer> make_kvcobra_quantizer(const KeyQuantizerParams& params) {
   ParamReader r("kvcobra", params);

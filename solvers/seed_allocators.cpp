@@ -46,6 +46,10 @@ const std::map<std::string, std::vector<MethodParam>>& param_table() {
 MethodParams with_defaults(const std::string& name, const MethodParams& given) {
   const auto& table = param_table();
   auto it = table.find(name);
+  if (it == table.end() && name == "kvcobra")
+    throw InputError("seed allocator 'kvcobra' allocates a (rank, bits) per head from the heads' keys, not tiers "
+                     "from surrogate costs: use allocate_kvcobra (solvers/kvcobra_allocator.hpp) or "
+                     "`tierlab eval TRACE --seed kvcobra`");
   if (it == table.end()) {
     std::vector<std::string> names;
     for (const auto& [n, _] : table) names.push_back(n);
@@ -294,7 +298,7 @@ const std::vector<MethodInfo>& seed_allocator_methods() {
          "per-head bits by reverse water-filling on per-quantizer fitted n_h(b) = alpha beta^-b, projected to the ladder",
          "arXiv 2605.06675 (RateQuant)", t.at("ratequant")},
         {"rdkv", "seed allocator",
-         "per-token argmin s eps(b) + lambda b, lambda by bisection, scores reflect-avg-pooled k5 (paper: keys per channel)",
+         "per-token argmin s eps(b) + lambda b, lambda by bisection, scores reflect-avg-pooled k5 (keys per channel: quantizer rdkv-channel)",
          "arXiv 2605.08317, Junkai1860/RDKV", t.at("rdkv")},
         {"routed", "seed allocator", "each head routes to family Q, E or M (MODEL.md section 5)",
          "tierlab (solvers/families.hpp)", t.at("routed")}};

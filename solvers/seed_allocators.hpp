@@ -24,9 +24,13 @@
 //              eps(4) = 4.02e-3, eps(8) = 1.40e-5, eps(16) = 0; or a list), and lambda >= 0
 //              is bisected (geometrically, 200 steps) to the least value whose mean rate
 //              over all tokens of the heads given is <= B. The paper allocates keys per
-//              CHANNEL; tierlab's tiers are per token, so this is the per-token variant.
+//              CHANNEL (the key quantizer
+//              rdkv-channel, model/rdkv_channel.cpp); tierlab's tiers are per token, so this
+//              is the per-token variant.
 //   routed     MODEL.md section 5 (solvers/families.hpp): each head picks the family
 //              Q, E or M; scope head (own budget B T_h, default) or model (pooled).
+//   (kvcobra, KV-COBRA's per-head (rank, bits), is not a tier allocation on a ladder: it
+//   lives in solvers/kvcobra_allocator.hpp; allocate_seed("kvcobra") says so.)
 #include <cstdint>
 #include <string>
 #include <string_view>

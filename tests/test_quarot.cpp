@@ -107,7 +107,7 @@ TEST_CASE("RoPE re-applied to the synthetic pre-RoPE keys gives the post-RoPE ke
 
 TEST_CASE("The registry lists every key quantizer and rejects unknown names and parameters", "[key_quantizer]") {
   const auto all = list_key_quantizers();
-  REQUIRE(all.size() == 7);
+  REQUIRE(all.size() == 8);
   for (const auto& info : all) {
     CHECK_FALSE(info.source.empty());
     const auto q = make_key_quantizer(info.name);

@@ -53,6 +53,8 @@ TEST_CASE("Seed allocator registry", "[seed]") {
   CHECK(e.find("rdkv") != std::string::npos);
   const std::string q = testing::error_of<InputError>([&] { allocate_seed("rdkv", {{"kernal", "5"}}, p); });
   CHECK(q.find("kernel") != std::string::npos);
+  const std::string k = testing::error_of<InputError>([&] { allocate_seed("kvcobra", {}, p); });
+  CHECK(k.find("kvcobra_allocator.hpp") != std::string::npos);
 }
 
 TEST_CASE("RateQuant: per-head bits by water-filling meet the budget and the KKT conditions", "[seed]") {

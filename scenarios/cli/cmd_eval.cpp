@@ -1,9 +1,20 @@
-// tierlab eval TRACE (--policy P | --allocation FILE) [--backend B] [--json] [--per-head]
+// tierlab eval TRACE (--policy P | --allocation FILE | --quantizer Q | --scorer S --keep K |
+//                    --seed NAME --budget B [--ladder L] [--scope S] [--rate-kind K]) [--param k=v]...
+//                   [--backend B] [--json] [--per-head]
 #include <cstdio>
 #include <memory>
 
+#include <cmath>
+#include <limits>
+#include <sstream>
+
 #include "model/allocation.hpp"
 #include "model/key_quantizer.hpp"
+#include "model/surrogate.hpp"
+#include "scenarios/allocate.hpp"
+#include "solvers/families.hpp"
+#include "solvers/kvcobra_allocator.hpp"
+#include "solvers/seed_allocators.hpp"
 #include "solvers/scorers.hpp"
 #include "model/error.hpp"
 #include "scenarios/cli/commands.hpp"
@@ -65,11 +76,110 @@ TraceEvaluation evaluate_method(const TraceReader& trace, const std::string& qua
   return ev;
 }
 
+// A seed allocator (solvers/seed_allocators.hpp, or kvcobra) at budget B, evaluated with
+// exact recomputation. ratequant / rdkv / routed: the heads' surrogate costs on `ladder`,
+// grouped by `scope` (head: each head alone; layer: a layer's heads share the budget;
+// model: all heads share it), then the tiers materialised by evaluate_trace. kvcobra: the
+// per-head (rank, bits) of allocate_kvcobra, applied by the kvcobra key quantizer, rates as
+// the quantizer stores them. *seed_json receives the allocation's own report.
+TraceEvaluation evaluate_seed(const TraceReader& trace, const std::string& name, const MethodParams& params,
+                              double budget, const std::string& ladder_text, const std::string& scope_text,
+                              const std::string& rate_kind_text, Recomputer& backend, nlohmann::json* seed_json,
+                              std::string* seed_line) {
+  const TraceMeta& meta = trace.meta();
+  TerminalProgress bar("eval");
+  auto progress = [&](int d, int t) { bar.update(d, t); };
+  if (name == "kvcobra") {
+    const KvcobraAllocation a = allocate_kvcobra(trace, KvcobraAllocOptions::from_params(budget, params));
+    if (!a.has_solution())
+      throw InputError("seed allocator kvcobra has no allocation at budget " + std::to_string(budget) + ": " + a.message);
+    std::vector<std::unique_ptr<KeyQuantizer>> quantizers;
+    for (std::size_t i = 0; i < a.heads.size(); ++i) quantizers.push_back(a.quantizer(i));
+    TraceEvaluation ev = evaluate_trace(trace, [&](const HeadData& head) {
+      const std::size_t i = static_cast<std::size_t>(head.layer) * meta.n_kv_heads + head.kv_head;
+      QuantizedHeadKeys q = quantizers[i]->quantize(head, meta.rope);
+      const Rate rate = q.rate();
+      return CompressedHead{std::move(q.keys), std::vector<std::uint8_t>(static_cast<std::size_t>(meta.prompt_len), 1),
+                            rate};
+    }, backend, progress);
+    bar.finish();
+    ev.policy = "seed " + a.options.name();
+    *seed_line = a.summary() + "\n" + a.message;
+    nlohmann::json heads = nlohmann::json::array();
+    for (const auto& h : a.heads)
+      heads.push_back({{"layer", h.layer}, {"kv_head", h.kv_head}, {"rank", h.rank}, {"bits", h.bits},
+                       {"head_budget_bits", h.head_budget}, {"distortion", h.distortion},
+                       {"nominal_rate", h.nominal_rate}, {"code_rate", h.code_rate}});
+    *seed_json = {{"method", a.options.name()}, {"status", std::string(to_string(a.status))}, {"message", a.message},
+                  {"budget", budget}, {"distortion", a.distortion}, {"nominal_rate", a.nominal_rate},
+                  {"code_rate", a.code_rate}, {"heads", heads}};
+    if (std::isfinite(a.lower_bound)) (*seed_json)["lower_bound"] = a.lower_bound;
+    return ev;
+  }
+  const RateLadder ladder = RateLadder::parse(ladder_text);
+  const Scope scope = parse_scope(scope_text);
+  const RateKind kind = parse_rate_kind(rate_kind_text);
+  // Every head's surrogate costs (layer-major), then one SeedProblem per scope group.
+  std::vector<SurrogateCosts> costs;
+  costs.reserve(static_cast<std::size_t>(meta.n_heads()));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) {
+      const HeadData head = trace.head(l, h);
+      costs.push_back(surrogate_costs(head.keys, head.values, head.obs_queries, ladder));
+      bar.update(l * meta.n_kv_heads + h + 1, 2 * meta.n_heads());
+    }
+  const std::size_t H = costs.size();
+  const std::size_t per_group = scope == Scope::Head ? 1 : scope == Scope::Layer ? std::size_t(meta.n_kv_heads) : H;
+  std::vector<std::vector<std::uint8_t>> tiers(H);
+  nlohmann::json groups = nlohmann::json::array();
+  std::string method, worst_message;
+  double used = 0, total = 0;
+  for (std::size_t g0 = 0; g0 < H; g0 += per_group) {
+    SeedProblem p;
+    p.ladder = ladder;
+    p.budget = budget;
+    p.rate_kind = kind;
+    p.head_dim = meta.head_dim;
+    for (std::size_t i = g0; i < std::min(H, g0 + per_group); ++i) p.heads.push_back(&costs[i]);
+    const SeedAllocation a = allocate_seed(name, params, p);
+    method = a.method;
+    if (a.status == SolveStatus::Infeasible || a.tiers.size() != p.heads.size())
+      throw InputError("seed allocator " + a.method + " has no allocation at budget " + std::to_string(budget) +
+                       " (heads " + std::to_string(g0) + ".." + std::to_string(g0 + p.heads.size() - 1) +
+                       "): " + a.message);
+    for (std::size_t i = 0; i < p.heads.size(); ++i) tiers[g0 + i] = a.tiers[i];
+    used += a.rate_used;
+    total += static_cast<double>(a.tokens);
+    groups.push_back({{"first_head", g0}, {"heads", p.heads.size()}, {"status", std::string(to_string(a.status))},
+                      {"message", a.message}, {"multiplier", a.multiplier}, {"objective", a.objective},
+                      {"rate_used_bits", a.rate_used}, {"rate_budget_bits", a.rate_budget},
+                      {"mean_rate", a.mean_rate()}});
+  }
+  costs.clear();
+  TraceEvaluation ev = evaluate_trace(trace, ladder, [&](const HeadData& head, const TokenWeights&) {
+    return tiers[static_cast<std::size_t>(head.layer) * meta.n_kv_heads + head.kv_head];
+  }, backend, progress);
+  bar.finish();
+  std::ostringstream b;
+  b << budget;
+  const std::string label = method + " B=" + b.str() + " " + std::string(to_string(kind)) + " scope " +
+                            std::string(to_string(scope)) + " ladder " + ladder.name();
+  ev.policy = "seed " + label;
+  *seed_line = "seed " + label + ": mean nominal rate " + std::to_string(total > 0 ? used / total : 0.0) +
+               " bits per element (" + std::to_string(groups.size()) + " budget groups)";
+  *seed_json = {{"method", method}, {"budget", budget}, {"rate_kind", std::string(to_string(kind))},
+                {"scope", std::string(to_string(scope))}, {"ladder", ladder.name()},
+                {"mean_nominal_rate", total > 0 ? used / total : 0.0}, {"groups", groups}};
+  return ev;
+}
+
 }  // namespace
 
 void add_eval(CLI::App& app) {
   struct Args {
     std::string trace, policy, allocation, quantizer, scorer, keep = "ratio:0.25", backend = "auto";
+    std::string seed, ladder = std::string(kDefaultSolveLadder), scope = "model", rate_kind = "code";
+    double budget = std::numeric_limits<double>::quiet_NaN();
     std::vector<std::string> params;
     bool json = false, per_head = false;
   };
@@ -85,26 +195,53 @@ void add_eval(CLI::App& app) {
   auto* scorer = cmd->add_option("--scorer", args->scorer,
                                  "Published eviction scorer (see `tierlab methods --kind scorer`), with --keep");
   cmd->add_option("--keep", args->keep, "Eviction budget for --scorer: ratio:R or count:N")->capture_default_str();
-  cmd->add_option("--param", args->params, "Method parameter NAME=VALUE for --quantizer/--scorer (repeatable)");
-  pol->excludes(alloc, quant, scorer);
-  alloc->excludes(quant, scorer);
-  quant->excludes(scorer);
+  auto* seed = cmd->add_option("--seed", args->seed,
+                               "Seed allocator at --budget: ratequant, rdkv, routed (tiers on --ladder) or kvcobra "
+                               "(per-head rank x bits); see `tierlab methods --kind allocator`");
+  cmd->add_option("--budget", args->budget, "Budget B for --seed, bits per key element");
+  cmd->add_option("--ladder", args->ladder, "Rate ladder for --seed ratequant/rdkv/routed")->capture_default_str();
+  cmd->add_option("--scope", args->scope, "Budget scope for --seed ratequant/rdkv/routed: head, layer, model")
+      ->capture_default_str();
+  cmd->add_option("--rate-kind", args->rate_kind, "What --budget counts for ratequant/rdkv/routed: code, total")
+      ->capture_default_str();
+  cmd->add_option("--param", args->params,
+                  "Method parameter NAME=VALUE for --quantizer/--scorer/--seed (repeatable)");
+  pol->excludes(alloc, quant, scorer, seed);
+  alloc->excludes(quant, scorer, seed);
+  quant->excludes(scorer, seed);
+  scorer->excludes(seed);
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_flag("--per-head", args->per_head, "Show every head in the table");
   cmd->callback([args]() {
-    if (args->policy.empty() && args->allocation.empty() && args->quantizer.empty() && args->scorer.empty())
-      throw InputError("eval needs --policy, --allocation, --quantizer or --scorer (e.g. --policy kivi:2)");
+    if (args->policy.empty() && args->allocation.empty() && args->quantizer.empty() && args->scorer.empty() &&
+        args->seed.empty())
+      throw InputError("eval needs --policy, --allocation, --quantizer, --scorer or --seed (e.g. --policy kivi:2)");
+    if (!args->seed.empty() && !std::isfinite(args->budget))
+      throw InputError("option --seed " + args->seed + " needs --budget B (bits per key element)");
     TraceReader trace(args->trace);
     auto backend = backend_or_throw(args->backend);
-    if (!args->quantizer.empty() || !args->scorer.empty()) {
-      std::map<std::string, std::string> params;
-      for (const std::string& kv : args->params) {
-        const auto eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0)
-          throw InputError("option --param: '" + kv + "' is not NAME=VALUE");
-        params[kv.substr(0, eq)] = kv.substr(eq + 1);
+    std::map<std::string, std::string> params;
+    for (const std::string& kv : args->params) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw InputError("option --param: '" + kv + "' is not NAME=VALUE");
+      params[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    if (!args->seed.empty()) {
+      nlohmann::json seed_json;
+      std::string seed_line;
+      TraceEvaluation ev = evaluate_seed(trace, args->seed, params, args->budget, args->ladder, args->scope,
+                                         args->rate_kind, *backend, &seed_json, &seed_line);
+      if (args->json) {
+        nlohmann::json j = to_json(ev);
+        j["seed_allocation"] = seed_json;
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        std::printf("%s\n%s", seed_line.c_str(), text_report(ev, args->per_head).c_str());
       }
+      return;
+    }
+    if (!args->quantizer.empty() || !args->scorer.empty()) {
       TraceEvaluation ev = evaluate_method(trace, args->quantizer, args->scorer, params, args->keep, *backend);
       if (args->json)
         std::printf("%s\n", to_json(ev).dump(2).c_str());

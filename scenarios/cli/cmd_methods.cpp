@@ -1,7 +1,7 @@
 // tierlab methods [--json] [--kind quantizer|scorer|allocator|policy]
 // Lists every key quantizer, eviction scorer, seed allocator and uniform policy with its parameters,
 // their defaults, and the source it follows (model/key_quantizer.hpp, solvers/scorers.hpp,
-// seed_allocators.hpp, policy.hpp; docs/methods.md).
+// seed_allocators.hpp, kvcobra_allocator.hpp, policy.hpp; docs/methods.md).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -13,6 +13,7 @@
 #include "model/key_quantizer.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "solvers/scorers.hpp"
+#include "solvers/kvcobra_allocator.hpp"
 #include "solvers/seed_allocators.hpp"
 
 namespace tierlab::cli {
@@ -61,8 +62,10 @@ void add_methods(CLI::App& app) {
       for (const auto& m : key_quantizers()) all.push_back(m);
     if (k == "all" || k == "scorer")
       for (const auto& m : eviction_scorer_methods()) all.push_back(m);
-    if (k == "all" || k == "allocator")
+    if (k == "all" || k == "allocator") {
       for (const auto& m : seed_allocator_methods()) all.push_back(m);
+      all.push_back(kvcobra_allocator_method());  // per-head (rank, bits); `tierlab eval --seed kvcobra`
+    }
     if (k == "all" || k == "policy")
       for (const auto& m : uniform_policies()) all.push_back(m);
     if (args->json) {
@@ -86,7 +89,7 @@ void add_methods(CLI::App& app) {
         std::printf("  %-18s   %s = %s%s%s%s\n", "", p.name.c_str(), p.default_value.empty() ? "-" : p.default_value.c_str(),
                     p.help.empty() ? "" : "  (", p.help.c_str(), p.help.empty() ? "" : ")");
     }
-    std::printf("\nParameters are name=value strings (make_key_quantizer, make_scorer, allocate_seed); scorer budgets are ratio:R or count:N.\n");
+    std::printf("\nParameters are name=value strings (make_key_quantizer, make_scorer, allocate_seed, allocate_kvcobra); scorer budgets are ratio:R or count:N;\nevaluate a seed allocator with `tierlab eval TRACE --seed NAME --budget B [--param k=v]`.\n");
   });
 }
 
