@@ -11,6 +11,10 @@
 #include <sstream>
 
 #include "scenarios/atomic_file.hpp"
+#include "scenarios/entropy_phase.hpp"
+#include "scenarios/mismatch.hpp"
+#include "scenarios/proxy.hpp"
+#include "scenarios/smoothing_study.hpp"
 
 namespace tierlab {
 
@@ -459,6 +463,10 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
       << ", and the share of heads keeping their best family " << f(100 * getd(r0, "share_same_family"), "%.1f") << "% -> "
       << f(100 * getd(r1, "share_same_family"), "%.1f") << "%.\n";
   }
+  s << write_entropy_phase_tables(sc, cells, dir);  // "" unless sc.entropy_phase (scenarios/entropy_phase.hpp)
+  s << write_smoothing_tables(sc, cells, dir);      // "" unless the smoothing key (scenarios/smoothing_study.hpp)
+  s << write_mismatch_tables(sc, cells, dir);       // "" unless the mismatch key (scenarios/mismatch.hpp)
+  s << write_proxy_tables(sc, cells, dir);          // "" unless the proxy key (scenarios/proxy.hpp)
   s << "\nTables: `tables/` (CSV and JSON). Figures: `figures/` (PNG, SVG, PDF); re-render with `tierlab figure " << out << "`.\n";
   write_file_atomically(out + "/summary.md", s.str());
 }

@@ -28,6 +28,8 @@
 // per cell x budget x head), budgets.csv (A vs budget), interior.json (rho and interval,
 // stop budget, per T), phase.csv/.json (phase maps only), waterfill.csv/.json (waterfill only),
 // staleness.csv/.json (per step) and staleness_heads.csv (per cell x head x step) (staleness only);
+// phase_entropy*.csv/.json (the phase map over attention entropy x budget, scenarios/entropy_phase.hpp),
+// smoothing*.csv/.json (smoothed vs raw scores, scenarios/smoothing_study.hpp);
 // DIR/summary.md.
 #include <cstdint>
 #include <string>

@@ -81,6 +81,13 @@ KeyCompression KeyCompression::from_allocation(const Allocation& allocation, con
   return c;
 }
 
+KeyCompression KeyCompression::from_compressor(ModelCompressor compress, const std::string& label) {
+  KeyCompression c;
+  c.label = label;
+  c.compress = std::move(compress);
+  return c;
+}
+
 std::string ReplayOptions::validate() const {
   if (decode_steps < 1) return "decode steps S = " + std::to_string(decode_steps) + " must be at least 1";
   if (obs_window < 1 && obs_window != -1) {
@@ -120,13 +127,13 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
                      " prompt tokens, but " + model.name() + " with this prompt has " + std::to_string(c.n_layers) +
                      " x " + std::to_string(c.n_kv_heads) + " x " + std::to_string(T) + ".");
   }
-  comp.ladder.validate();
+  if (!comp.compress) comp.ladder.validate();
 
   ReplayResult r;
   r.model = model.name();
   r.checkpoint = model.path();
   r.compression = comp.label;
-  r.ladder = comp.ladder.name();
+  r.ladder = comp.compress ? std::string("(per-method compressor)") : comp.ladder.name();
   r.mode = options.mode;
   r.prompt_len = T;
   r.decode_steps = S;
@@ -137,6 +144,7 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
   // Prefill with the full cache, recording the queries (observation queries).
   ActivationRecorder::Fields qonly;
   qonly.keys = qonly.keys_pre_rope = qonly.values = false;
+  qonly.keys_pre_rope = static_cast<bool>(comp.compress);  // pre-RoPE quantizers (KVQuant)
   ActivationRecorder full_rec(c, T + S, qonly);
   Llama2cSession full(model);
   const float* logits = nullptr;
@@ -166,7 +174,42 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
   double rate_code = 0, rate_total = 0, evicted = 0;
   long long decided_heads = 0;
   // (Re)compress the prompt's keys from the exact ones, with the W queries before `end`.
+  // A generic compressor sees every head at once.
+  auto decide_all = [&](int end) {
+    std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        HeadData hd;
+        hd.layer = l;
+        hd.kv_head = h;
+        hd.keys = exact_keys[l].middleCols(h * hs, hs);
+        hd.keys_pre_rope = full_rec.keys_pre_rope(l).topRows(T).middleCols(h * hs, hs);
+        hd.values = values[l].middleCols(h * hs, hs);
+        hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
+        heads[static_cast<std::size_t>(l)].push_back(std::move(hd));
+      }
+    const std::vector<std::vector<CompressedHead>> out = comp.compress(heads);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const CompressedHead& ch = out.at(static_cast<std::size_t>(l)).at(static_cast<std::size_t>(h));
+        if (ch.keys.rows() != T || ch.keys.cols() != hs || static_cast<int>(ch.kept.size()) != T)
+          throw InputError("replay: " + comp.label + " gave compressed keys of the wrong shape for head (" +
+                           std::to_string(l) + ", " + std::to_string(h) + ").");
+        int n_evicted = 0;
+        for (int t = 0; t < T; ++t) {
+          compressed.set_key(l, h, t, ch.keys.row(t).data());
+          compressed.set_kept(l, h, t, ch.kept[t] != 0);
+          n_evicted += ch.kept[t] == 0;
+        }
+        rate_code += ch.rate.code_bits;
+        rate_total += ch.rate.total_bits;
+        evicted += static_cast<double>(n_evicted) / T;
+        ++decided_heads;
+      }
+    ++r.decisions;
+  };
   auto decide = [&](int end) {
+    if (comp.compress) return decide_all(end);
     for (int l = 0; l < c.n_layers; ++l) {
       for (int h = 0; h < c.n_kv_heads; ++h) {
         HeadData hd;

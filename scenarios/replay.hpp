@@ -36,6 +36,7 @@
 #include "model/capture.hpp"
 #include "model/llama2c.hpp"
 #include "scenarios/evaluation.hpp"
+#include "scenarios/methods_spec.hpp"
 #include "solvers/policy.hpp"
 
 namespace tierlab {
@@ -45,7 +46,12 @@ std::string to_string(ReplayMode);             // "teacher-forced" | "free-runni
 ReplayMode parse_replay_mode(const std::string&);  // throws InputError naming the choices
 
 // How the prompt's keys are compressed: a ladder and a per-head allocator (called with
-// the head's exact keys, values and observation queries, and their token weights).
+// the head's exact keys, values and observation queries, and their token weights), or a
+// generic compressor of every head at once (`compress`: a published key quantizer, an
+// eviction scorer with layer- or model-wide budgets, a seed allocator over all heads;
+// scenarios/methods_spec.hpp). With `compress`, each head's keys become the compressor's
+// dequantized keys, its evicted tokens leave attention, the rate is the compressor's, and
+// the HeadData it receives also holds the pre-RoPE keys (for pre-RoPE quantizers).
 struct KeyCompression {
   std::string label;
   RateLadder ladder;
@@ -54,7 +60,10 @@ struct KeyCompression {
   // A fixed allocation's shape (-1: any), checked against the model and the prompt.
   int n_layers = -1, n_kv_heads = -1, prompt_len = -1;
 
+  ModelCompressor compress;  // when set, `ladder` and `allocate` are unused
+
   static KeyCompression from_policy(const UniformPolicy& policy);
+  static KeyCompression from_compressor(ModelCompressor compress, const std::string& label);
   // Checks n_layers/n_kv_heads against the model at replay time and prompt_len against T.
   static KeyCompression from_allocation(const Allocation& allocation, const std::string& label);
 };

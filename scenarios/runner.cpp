@@ -19,7 +19,11 @@
 #include "scenarios/analyses.hpp"
 #include "scenarios/atomic_file.hpp"
 #include "scenarios/interior.hpp"
+#include "scenarios/mismatch.hpp"
+#include "scenarios/proxy.hpp"
+#include "scenarios/entropy_phase.hpp"
 #include "scenarios/progress.hpp"
+#include "scenarios/smoothing_study.hpp"
 #include "scenarios/staleness.hpp"
 #include "solvers/waterfill.hpp"
 
@@ -179,6 +183,11 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
       }
     j["staleness"] = {{"budget", so.budget}, {"heads", heads}};
   }
+
+  if (sc.entropy_phase) j["entropy"] = head_entropies(trace);  // per head, nats (scenarios/entropy_phase.hpp)
+  if (sc.smoothing.enabled) j["smoothing"] = smoothing_cell(sc, trace, backend, stop);  // scenarios/smoothing_study.hpp
+  if (sc.mismatch.enabled) j["mismatch"] = mismatch_cell(sc, trace, backend, stop);  // scenarios/mismatch.hpp
+  if (sc.proxy.enabled) j["proxy"] = proxy_cell(sc, cell, trace, backend, stop);     // scenarios/proxy.hpp
 
   j["budgets"] = nlohmann::json::array();
   double dominated = std::nan("");

@@ -132,7 +132,8 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   if (!root.IsMap()) throw InputError(file_name + ":1: a scenario file must be a mapping of keys.");
   c.keys(root, "the scenario",
          {"name", "description", "traces", "ladder", "rate_kind", "budgets", "primary_budget", "queries",
-          "decode_steps", "backend", "seed", "bootstrap", "waterfill", "staleness"});
+          "decode_steps", "backend", "seed", "bootstrap", "waterfill", "staleness",
+          "methods", "mismatch", "proxy", "smoothing", "entropy_bins"});
   Scenario s;
   s.file = file_name;
   const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
@@ -304,6 +305,45 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
     }
     if (st["budget"]) s.staleness.budget = c.num(st["budget"], "staleness.budget", 0.01, 16.0);
   }
+  if (const YAML::Node sm = root["smoothing"]) {
+    if (!sm.IsMap()) c.fail(sm, "key 'smoothing' must be a mapping with the keys kernels, pooling, padding, budgets, families.");
+    c.keys(sm, "smoothing", {"kernels", "pooling", "padding", "budgets", "families"});
+    s.smoothing.enabled = true;
+    if (sm["kernels"]) {
+      s.smoothing.kernels.clear();
+      for (const auto& x : c.list(sm["kernels"], "smoothing.kernels")) {
+        const int k = static_cast<int>(c.integer(x, "smoothing.kernels", 1, 63));
+        if (k % 2 == 0) c.fail(x, "key 'smoothing.kernels' is " + std::to_string(k) + "; the window is centred, so a kernel must be odd (1, 3, 5, ..., 63).");
+        s.smoothing.kernels.push_back(k);
+      }
+    }
+    if (sm["pooling"]) {
+      s.smoothing.pooling.clear();
+      for (const auto& x : c.list(sm["pooling"], "smoothing.pooling"))
+        s.smoothing.pooling.push_back(c.wrap(x, "smoothing.pooling", [&] { return parse_pool_kind(c.str(x, "smoothing.pooling")); }));
+    }
+    if (sm["padding"])
+      s.smoothing.padding = c.wrap(sm["padding"], "smoothing.padding", [&] { return parse_padding(c.str(sm["padding"], "smoothing.padding")); });
+    if (sm["budgets"]) {
+      s.smoothing.budgets.clear();
+      for (const auto& x : c.list(sm["budgets"], "smoothing.budgets")) s.smoothing.budgets.push_back(c.num(x, "smoothing.budgets", 0.01, 16.0));
+    }
+    if (sm["families"]) {
+      s.smoothing.families.clear();
+      for (const auto& x : c.list(sm["families"], "smoothing.families")) {
+        const std::string v = c.str(x, "smoothing.families");
+        if (v == "M") s.smoothing.families.push_back(Family::Mixed);
+        else if (v == "E") s.smoothing.families.push_back(Family::Evict);
+        else c.fail(x, "key 'smoothing.families' is '" + v + "'; the choices are M (mixed tiers), E (evict only).");
+      }
+    }
+  }
+  s.entropy_phase = s.phase_map;
+  if (root["entropy_bins"]) {
+    s.entropy_bins = static_cast<int>(c.integer(root["entropy_bins"], "entropy_bins", 2, 40));
+    s.entropy_phase = true;
+  }
+  parse_method_keys(root, file_name, s);  // methods, mismatch, proxy (scenarios/methods_spec.cpp)
   return s;
 }
 

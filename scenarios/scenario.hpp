@@ -17,6 +17,9 @@
 #include "model/synthetic.hpp"
 #include "model/tier.hpp"
 #include "gpu/recompute.hpp"
+#include "scenarios/methods_spec.hpp"
+#include "solvers/families.hpp"
+#include "solvers/smoothing.hpp"
 
 namespace tierlab {
 
@@ -57,6 +60,18 @@ struct StalenessSpec {
   double budget = 2.0;                     // (0, 16]
 };
 
+// Smoothed vs raw scores (scenarios/smoothing_study.hpp): per cell, head and budget, each
+// family's optimum from the raw costs (kernel 1, always computed) and from the costs pooled
+// by every pooling x kernel > 1 (padding as given): span truncation and recomputed error.
+struct SmoothingSpec {
+  bool enabled = false;
+  std::vector<int> kernels{1, 3, 5, 7};  // odd, each in [1, 63]
+  std::vector<PoolKind> pooling{PoolKind::Avg, PoolKind::Max};
+  Padding padding = Padding::Reflect;
+  std::vector<double> budgets{2.0};      // B, bits per key element, each in [0.01, 16]
+  std::vector<Family> families{Family::Mixed, Family::Evict};  // M and/or E
+};
+
 struct Scenario {
   std::string file;         // where it was read from
   std::string name;         // "interior-synthetic"
@@ -73,6 +88,14 @@ struct Scenario {
   bool phase_map = false;       // true when logit_scales is given: the dominance phase map
   WaterfillSpec waterfill;
   StalenessSpec staleness;
+  std::vector<MethodSpec> methods;  // `methods` (scenarios/methods_spec.hpp), ranked by the proxy analysis
+  MismatchSpec mismatch;            // distortion-model mismatch (scenarios/mismatch.hpp)
+  ProxySpec proxy;                  // proxy vs end task (scenarios/proxy.hpp)
+  SmoothingSpec smoothing;
+  // The phase map over attention entropy x budget (scenarios/entropy_phase.hpp): on with
+  // logit_scales (phase_map) or the key entropy_bins; equal-width bins, in [2, 40].
+  bool entropy_phase = false;
+  int entropy_bins = 8;
 };
 
 // Parses and validates a scenario file (relative trace paths are resolved against the

@@ -14,6 +14,8 @@
 
 #include "model/error.hpp"
 #include "scenarios/figures/figure.hpp"
+#include "scenarios/figures/figures_methods.hpp"
+#include "scenarios/figures/figures_smoothing.hpp"
 
 namespace tierlab {
 
@@ -260,6 +262,8 @@ std::vector<std::string> render_figures(const std::string& dir) {
       for (auto& x : render_figure(g, dir + "/figures/staleness_overlap")) files.push_back(x);
     }
   }
+  for (auto& x : render_smoothing_figures(dir)) files.push_back(x);  // smoothing, phase_map_entropy
+  for (auto& x : render_method_figures(dir)) files.push_back(x);  // mismatch_*, proxy_* (figures_methods.hpp)
   return files;
 }
 

@@ -1,0 +1,292 @@
+// Proxy vs end task (proxy.hpp).
+#include "scenarios/proxy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/llama2c.hpp"
+#include "scenarios/analyses.hpp"
+#include "scenarios/atomic_file.hpp"
+#include "scenarios/evaluation.hpp"
+#include "scenarios/replay.hpp"
+#include "scenarios/runner.hpp"
+
+namespace tierlab {
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+double getd(const nlohmann::json& j, const char* k) {
+  return j.contains(k) && !j[k].is_null() ? j[k].get<double>() : kNaN;
+}
+
+std::string f(double v, const char* fmt = "%.6g") {
+  if (!std::isfinite(v)) return "nan";
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, v);
+  return b;
+}
+
+double obs_rel_error(const HeadData& head, const CompressedHead& c, Recomputer& backend) {
+  HeadBatch b;
+  b.problem.queries = &head.obs_queries;
+  b.problem.exact_keys = &head.keys;
+  b.problem.values = &head.values;
+  b.problem.variants = {&c.keys};
+  b.selections.push_back(Selection(c.kept.begin(), c.kept.end()));
+  std::vector<HeadBatch> batches{std::move(b)};
+  const EvalResult r = backend.evaluate(batches);
+  if (!r.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + r.message);
+  return r.errors.at(0).at(0).rel_error;
+}
+
+// The metrics compared, in table order: name, description, the value of a method (smaller = better).
+struct Metric {
+  const char* name;
+  const char* what;
+  double (*value)(const ProxyMethodResult&);
+  bool needs_replay;
+};
+const std::vector<Metric>& metrics() {
+  static const std::vector<Metric> m = {
+      {"surrogate", "surrogate predicted relative error", [](const ProxyMethodResult& r) { return r.surrogate; }, false},
+      {"error", "recomputed relative output error", [](const ProxyMethodResult& r) { return r.error; }, false},
+      {"kl", "replay mean KL", [](const ProxyMethodResult& r) { return r.mean_kl; }, true},
+      {"disagreement", "replay 1 - agreement", [](const ProxyMethodResult& r) { return 1.0 - r.agreement; }, true}};
+  return m;
+}
+
+}  // namespace
+
+double kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y) {
+  const std::size_t n = x.size();
+  if (n < 2 || y.size() != n) return kNaN;
+  double C = 0, D = 0, tx = 0, ty = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) {
+      const double dx = x[i] - x[j], dy = y[i] - y[j];
+      if (dx == 0) tx += 1;
+      if (dy == 0) ty += 1;
+      if (dx == 0 || dy == 0) continue;
+      if ((dx > 0) == (dy > 0)) C += 1;
+      else D += 1;
+    }
+  const double n0 = 0.5 * static_cast<double>(n) * static_cast<double>(n - 1);
+  const double den = std::sqrt((n0 - tx) * (n0 - ty));
+  return den > 0 ? (C - D) / den : kNaN;
+}
+
+nlohmann::json proxy_cell(const Scenario& sc, const ScenarioCell& cell, const TraceReader& trace, Recomputer& backend,
+                          const std::atomic<bool>* stop) {
+  const TraceMeta& meta = trace.meta();
+  std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(trace.head(l, h));
+  MethodContext ctx;
+  ctx.rope = meta.rope;
+  ctx.group_size = meta.group_size;
+  ctx.rate_kind = sc.rate_kind;
+  std::unique_ptr<Llama2cModel> model;
+  ReplayOptions ro;
+  if (cell.source == "model") {
+    model = std::make_unique<Llama2cModel>(cell.checkpoint);
+    ro.prompt.generate = cell.prompt_len;
+    ro.prompt.temperature = static_cast<float>(cell.temperature);
+    ro.prompt.seed = cell.seed;
+    ro.decode_steps = cell.decode_steps;
+    ro.obs_window = meta.obs_window;
+    ro.mode = parse_replay_mode(sc.proxy.mode);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const MethodSpec& m : sc.methods) {
+    if (stop && stop->load()) throw Interrupted();
+    const ModelCompressor compress = make_model_compressor(m, ctx);
+    const std::vector<std::vector<CompressedHead>> comp = compress(heads);
+    double sur = 0, err = 0, cb = 0, tb = 0, ev = 0;
+    for (std::size_t l = 0; l < heads.size(); ++l)
+      for (std::size_t h = 0; h < heads[l].size(); ++h) {
+        const HeadData& hd = heads[l][h];
+        const CompressedHead& c = comp.at(l).at(h);
+        double on2 = 0;
+        const double abs = surrogate_abs_cost(hd.keys, hd.values, hd.obs_queries, c.keys, c.kept, &on2);
+        sur += on2 > 0 ? abs / on2 : 0.0;
+        err += meta.decode_steps > 0 ? evaluate_decode_steps(hd, c.keys, c.kept, backend).rel_error
+                                     : obs_rel_error(hd, c, backend);
+        cb += c.rate.code_bits, tb += c.rate.total_bits;
+        double kept = 0;
+        for (const std::uint8_t k : c.kept) kept += k;
+        ev += c.kept.empty() ? 0.0 : 1.0 - kept / static_cast<double>(c.kept.size());
+      }
+    const double H = meta.n_heads();
+    nlohmann::json j = {{"label", m.label},       {"kind", to_string(m.kind)}, {"code_bits", cb / H},
+                        {"total_bits", tb / H},   {"evicted", ev / H},         {"surrogate", num(sur / H)},
+                        {"error", num(err / H)},  {"replayed", false}};
+    if (model) {
+      const ReplayResult r = replay(*model, ro, KeyCompression::from_compressor(compress, m.label));
+      j["replayed"] = true;
+      j["agreement"] = r.agreement;
+      j["mean_kl"] = num(r.mean_kl);
+      j["ppl_compressed"] = num(r.ppl_compressed);
+      j["ppl_full"] = num(r.ppl_full);
+      j["first_divergence"] = r.first_divergence;
+      j["replay_key_bits"] = r.key_rate.code_bits;
+    }
+    out.push_back(j);
+  }
+  return {{"mode", sc.proxy.mode}, {"methods", out}};
+}
+
+nlohmann::json proxy_correlations(const std::vector<ProxyMethodResult>& ms, int resamples, std::uint64_t seed) {
+  bool all_replayed = !ms.empty();
+  for (const auto& m : ms) all_replayed = all_replayed && m.replayed;
+  nlohmann::json out = nlohmann::json::array();
+  const auto& mt = metrics();
+  for (std::size_t a = 0; a < mt.size(); ++a)
+    for (std::size_t b = a + 1; b < mt.size(); ++b) {
+      if ((mt[a].needs_replay || mt[b].needs_replay) && !all_replayed) continue;
+      if (std::string(mt[a].name) == "kl" && std::string(mt[b].name) == "disagreement") continue;
+      std::vector<double> x, y;
+      for (const auto& m : ms) {
+        const double vx = mt[a].value(m), vy = mt[b].value(m);
+        if (std::isfinite(vx) && std::isfinite(vy)) x.push_back(vx), y.push_back(vy);
+      }
+      const Interval iv = bootstrap_spearman(x, y, resamples, seed);
+      out.push_back({{"x", mt[a].name}, {"y", mt[b].name}, {"methods", x.size()}, {"spearman", num(spearman(x, y))},
+                     {"ci_lo", num(iv.lo)}, {"ci_hi", num(iv.hi)}, {"resamples_used", iv.used},
+                     {"kendall", num(kendall_tau_b(x, y))}});
+    }
+  return out;
+}
+
+std::string write_proxy_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells, const std::string& dir) {
+  if (!sc.proxy.enabled) return {};
+  // Per cell x method, then the mean over cells per method (in the scenario's order).
+  std::ostringstream cc;
+  cc << "cell,method,kind,code_bits,total_bits,evicted,surrogate,error,agreement,mean_kl,ppl_compressed\n";
+  std::map<std::string, std::vector<const nlohmann::json*>> by;
+  for (const auto& c : cells) {
+    if (!c.contains("proxy")) continue;
+    for (const auto& m : c["proxy"]["methods"]) {
+      by[m["label"].get<std::string>()].push_back(&m);
+      cc << c["id"].get<std::string>() << ',' << m["label"].get<std::string>() << ',' << m["kind"].get<std::string>()
+         << ',' << f(getd(m, "code_bits")) << ',' << f(getd(m, "total_bits")) << ',' << f(getd(m, "evicted")) << ','
+         << f(getd(m, "surrogate")) << ',' << f(getd(m, "error")) << ',' << f(getd(m, "agreement")) << ','
+         << f(getd(m, "mean_kl")) << ',' << f(getd(m, "ppl_compressed")) << '\n';
+    }
+  }
+  std::vector<ProxyMethodResult> ms;
+  for (const MethodSpec& spec : sc.methods) {
+    const auto& v = by[spec.label];
+    ProxyMethodResult r;
+    r.label = spec.label;
+    r.kind = to_string(spec.kind);
+    if (v.empty()) continue;
+    r.replayed = true;
+    for (const nlohmann::json* m : v) {
+      r.code_bits += getd(*m, "code_bits"), r.total_bits += getd(*m, "total_bits"), r.evicted += getd(*m, "evicted");
+      r.surrogate += getd(*m, "surrogate"), r.error += getd(*m, "error");
+      r.replayed = r.replayed && (*m)["replayed"].get<bool>();
+      if (r.replayed) r.agreement += getd(*m, "agreement"), r.mean_kl += getd(*m, "mean_kl"), r.ppl_compressed += getd(*m, "ppl_compressed");
+    }
+    const double n = static_cast<double>(v.size());
+    r.code_bits /= n, r.total_bits /= n, r.evicted /= n, r.surrogate /= n, r.error /= n;
+    if (r.replayed) r.agreement /= n, r.mean_kl /= n, r.ppl_compressed /= n;
+    else r.agreement = r.mean_kl = r.ppl_compressed = kNaN;
+    ms.push_back(r);
+  }
+  const nlohmann::json corr = proxy_correlations(ms, sc.bootstrap, sc.seed);
+  // Ranks (1 = best; mid-ranks for ties).
+  std::map<std::string, std::vector<double>> ranks;
+  for (const auto& m : metrics()) {
+    std::vector<double> v;
+    for (const auto& r : ms) v.push_back(m.value(r));
+    bool ok = true;
+    for (double x : v) ok = ok && std::isfinite(x);
+    if (ok) ranks[m.name] = mid_ranks(v);
+  }
+  auto rank = [&](const char* k, std::size_t i) { return ranks.count(k) ? ranks[k][i] : kNaN; };
+  std::ostringstream pc;
+  pc << "method,kind,code_bits,total_bits,evicted,surrogate,error,agreement,mean_kl,ppl_compressed,rank_surrogate,rank_error,"
+        "rank_kl,rank_agreement\n";
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    const auto& r = ms[i];
+    pc << r.label << ',' << r.kind << ',' << f(r.code_bits) << ',' << f(r.total_bits) << ',' << f(r.evicted) << ','
+       << f(r.surrogate) << ',' << f(r.error) << ',' << f(r.agreement) << ',' << f(r.mean_kl) << ',' << f(r.ppl_compressed)
+       << ',' << f(rank("surrogate", i)) << ',' << f(rank("error", i)) << ',' << f(rank("kl", i)) << ','
+       << f(rank("disagreement", i)) << '\n';
+    rows.push_back({{"method", r.label}, {"kind", r.kind}, {"code_bits", r.code_bits}, {"total_bits", r.total_bits},
+                    {"evicted", r.evicted}, {"surrogate", num(r.surrogate)}, {"error", num(r.error)},
+                    {"agreement", num(r.agreement)}, {"mean_kl", num(r.mean_kl)}, {"ppl_compressed", num(r.ppl_compressed)},
+                    {"rank_surrogate", num(rank("surrogate", i))}, {"rank_error", num(rank("error", i))},
+                    {"rank_kl", num(rank("kl", i))}, {"rank_agreement", num(rank("disagreement", i))}});
+  }
+  int n_cells = 0;
+  for (const auto& c : cells) n_cells += c.contains("proxy") ? 1 : 0;
+  const nlohmann::json pj = {{"mode", sc.proxy.mode}, {"cells", n_cells}, {"resamples", sc.bootstrap}, {"seed", sc.seed},
+                             {"methods", rows}, {"correlations", corr}};
+  write_file_atomically(dir + "/proxy_cells.csv", cc.str());
+  write_file_atomically(dir + "/proxy.csv", pc.str());
+  write_file_atomically(dir + "/proxy.json", pj.dump(1) + "\n");
+
+  // ---- summary section
+  std::ostringstream s;
+  const bool replayed = ranks.count("kl") > 0;
+  s << "\n## Proxy vs end task\n\n" << ms.size() << " methods over " << n_cells
+    << " cells (means over cells): surrogate = predicted relative error (observation queries), error = recomputed relative "
+       "output error (decode queries)";
+  if (replayed) s << ", agreement and mean KL from the " << sc.proxy.mode << " replay on the model";
+  s << ". Ranks: 1 = best.\n\n| method | code bits | total bits | evicted | surrogate | error |"
+    << (replayed ? " agreement | mean KL (nats) |" : "") << " rank S | rank E |" << (replayed ? " rank KL | rank agr. |" : "")
+    << "\n|---|---|---|---|---|---|" << (replayed ? "---|---|" : "") << "---|---|" << (replayed ? "---|---|" : "") << "\n";
+  std::vector<std::size_t> order(ms.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ms[a].error < ms[b].error; });
+  for (const std::size_t i : order) {
+    const auto& r = ms[i];
+    s << "| " << r.label << " | " << f(r.code_bits, "%.2f") << " | " << f(r.total_bits, "%.2f") << " | "
+      << f(100 * r.evicted, "%.0f") << "% | " << f(r.surrogate, "%.3g") << " | " << f(r.error, "%.3g") << " |";
+    if (replayed) s << ' ' << f(r.agreement, "%.3f") << " | " << f(r.mean_kl, "%.3g") << " |";
+    s << ' ' << f(rank("surrogate", i), "%g") << " | " << f(rank("error", i), "%g") << " |";
+    if (replayed) s << ' ' << f(rank("kl", i), "%g") << " | " << f(rank("disagreement", i), "%g") << " |";
+    s << '\n';
+  }
+  s << "\nRank correlations over the methods (Spearman rho with its 95% bootstrap interval over methods, " << sc.bootstrap
+    << " resamples, seed " << sc.seed << "; Kendall tau-b):\n\n";
+  for (const auto& c : corr)
+    s << "- " << c["x"].get<std::string>() << " vs " << c["y"].get<std::string>() << ": rho = " << f(getd(c, "spearman"), "%.3f")
+      << " [" << f(getd(c, "ci_lo"), "%.3f") << ", " << f(getd(c, "ci_hi"), "%.3f") << "], tau_b = "
+      << f(getd(c, "kendall"), "%.3f") << " (" << c["methods"] << " methods).\n";
+  if (ranks.count("surrogate") && ranks.count("error")) {
+    // The methods the surrogate misplaces most (|rank S - rank E|, largest first, ties in table order).
+    std::vector<std::size_t> by_gap(ms.size());
+    for (std::size_t i = 0; i < by_gap.size(); ++i) by_gap[i] = i;
+    auto gap = [&](std::size_t i) { return std::fabs(ranks["surrogate"][i] - ranks["error"][i]); };
+    std::stable_sort(by_gap.begin(), by_gap.end(), [&](std::size_t a, std::size_t b) { return gap(a) > gap(b); });
+    s << "\nLargest rank displacements, surrogate vs recomputed error:";
+    for (std::size_t k = 0; k < std::min<std::size_t>(3, by_gap.size()); ++k) {
+      const std::size_t i = by_gap[k];
+      s << (k ? ";" : "") << ' ' << ms[i].label << " (rank " << f(ranks["surrogate"][i], "%g") << " by the surrogate, "
+        << f(ranks["error"][i], "%g") << " by the error; " << f(100 * ms[i].evicted, "%.0f") << "% evicted)";
+    }
+    s << ".\n";
+  }
+  for (const auto& c : corr)
+    if (c["x"] == "surrogate" && c["y"] == "error") {
+      const double lo = getd(c, "ci_lo");
+      s << "\nThe surrogate " << (lo > 0 ? "orders the methods as the recomputed error does (interval above 0)"
+                                         : "does not reliably order the methods as the recomputed error does (interval reaches 0)")
+        << ".\n";
+    }
+  return s.str();
+}
+
+}  // namespace tierlab
