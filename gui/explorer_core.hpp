@@ -1,0 +1,249 @@
+#pragma once
+// tierlab-explorer's computation core (no Qt types): an opened source and the views the
+// app shows, each built as tierlab::Figure (scenarios/figures/figure.hpp) so that what the
+// window draws (draw_figure) and what it exports (export_figure) are one picture.
+//
+// Sources
+//   trace      a trace file (.safetensors, model/trace.hpp), read head by head
+//   synthetic  a preset (model/synthetic.hpp) at a context length T, generated in memory
+//              head by head (synth_head)
+//   model      a llama2.c checkpoint (e.g. data/stories260K/stories260K.bin) captured on the
+//              fly (model/capture.hpp): a prompt of T tokens sampled by the model from BOS,
+//              then S greedy decode steps
+//   scenario   a scenario YAML (scenarios/scenario.hpp) or a run folder holding
+//              scenario.yaml: its trace views use the scenario's water-filling cell (else its
+//              first cell); its tables (RUN/tables) feed the interior, phase-map and
+//              staleness views; without tables the scenario can be run (run_scenario).
+//
+// Views (for the selected head (l, h), budget B bits per key element, ladder, solver,
+// family, smoothing kernel k, decode step s):
+//   (a) water-filling: tokens sorted by weight a_t (model/surrogate.hpp); the marginal
+//       return per bit at 0 bits g_t(0) = a_t alpha ln(beta) with the head's fitted noise
+//       model n_h(b) = alpha beta^(-b) (fit_noise on the ladder's quantizer); the water level
+//       theta of continuous reverse water-filling at B (solvers/waterfill.hpp; tokens with
+//       g_t(0) < theta get 0 bits, b_t = log_beta(g_t(0) / theta) otherwise, b_max = 16);
+//       the discrete allocation of the chosen solver and family on the (smoothed) surrogate
+//       costs, coloured by tier; its surrogate prediction sum_t c_t / mean_q ||o_q||^2 (true
+//       costs) next to the exact recomputed relative error e = ||o^ - o||^2 / ||o||^2 (CPU
+//       backend, gpu/cpu_recompute.hpp) on decode step s's g queries (the T prompt tokens
+//       under the allocation plus the s decode keys, exact) and on the observation queries.
+//       The key of a token at tier tau is its row of the dense quantization of the head at
+//       tau (model/quantizer.hpp dense_tier_keys, cached per ladder), so a budget change
+//       re-quantizes nothing and the backend's per-head preparation (exact softmax, logit
+//       changes of every tier) is reused; `tierlab evaluate` instead groups the tokens of one
+//       tier among themselves (MODEL.md convention 9), which differs slightly for KIVI.
+//   (b) head map: per head, R_h(2-bit) = sum_t c_t(2-bit) / sum_t c_t(0)
+//       (model/dominance.hpp; dominated when >= 1) and the routed family (Q, E or M,
+//       solvers/families.hpp, head scope) at B.
+//   (c) interior advantage A = 1 - err(M*) / min(err(Q*), err(E*)) (scenarios/interior.hpp):
+//       from a run's tables (per cell vs dominated share; per head vs budget), else live for
+//       the selected head vs budget and for every head at B.
+//   (d) dominance: a run's phase map (winner per logit scale x budget, surrogate boundary
+//       median R_h(2) = 1 dashed), else the selected head's R_h(tau) vs rate with its lower
+//       convex hull.
+//   (e) staleness (scenarios/staleness.hpp): a run's per-step medians, else the selected
+//       head's err_stale/err_fresh, Jaccard of evicted sets and tier agreement per step.
+//
+// Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
+// noise fit, the weight order, the sorted log weights of the water level, the dense tiers
+// and the prepared observation queries; per (head, kernel), the smoothed costs; for the
+// current decode step, the T + s keys, values and tiers and their preparation. A budget
+// change only re-solves and recomputes (phase 2 of the CPU backend: one GEMM of g rows).
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpu/recompute.hpp"
+#include "model/surrogate.hpp"
+#include "model/synthetic.hpp"
+#include "model/tier.hpp"
+#include "model/trace.hpp"
+#include "scenarios/evaluation.hpp"
+#include "scenarios/figures/figure.hpp"
+#include "scenarios/scenario.hpp"
+#include "solvers/families.hpp"
+#include "solvers/waterfill.hpp"
+
+namespace tierlab::cpu {
+struct PreparedHead;
+}
+
+namespace tierlab::explorer {
+
+// Thrown when a computation sees its cancel flag (a newer request superseded it).
+struct Cancelled : std::exception {
+  const char* what() const noexcept override { return "cancelled"; }
+};
+
+enum class SourceKind { Trace, Synthetic, Model, Scenario };
+
+struct SourceSpec {
+  SourceKind kind = SourceKind::Synthetic;
+  std::string path;              // trace file, checkpoint, scenario YAML or run folder
+  std::string preset = "tiny";   // synthetic
+  int context_length = 0;        // T for synthetic presets and the model (0: the default)
+  std::uint64_t seed = 0;
+  std::optional<SynthParams> synth;  // synthetic: full parameters (overrides preset/T)
+  std::string run_dir;           // scenario YAML: its run folder (default out/<name>, as `tierlab run`)
+
+  std::string describe() const;
+};
+
+// The command-line argument: a folder with scenario.yaml (a run), *.yaml / *.yml (a
+// scenario), *.bin (a llama2.c checkpoint), a preset name or "preset:NAME[:T]" (synthetic),
+// anything else a trace file.
+SourceSpec parse_source(const std::string& arg);
+
+using Progress = std::function<void(double fraction, const std::string& what)>;
+
+// An opened source. head() may be called from any thread (const, no shared state).
+class Source {
+ public:
+  // Throws InputError/FormatError naming the file and the fault; Cancelled when *cancel.
+  static std::shared_ptr<Source> open(const SourceSpec&, const Progress& = {},
+                                      const std::atomic<bool>* cancel = nullptr);
+
+  const SourceSpec& spec() const { return spec_; }
+  const TraceMeta& meta() const { return meta_; }
+  HeadData head(int layer, int kv_head) const;
+  std::string description() const { return description_; }
+
+  bool is_scenario() const { return scenario_.has_value(); }
+  const Scenario* scenario() const { return scenario_ ? &*scenario_ : nullptr; }
+  std::string run_dir() const { return run_dir_; }  // where the scenario's run is (or goes)
+  bool has_tables() const;                          // run_dir/tables/interior.json exists
+  std::string cell_id() const { return cell_id_; }  // scenario: the cell behind the trace views
+  int initial_layer() const { return initial_layer_; }   // scenario: its water-filling head
+  int initial_kv_head() const { return initial_kv_head_; }
+
+ private:
+  SourceSpec spec_;
+  TraceMeta meta_;
+  std::string description_;
+  std::unique_ptr<TraceReader> reader_;
+  std::optional<SynthParams> synth_;
+  std::vector<HeadData> captured_;
+  std::optional<Scenario> scenario_;
+  std::string run_dir_, cell_id_;
+  int initial_layer_ = 0, initial_kv_head_ = 0;
+};
+
+// Runs the scenario of a source into its run_dir (cells already there are kept). *cancel
+// stops it between cells (run_stop_flag). Returns true when the tables were written.
+bool run_source_scenario(const Source&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+
+struct Settings {
+  int layer = 0, kv_head = 0;
+  double budget = 2.0;  // B, bits per key element
+  std::string ladder = "evict,kivi2,kivi4,kivi8,exact";
+  RateKind rate_kind = RateKind::Code;
+  FamilySolver solver = FamilySolver::Exact;
+  FamilyChoice family = FamilyChoice::Mixed;
+  int smoothing = 1;  // avg-pool kernel k (odd; 1 = none), reflect padding
+  int decode_step = 1;  // s (clamped to [1, S])
+  // Recompute on the observation queries too (g * W rows: the costly part on long heads).
+  // The app leaves it out of the interactive update and asks obs_error() right after.
+  bool recompute_obs = true;
+};
+
+// One point a hover can name: its data coordinates and the text to show.
+struct HoverPoint {
+  double x = 0, y = 0;
+  std::string text;
+};
+
+// What a view shows: one or more figures (drawn stacked) and the numbers beside them.
+struct ViewResult {
+  std::vector<Figure> figures;
+  std::vector<std::vector<HoverPoint>> hover;  // per figure
+  std::string info;                            // several lines of numbers
+  double seconds = 0;
+};
+
+// All the figures' series in one figure (for the CSV export of a view).
+Figure merged_for_csv(const ViewResult&);
+
+// The water-filling view's numbers (also in ViewResult::info).
+struct WaterfillNumbers {
+  double theta = 0, alpha = 0, beta = 0;   // water level, fitted noise model
+  std::string option;                      // the family option chosen ("M", "Q:kivi4", "E")
+  std::vector<std::uint8_t> tiers;         // ladder tier per prompt token
+  Rate rate;                               // allocation_rate (convention 9 metadata), bits per key element
+  double evicted_fraction = 0;
+  double surrogate_abs = 0, surrogate_rel = 0;  // sum_t c_t(tau_t) (true costs), / mean ||o||^2
+  ErrorMetrics obs;                        // recomputed, observation queries (NaN when not asked)
+  ErrorMetrics step;                       // recomputed, decode step s (zeros when S = 0)
+  int step_used = 0;                       // s actually used (0 when S = 0)
+  double solve_ms = 0, materialize_ms = 0, recompute_ms = 0;  // materialize: the dense tiers (first use only)
+};
+
+struct HeadMapEntry {
+  int layer = 0, kv_head = 0;
+  double R2 = 0;  // R_h(2-bit tier), NaN when the ladder has no 2-bit tier
+  bool dominated = false;
+  char family = '-';
+  std::string option;
+  double objective = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(std::shared_ptr<const Source>, Backend backend = Backend::Cpu);
+  ~Engine();
+  const Source& source() const { return *source_; }
+  std::string backend_description() const;
+
+  // (a); numbers filled when non-null.
+  ViewResult waterfill(const Settings&, WaterfillNumbers* numbers = nullptr, const std::atomic<bool>* cancel = nullptr);
+  // (b); entries filled when non-null.
+  ViewResult head_map(const Settings&, std::vector<HeadMapEntry>* entries = nullptr, const Progress& = {},
+                      const std::atomic<bool>* cancel = nullptr);
+  ViewResult interior(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+  ViewResult dominance(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+  ViewResult staleness(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+
+  // The recomputed error of the last water-filling allocation on the observation queries
+  // (re-solves when `s` differs from the last call's settings).
+  ErrorMetrics obs_error(const Settings& s, const std::atomic<bool>* cancel = nullptr);
+
+  // Drops the caches (e.g. to measure a cold start).
+  void clear_cache();
+
+  // The allocation of the selected head that waterfill() would use (tests, benchmark).
+  std::vector<std::uint8_t> allocate(const Settings&, std::string* option = nullptr);
+  // Its keys as the water-filling view recomputes them (each kept token's row of the dense
+  // quantization at its tier), kept flags and rate: for an independent evaluation
+  // (scenarios/evaluation.hpp evaluate_trace with a HeadCompressor).
+  CompressedHead allocation_keys(const Settings&);
+
+ private:
+  struct LadderEntry;
+  std::shared_ptr<const HeadData> head_(int l, int h);
+  std::shared_ptr<LadderEntry> ladder_(int l, int h, const RateLadder&, RateKind, const std::atomic<bool>* cancel);
+  const MatrixRMd& smoothed_(LadderEntry&, int kernel);
+  FamilyHeadResult solve_(const LadderEntry&, const MatrixRMd& cost, const Settings&, FamilyChoice, const RateLadder&,
+                          std::string* option);
+
+  std::shared_ptr<const Source> source_;
+  std::unique_ptr<Recomputer> backend_;
+  std::mutex mu_;
+  std::map<int, std::shared_ptr<const HeadData>> heads_;
+  std::map<std::string, std::shared_ptr<LadderEntry>> ladders_;
+  struct StepEntry;
+  std::vector<LadderEntry*> heavy_;  // entries holding dense tiers, oldest first (at most 4)
+  std::unique_ptr<StepEntry> step_;
+  std::string step_key_;
+  void dense_(LadderEntry&);
+  const cpu::PreparedHead& obs_prep_(LadderEntry&);
+  const cpu::PreparedHead& step_prep_(LadderEntry&, int layer, int kv_head, int step);
+  struct Last;
+  std::shared_ptr<Last> last_;  // the last water-filling allocation (for obs_error)
+};
+
+}  // namespace tierlab::explorer

@@ -1,0 +1,121 @@
+// tierlab-explorer [TRACE|SCENARIO|RUN_DIR|PRESET|CHECKPOINT]: the interactive explorer
+// (gui/main_window.hpp). --screenshot DIR grabs each view into DIR/explorer-<view>.png and exits.
+#include <QApplication>
+#include <QTimer>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gui/main_window.hpp"
+
+namespace {
+
+const char* kHelp =
+    "usage: tierlab-explorer [options] [SOURCE]\n"
+    "\n"
+    "Interactive what-if exploration of key-cache allocation (reverse water-filling, dominance,\n"
+    "the interior advantage, staleness over decode steps). SOURCE is one of\n"
+    "  TRACE.safetensors         a trace file (tierlab synth / tierlab capture)\n"
+    "  SCENARIO.yaml             a scenario file; its run (out/<name>) feeds the interior,\n"
+    "                            phase-map and staleness views (Scenario > Run when missing)\n"
+    "  RUN_DIR                   a folder written by `tierlab run` (holds scenario.yaml)\n"
+    "  PRESET or preset:NAME[:T] a synthetic preset (tiny, llama-like, mistral-like, qwen-like)\n"
+    "                            at context length T, generated in memory\n"
+    "  CHECKPOINT.bin            a llama2.c checkpoint captured on the fly, e.g.\n"
+    "                            data/stories260K/stories260K.bin\n"
+    "Default: preset:llama-like:1024.\n"
+    "\n"
+    "options:\n"
+    "  --view NAME               view in front: waterfill, headmap, interior, dominance, staleness\n"
+    "  --budget B                budget in bits per key element (default 2)\n"
+    "  --head L.H                the head (layer L, KV head H)\n"
+    "  --out DIR                 the run folder of a SCENARIO.yaml (default out/<name>)\n"
+    "  --run                     run the scenario first when its tables are missing\n"
+    "  --screenshot DIR          open SOURCE, grab every view into DIR/explorer-<view>.png, exit\n"
+    "  -h, --help                this help\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string source = "preset:llama-like:1024", shots, view, out;
+  bool run = false;
+  double budget = -1;
+  int layer = -1, head = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tierlab-explorer: %s needs a value (see --help)\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    } else if (a == "--screenshot") {
+      shots = value();
+    } else if (a == "--out") {
+      out = value();
+    } else if (a == "--run") {
+      run = true;
+    } else if (a == "--view") {
+      view = value();
+    } else if (a == "--budget") {
+      budget = std::atof(value().c_str());
+    } else if (a == "--head") {
+      const std::string v = value();
+      if (std::sscanf(v.c_str(), "%d.%d", &layer, &head) != 2) {
+        std::fprintf(stderr, "tierlab-explorer: --head wants L.H (e.g. 0.3), not '%s'\n", v.c_str());
+        return 2;
+      }
+    } else if (!a.empty() && a[0] == '-' && a != "-") {
+      std::fprintf(stderr, "tierlab-explorer: unknown option '%s' (see --help)\n", a.c_str());
+      return 2;
+    } else {
+      source = a;
+    }
+  }
+  if (!std::getenv("XDG_RUNTIME_DIR")) {  // Qt warns without one; a private folder keeps it quiet
+    const std::string dir = "/tmp/tierlab-runtime-" + std::to_string(::getuid());
+    ::mkdir(dir.c_str(), 0700);
+    setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
+  }
+  QApplication app(argc, argv);
+  app.setApplicationName("tierlab-explorer");
+  tierlab::explorer::MainWindow w;
+  w.show();
+  try {
+    tierlab::explorer::SourceSpec spec = tierlab::explorer::parse_source(source);
+    spec.run_dir = out;
+    w.openSpec(spec);
+  } catch (const std::exception&) {
+    w.openArgument(QString::fromStdString(source));  // shows the error in the window
+  }
+  if (!w.waitIdle(600000) || !w.source()) {
+    if (!shots.empty()) {
+      std::fprintf(stderr, "tierlab-explorer: %s\n", w.lastError().toLocal8Bit().constData());
+      return 1;
+    }
+  }
+  if (run && w.source() && w.source()->is_scenario() && !w.source()->has_tables()) {
+    w.runScenario();
+    w.waitIdle(3600000);
+  }
+  if (layer >= 0) w.setHead(layer, head);
+  if (budget > 0) w.setBudget(budget);
+  for (int v = 0; v < tierlab::explorer::ViewCount; ++v)
+    if (view == tierlab::explorer::view_name(v)) w.setCurrentView(v);
+  if (!shots.empty()) {
+    w.waitIdle(600000);
+    const QStringList files = w.saveScreenshots(QString::fromStdString(shots));
+    for (const QString& f : files) std::printf("%s\n", f.toLocal8Bit().constData());
+    return files.size() == tierlab::explorer::ViewCount ? 0 : 1;
+  }
+  return app.exec();
+}

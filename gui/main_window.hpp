@@ -1,0 +1,153 @@
+#pragma once
+// tierlab-explorer's window: the controls a teacher needs (source, head, budget, quantizer and
+// bits ladder, rate kind, solver, family, smoothing kernel, context length, decode step), five
+// views as tabs (water-filling, layer x head map, interior advantage, dominance, staleness),
+// export of the current view (PNG/SVG/PDF through export_figure, CSV of its data) and a
+// status bar with progress.
+//
+// Every computation runs off the UI thread (QtConcurrent) through one queue of jobs: a new
+// request sets the running job's cancel flag and replaces any request still waiting, so only
+// the latest request is computed next; results are applied on the UI thread only if their
+// generation is still current. Errors of a job (unreadable trace, bad scenario, bad preset)
+// are shown in the status bar and in the view's text, never thrown out of the event loop.
+#include <QFuture>
+#include <QMainWindow>
+#include <QString>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gui/explorer_core.hpp"
+
+class QCustomPlot;
+class QComboBox;
+class QDoubleSpinBox;
+class QSpinBox;
+class QSlider;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+class QTabWidget;
+class QToolButton;
+
+namespace tierlab::explorer {
+
+enum View { WaterfillView = 0, HeadMapView, InteriorView, DominanceView, StalenessView, ViewCount };
+const char* view_name(int view);  // "waterfill", "headmap", "interior", "dominance", "staleness"
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Opening a source (asynchronous; errors go to the status bar and lastError()).
+  void openSpec(const SourceSpec&);
+  void openArgument(const QString& arg);  // parse_source; a parse error is shown the same way
+
+  // Controls, for tests and scripted screenshots (each triggers the usual recomputation).
+  void setBudget(double bits);
+  void setHead(int layer, int kv_head);
+  void setCurrentView(int view);
+  void setSolver(const QString& name);
+  void setFamily(const QString& name);
+  void setSmoothing(int kernel);
+  void setDecodeStep(int step);
+  void setLadderBits(const QString& kind, const QString& bits);  // "kivi", "2,4,8"
+
+  // Runs the open scenario into its run folder (asynchronous, with progress; cancellable).
+  void runScenario();
+
+  // Processes events until no job is running or waiting (false on timeout).
+  bool waitIdle(int timeout_ms = 120000);
+  bool busy() const;
+
+  // The last result applied to a view (nullptr when none yet).
+  const ViewResult* result(int view) const;
+  const WaterfillNumbers& waterfillNumbers() const { return wf_numbers_; }
+  Settings settings() const;
+  QString lastError() const { return last_error_; }
+  QString statusText() const;
+  const Source* source() const { return source_.get(); }
+
+  // Export: the view's first figure to `path` (format by extension: .png .svg .pdf .csv;
+  // CSV holds the data of all the view's figures); further figures go to STEM-2.EXT, ...
+  // Returns the files written; on failure the message is in lastError() and it returns {}.
+  QStringList exportView(int view, const QString& path);
+
+  // Grabs the window with each view in front into DIR/explorer-<view>.png.
+  QStringList saveScreenshots(const QString& dir);
+
+ signals:
+  void idle();
+
+ private:
+  using UiApply = std::function<void()>;
+  using Work = std::function<UiApply(const std::atomic<bool>& cancel, const Progress& progress)>;
+  struct Job {
+    QString what;
+    Work work;
+    bool follow_up = false;
+  };
+
+  void buildUi();
+  void submit(Job job);
+  void startNext();
+  void jobFinished();
+  void showError(const QString& message);
+  void settingsChanged();
+  void requestView(int view);
+  void applyView(int view, const ViewResult& r);
+  void onOpened(std::shared_ptr<Source> src, std::shared_ptr<Engine> engine);
+  void updateSourceControls();
+  void exportDialog(bool csv);
+  void openDialog();
+  void reopenWithContext();
+  void installHover(QCustomPlot* plot, int view, int figure);
+
+  // Controls.
+  QLabel* source_label_ = nullptr;
+  QComboBox* preset_ = nullptr;
+  QSpinBox* context_ = nullptr;
+  QSpinBox* layer_ = nullptr;
+  QSpinBox* head_ = nullptr;
+  QDoubleSpinBox* budget_ = nullptr;
+  QSlider* budget_slider_ = nullptr;
+  QComboBox* quantizer_ = nullptr;
+  QComboBox* bits_ = nullptr;
+  QComboBox* rate_kind_ = nullptr;
+  QComboBox* solver_ = nullptr;
+  QComboBox* family_ = nullptr;
+  QComboBox* smoothing_ = nullptr;
+  QSpinBox* step_ = nullptr;
+  QPushButton* run_button_ = nullptr;
+  QPlainTextEdit* info_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  std::vector<std::vector<QCustomPlot*>> plots_;  // per view, its figures' plots
+  QProgressBar* progress_ = nullptr;
+  QToolButton* cancel_ = nullptr;
+  QLabel* status_ = nullptr;
+
+  // State.
+  std::shared_ptr<Source> source_;
+  std::shared_ptr<Engine> engine_;
+  std::vector<std::unique_ptr<ViewResult>> results_;
+  std::vector<bool> dirty_;
+  WaterfillNumbers wf_numbers_;
+  QString last_error_;
+  bool updating_controls_ = false;
+
+  // The job queue: one running, at most one waiting.
+  bool running_ = false;
+  std::shared_ptr<std::atomic<bool>> cancel_flag_;
+  std::unique_ptr<Job> pending_;
+  UiApply running_result_;
+  quint64 generation_ = 0, running_generation_ = 0;
+  QFuture<void> future_;
+};
+
+}  // namespace tierlab::explorer

@@ -1,0 +1,383 @@
+// tierlab-explorer driven headless (offscreen platform): the computation core against
+// independent evaluations, and the window itself (open, budget changes, export, errors).
+#include <catch2/catch.hpp>
+
+#include <QApplication>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+#include "gpu/recompute.hpp"
+#include "gui/explorer_core.hpp"
+#include "gui/main_window.hpp"
+#include "model/surrogate.hpp"
+#include "model/synthetic.hpp"
+#include "model/trace.hpp"
+#include "scenarios/evaluation.hpp"
+#include "solvers/waterfill.hpp"
+
+namespace fs = std::filesystem;
+using namespace tierlab;
+using namespace tierlab::explorer;
+
+namespace {
+
+QApplication& app() {
+  static int argc = 1;
+  static char name[] = "test_explorer";
+  static char* argv[] = {name, nullptr};
+  if (!QCoreApplication::instance()) {
+    setenv("QT_QPA_PLATFORM", "offscreen", 1);
+    const std::string rt = "/tmp/tierlab-runtime-" + std::to_string(::getuid());
+    ::mkdir(rt.c_str(), 0700);
+    setenv("XDG_RUNTIME_DIR", rt.c_str(), 0);
+    static QApplication* a = new QApplication(argc, argv);
+    return *a;
+  }
+  return *qobject_cast<QApplication*>(QCoreApplication::instance());
+}
+
+// A folder of this process, removed at exit.
+const fs::path& temp_base() {
+  static const struct Base {
+    fs::path path = fs::temp_directory_path() / ("tierlab-test-explorer-" + std::to_string(::getpid()));
+    ~Base() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } base;
+  return base.path;
+}
+
+std::string temp_dir(const std::string& name) {
+  const fs::path d = temp_base() / name;
+  fs::create_directories(d);
+  return d.string();
+}
+
+// A small synthetic trace file: 2 layers x 2 KV heads, T = 160, d = 32, S = 6.
+std::string small_trace() {
+  const std::string path = temp_dir("trace") + "/small.safetensors";
+  if (!fs::exists(path)) {
+    SynthParams p = synth_preset("tiny");
+    p.head_dim = 32;
+    p.prompt_len = 160;
+    p.obs_window = 12;
+    p.decode_steps = 6;
+    p.seed = 3;
+    write_synthetic_trace(p, path);
+  }
+  return path;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool close_rel(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)) + 1e-300; }
+
+}  // namespace
+
+TEST_CASE("explorer core: a budget change moves the water level and the allocation; errors match an independent evaluation") {
+  const std::string path = small_trace();
+  SourceSpec spec = parse_source(path);
+  REQUIRE(spec.kind == SourceKind::Trace);
+  auto src = Source::open(spec);
+  Engine engine(src, Backend::Cpu);
+  TraceReader reader(path);
+  const int S = reader.meta().decode_steps;
+
+  for (int head : {0, 3}) {
+    Settings s;
+    s.layer = head / 2;
+    s.kv_head = head % 2;
+    s.decode_step = 2;
+    s.budget = 1.0;
+    WaterfillNumbers lo, hi;
+    engine.waterfill(s, &lo);
+    s.budget = 4.0;
+    engine.waterfill(s, &hi);
+    // The water level falls as the budget rises, and the allocation spends more bits.
+    REQUIRE(lo.theta > 0);
+    REQUIRE(hi.theta > 0);
+    CHECK(hi.theta < lo.theta);
+    CHECK(hi.tiers != lo.tiers);
+    CHECK(hi.rate.code_bits > lo.rate.code_bits);
+    CHECK(lo.rate.code_bits <= 1.0 + 1e-9);
+    CHECK(hi.rate.code_bits <= 4.0 + 1e-9);
+    CHECK(std::isfinite(hi.obs.rel_error));
+    CHECK(std::isfinite(hi.step.rel_error));
+    CHECK(std::isfinite(lo.obs.rel_error));
+    CHECK(lo.obs.rel_error > hi.obs.rel_error);
+
+    // theta against the solvers' own continuous water-filling on the same weights and model.
+    const HeadData hd = reader.head(s.layer, s.kv_head);
+    const TokenWeights tw = token_weights(hd.keys, hd.values, hd.obs_queries);
+    WaterfillProblem wp;
+    wp.weights.assign(tw.a.data(), tw.a.data() + tw.a.size());
+    wp.models = {DistortionModel{hi.alpha, hi.beta}};
+    wp.budget = 4.0;
+    wp.max_bits = 16;
+    const ContinuousWaterfill cw = waterfill_continuous(wp);
+    CHECK(close_rel(cw.theta, hi.theta, 1e-6));
+
+    // The same allocation evaluated by scenarios/evaluation.hpp (its own recomputation of the
+    // observation queries and of every decode step) on the keys the view recomputes.
+    const CompressedHead keys = engine.allocation_keys(s);
+    std::size_t evicted = 0;
+    for (std::size_t t = 0; t < hi.tiers.size(); ++t) {
+      CHECK((keys.kept[t] != 0) == (hi.tiers[t] != 0));
+      evicted += hi.tiers[t] == 0;
+    }
+    CHECK(close_rel(hi.evicted_fraction, static_cast<double>(evicted) / hi.tiers.size(), 1e-12));
+    auto backend = make_recomputer(Backend::Cpu);
+    const int target = head;
+    const TraceEvaluation ev = evaluate_trace(
+        reader,
+        [&](const HeadData& h) {
+          if (h.layer * 2 + h.kv_head == target) return keys;
+          CompressedHead exact{h.keys, std::vector<std::uint8_t>(static_cast<std::size_t>(h.keys.rows()), 1), {16, 16}};
+          return exact;
+        },
+        *backend);
+    const HeadEvaluation& he = ev.heads.at(static_cast<std::size_t>(head));
+    CHECK(close_rel(he.obs.rel_error, hi.obs.rel_error, 1e-5));
+    CHECK(close_rel(he.predicted_abs, hi.surrogate_abs, 1e-6));
+    // The decode error is the mean over the steps of the view's per-step error.
+    double mean_step = 0;
+    for (int step = 1; step <= S; ++step) {
+      Settings t = s;
+      t.decode_step = step;
+      t.recompute_obs = false;
+      WaterfillNumbers n;
+      engine.waterfill(t, &n);
+      CHECK(n.step_used == step);
+      mean_step += n.step.rel_error / S;
+    }
+    CHECK(close_rel(he.decode.rel_error, mean_step, 1e-5));
+    // obs_error() (the app's follow-up) gives the same number as the full call.
+    Settings t = s;
+    t.recompute_obs = false;
+    engine.waterfill(t);
+    CHECK(close_rel(engine.obs_error(t).rel_error, hi.obs.rel_error, 1e-12));
+  }
+}
+
+TEST_CASE("explorer core: every solver, family, smoothing kernel and quantizer gives a feasible allocation") {
+  auto src = Source::open(parse_source(small_trace()));
+  Engine engine(src, Backend::Cpu);
+  for (const char* ladder : {"evict,kivi2,kivi4,kivi8,exact", "evict,token2,token4,exact"})
+    for (FamilySolver solver : {FamilySolver::Exact, FamilySolver::Greedy, FamilySolver::Waterfill})
+      for (FamilyChoice fam : {FamilyChoice::Mixed, FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Routed})
+        for (int k : {1, 5}) {
+          Settings s;
+          s.ladder = ladder;
+          s.solver = solver;
+          s.family = fam;
+          s.smoothing = k;
+          s.budget = 3.0;
+          s.layer = 1;
+          WaterfillNumbers n;
+          INFO(ladder << " " << to_string(solver) << " " << to_string(fam) << " k=" << k);
+          const ViewResult v = engine.waterfill(s, &n);
+          REQUIRE(!n.tiers.empty());
+          CHECK(n.rate.code_bits <= 3.0 + 1e-9);
+          CHECK(std::isfinite(n.obs.rel_error));
+          CHECK(std::isfinite(n.step.rel_error));
+          CHECK(v.figures.size() == 2);
+          if (fam == FamilyChoice::Evict) {  // only evict or exact
+            const int exact = RateLadder::parse(ladder).exact_index();
+            for (auto t : n.tiers) CHECK((t == 0 || t == exact));
+          }
+        }
+  // Views other than the water-filling one, live on a trace without a scenario.
+  Settings s;
+  std::vector<HeadMapEntry> map;
+  const ViewResult hm = engine.head_map(s, &map);
+  CHECK(map.size() == 4);
+  for (const auto& e : map) CHECK((e.family == 'Q' || e.family == 'E' || e.family == 'M'));
+  CHECK(engine.interior(s).figures.size() == 2);
+  CHECK(engine.dominance(s).figures.size() == 1);
+  CHECK(engine.staleness(s).figures.at(0).series.at(0).x.size() >= 3);
+}
+
+TEST_CASE("explorer core: sources and their errors") {
+  CHECK(parse_source("tiny").kind == SourceKind::Synthetic);
+  CHECK(parse_source("preset:llama-like:512").context_length == 512);
+  CHECK(parse_source("x.yaml").kind == SourceKind::Scenario);
+  CHECK(parse_source("m.bin").kind == SourceKind::Model);
+  CHECK_THROWS_WITH(parse_source("preset:nonesuch"), Catch::Contains("tiny") && Catch::Contains("nonesuch"));
+  CHECK_THROWS_WITH(Source::open(parse_source("/nonexistent/trace.safetensors")), Catch::Contains("/nonexistent/trace.safetensors"));
+  const std::string bad = temp_dir("bad") + "/bad.yaml";
+  std::ofstream(bad) << "name: bad\ntraces:\n  synthetic:\n    presets: [tiny]\nbudgetz: [2]\n";
+  CHECK_THROWS_WITH(Source::open(parse_source(bad)), Catch::Contains("bad.yaml") && Catch::Contains("budgetz"));
+}
+
+TEST_CASE("explorer window: open a trace, change the budget, export every view, survive bad input") {
+  app();
+  const std::string path = small_trace();
+  MainWindow w;
+  w.resize(1200, 800);
+  w.show();
+  w.openArgument(QString::fromStdString(path));
+  REQUIRE(w.waitIdle());
+  REQUIRE(w.source() != nullptr);
+  REQUIRE(w.lastError().isEmpty());
+  REQUIRE(w.result(WaterfillView) != nullptr);
+
+  w.setBudget(1.0);
+  REQUIRE(w.waitIdle());
+  const WaterfillNumbers a = w.waterfillNumbers();
+  w.setBudget(3.5);
+  REQUIRE(w.waitIdle());
+  const WaterfillNumbers b = w.waterfillNumbers();
+  CHECK(b.theta < a.theta);
+  CHECK(b.tiers != a.tiers);
+  CHECK(std::isfinite(b.step.rel_error));
+  CHECK(std::isfinite(b.obs.rel_error));  // the follow-up recomputation arrived
+  CHECK(w.result(WaterfillView)->info.find("recomputed, obs queries") != std::string::npos);
+  CHECK(w.settings().budget == Approx(3.5));
+
+  // Rapid changes: each supersedes the last; the final state is the last request's.
+  for (double B : {0.5, 1.5, 2.5, 6.0, 2.0}) w.setBudget(B);
+  REQUIRE(w.waitIdle());
+  CHECK(w.waterfillNumbers().rate.code_bits <= 2.0 + 1e-9);
+  CHECK(w.result(WaterfillView)->figures.at(0).title.find("B = 2 ") != std::string::npos);
+
+  const std::string out = temp_dir("export");
+  for (int v = 0; v < ViewCount; ++v) {
+    w.setCurrentView(v);
+    REQUIRE(w.waitIdle());
+    INFO("view " << view_name(v) << ": " << w.lastError().toStdString());
+    REQUIRE(w.result(v) != nullptr);
+    const std::string base = out + "/explorer-" + view_name(v);
+    for (const char* ext : {".png", ".svg", ".pdf", ".csv"}) {
+      const QStringList files = w.exportView(v, QString::fromStdString(base + ext));
+      REQUIRE(!files.isEmpty());
+      for (const QString& f : files) {
+        const std::string data = slurp(f.toStdString());
+        INFO(f.toStdString());
+        REQUIRE(data.size() > 100);
+        if (std::string(ext) == ".png") CHECK(data.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+        if (std::string(ext) == ".pdf") CHECK(data.compare(0, 5, "%PDF-") == 0);
+        if (std::string(ext) == ".svg") {
+          CHECK(data.find("<svg") != std::string::npos);
+          CHECK(data.find("<text") != std::string::npos);
+          const Figure& fig = w.result(v)->figures.at(0);
+          if (f.toStdString() == base + ext) CHECK(data.find(fig.xlabel.substr(0, 12)) != std::string::npos);
+        }
+        if (std::string(ext) == ".csv") {
+          CHECK(data.compare(0, 11, "series,x,y\n") == 0);
+          CHECK(std::count(data.begin(), data.end(), '\n') > 3);
+        }
+      }
+    }
+  }
+  // The water-filling view has two figures: the second goes to STEM-2.EXT.
+  CHECK(fs::exists(out + "/explorer-waterfill-2.png"));
+
+  // A head picked elsewhere is used by the views.
+  w.setCurrentView(WaterfillView);
+  w.setHead(1, 1);
+  REQUIRE(w.waitIdle());
+  CHECK(w.result(WaterfillView)->figures.at(0).title.find("L1.H1") != std::string::npos);
+
+  // Bad input: the message is shown, nothing crashes, the open source stays usable.
+  const std::string bad = temp_dir("bad") + "/garbage.safetensors";
+  std::ofstream(bad) << "this is not a safetensors file";
+  w.openArgument(QString::fromStdString(bad));
+  REQUIRE(w.waitIdle());
+  CHECK(w.lastError().toStdString().find("garbage.safetensors") != std::string::npos);
+  CHECK(w.statusText().startsWith("Error"));
+  REQUIRE(w.source() != nullptr);
+  w.openArgument("preset:nonesuch");
+  REQUIRE(w.waitIdle());
+  CHECK(w.lastError().contains("nonesuch"));
+  w.openArgument("/nonexistent/scenario.yaml");
+  REQUIRE(w.waitIdle());
+  CHECK(w.lastError().contains("/nonexistent/scenario.yaml"));
+  w.setLadderBits("kivi", "2,x");
+  REQUIRE(w.waitIdle());
+  CHECK(!w.lastError().isEmpty());
+  w.setLadderBits("kivi", "2,4");
+  REQUIRE(w.waitIdle());
+  CHECK(w.lastError().isEmpty());
+  w.setBudget(2.0);
+  REQUIRE(w.waitIdle());
+  CHECK(std::isfinite(w.waterfillNumbers().step.rel_error));
+
+  // Nothing to export before anything was computed is an error in the window, not a crash.
+  MainWindow empty;
+  CHECK(empty.exportView(HeadMapView, QString::fromStdString(out + "/none.png")).isEmpty());
+  CHECK(!empty.lastError().isEmpty());
+}
+
+TEST_CASE("explorer window: a scenario without tables is run from the window, then its views read the tables") {
+  app();
+  const std::string dir = temp_dir("scenario");
+  const std::string yaml = dir + "/explorer-test.yaml";
+  std::ofstream(yaml) << "name: explorer-test\n"
+                         "traces:\n"
+                         "  synthetic:\n"
+                         "    presets: [tiny]\n"
+                         "    seeds: [0, 1]\n"
+                         "    logit_scales: [1, 8]\n"
+                         "    overrides:\n"
+                         "      decode_steps: 4\n"
+                         "budgets: [2, 4]\n"
+                         "primary_budget: 2\n"
+                         "backend: cpu\n"
+                         "bootstrap: 100\n"
+                         "waterfill:\n"
+                         "  layer: 1\n"
+                         "  kv_head: 1\n"
+                         "staleness:\n"
+                         "  steps: [1, 2, 4]\n"
+                         "  budget: 2\n";
+  SourceSpec spec = parse_source(yaml);
+  spec.run_dir = dir + "/run";
+  MainWindow w;
+  w.show();
+  w.openSpec(spec);
+  REQUIRE(w.waitIdle());
+  INFO(w.lastError().toStdString());
+  REQUIRE(w.source() != nullptr);
+  REQUIRE(w.source()->is_scenario());
+  CHECK_FALSE(w.source()->has_tables());
+  CHECK(w.settings().layer == 1);  // the scenario's water-filling head
+  CHECK(w.settings().kv_head == 1);
+  REQUIRE(w.result(WaterfillView) != nullptr);  // the trace views work on the scenario's cell
+
+  w.runScenario();
+  REQUIRE(w.waitIdle(600000));
+  REQUIRE(w.lastError().isEmpty());
+  REQUIRE(w.source()->has_tables());
+  CHECK(fs::exists(dir + "/run/tables/phase.json"));
+
+  w.setCurrentView(InteriorView);
+  REQUIRE(w.waitIdle());
+  REQUIRE(w.result(InteriorView) != nullptr);
+  CHECK(w.result(InteriorView)->figures.at(0).title.find("rho") != std::string::npos);
+  CHECK(w.result(InteriorView)->info.find("From the scenario run") != std::string::npos);
+  w.setCurrentView(DominanceView);
+  REQUIRE(w.waitIdle());
+  const ViewResult* d = w.result(DominanceView);
+  REQUIRE(d != nullptr);
+  CHECK(d->figures.at(0).title.find("phase map") != std::string::npos);
+  REQUIRE(d->hover.at(0).size() == 4);  // 2 logit scales x 2 budgets, each with its numbers
+  CHECK(d->hover[0][0].text.find("share of heads won") != std::string::npos);
+  w.setCurrentView(StalenessView);
+  REQUIRE(w.waitIdle());
+  REQUIRE(w.result(StalenessView) != nullptr);
+  CHECK(w.result(StalenessView)->figures.at(0).title.find("scenario run") != std::string::npos);
+  CHECK(w.result(StalenessView)->figures.at(0).series.at(0).x.size() == 3);  // steps 1, 2, 4
+}
