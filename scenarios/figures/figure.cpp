@@ -145,6 +145,15 @@ void draw_figure(const Figure& fig, QCustomPlot& plot) {
     plot.xAxis->setNumberFormat("gb");
     plot.xAxis->setNumberPrecision(6);
   }
+  // Explicit ticks (category labels) replace the automatic ones on a linear axis.
+  const std::pair<QCPAxis*, const std::vector<Tick>*> explicit_ticks[2] = {{plot.xAxis, &fig.xticks},
+                                                                           {plot.yAxis, &fig.yticks}};
+  for (const auto& [axis, ticks] : explicit_ticks) {
+    if (ticks->empty() || axis->scaleType() != QCPAxis::stLinear) continue;
+    QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
+    for (const Tick& k : *ticks) t->addTick(k.at, QString::fromStdString(k.label));
+    axis->setTicker(t);
+  }
   plot.xAxis->setRange(fig.xmin, fig.xmax);
   plot.yAxis->setRange(fig.ymin, ymax);
   plot.legend->setVisible(named > 0);

@@ -30,9 +30,16 @@ struct Series {
   double size = 7;  // marker size in pixels (Points, Squares)
 };
 
+// An explicit tick: its position on the axis and its label (e.g. a category name).
+struct Tick {
+  double at = 0;
+  std::string label;
+};
+
 struct Figure {
   std::string title, xlabel, ylabel;
   std::vector<Series> series;
+  std::vector<Tick> xticks, yticks;  // explicit ticks (linear axes only); empty: chosen automatically
   double xmin = 0, xmax = 1, ymin = 0, ymax = 1;
   bool xlog = false;  // logarithmic x axis (ticks at powers of 2)
   bool ylog = false;  // logarithmic y axis (ticks at powers of 10)
