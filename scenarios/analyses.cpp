@@ -15,26 +15,13 @@
 #include "scenarios/mismatch.hpp"
 #include "scenarios/proxy.hpp"
 #include "scenarios/smoothing_study.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
 namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-double getd(const nlohmann::json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return kNaN;
-  return j[key].get<double>();
-}
-
-std::string f(double v, const char* fmt = "%.6g") {
-  if (!std::isfinite(v)) return "nan";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
-}
-
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 double pearson(const std::vector<double>& x, const std::vector<double>& y) {
   const std::size_t n = x.size();
@@ -46,21 +33,12 @@ double pearson(const std::vector<double>& x, const std::vector<double>& y) {
   return sxy / std::sqrt(sxx * syy);
 }
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return kNaN;
-  const double pos = q * (v.size() - 1);
-  const std::size_t i = static_cast<std::size_t>(std::floor(pos));
-  const double t = pos - i;
-  return i + 1 < v.size() ? v[i] * (1 - t) + v[i + 1] * t : v[i];
-}
-
 // The median over a cell's heads of A at one budget (NaN when no head has A defined).
 double cell_median(const nlohmann::json& budget) {
   std::vector<double> v;
   for (const auto& h : budget["heads"])
-    if (const double a = getd(h, "A"); std::isfinite(a)) v.push_back(a);
-  return quantile(v, 0.5);
+    if (const double a = double_or_nan(h, "A"); std::isfinite(a)) v.push_back(a);
+  return quantile_or_nan(v, 0.5);
 }
 
 }  // namespace
@@ -102,8 +80,8 @@ Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<doub
   }
   Interval iv;
   iv.used = static_cast<int>(rhos.size());
-  iv.lo = quantile(rhos, 0.025);
-  iv.hi = quantile(rhos, 0.975);
+  iv.lo = quantile_or_nan(rhos, 0.025);
+  iv.hi = quantile_or_nan(rhos, 0.975);
   return iv;
 }
 
@@ -123,26 +101,29 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
     for (const auto& b : c["budgets"]) {
       const auto& w = b["wins"];
       cc << c["id"].get<std::string>() << ',' << c["preset"].get<std::string>() << ',' << c["seed"].get<std::uint64_t>()
-         << ',' << c["prompt_len"].get<int>() << ',' << f(getd(c, "logit_scale")) << ',' << f(b["budget"].get<double>())
-         << ',' << f(getd(c, "dominated_share")) << ',' << f(getd(c, "R2_median")) << ',' << f(cell_median(b)) << ','
-         << f(getd(b, "A")) << ','
-         << f(getd(b, "A_obs")) << ',' << f(getd(b, "A_decode")) << ',' << f(getd(b, "A_surrogate")) << ','
+         << ',' << c["prompt_len"].get<int>() << ',' << format_or_nan(double_or_nan(c, "logit_scale")) << ','
+         << format_or_nan(b["budget"].get<double>()) << ',' << format_or_nan(double_or_nan(c, "dominated_share")) << ','
+         << format_or_nan(double_or_nan(c, "R2_median")) << ',' << format_or_nan(cell_median(b)) << ','
+         << format_or_nan(double_or_nan(b, "A")) << ',' << format_or_nan(double_or_nan(b, "A_obs")) << ','
+         << format_or_nan(double_or_nan(b, "A_decode")) << ',' << format_or_nan(double_or_nan(b, "A_surrogate")) << ','
          << b["defined"].get<int>() << ',' << w["Q"].get<int>() << ',' << w["E"].get<int>() << ',' << w["M"].get<int>()
          << ',' << b["winner"].get<std::string>() << '\n';
       cells_json.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"seed", c["seed"]}, {"prompt_len", c["prompt_len"]},
                             {"logit_scale", c["logit_scale"]}, {"budget", b["budget"]},
                             {"dominated_share", c["dominated_share"]}, {"R2_median", c["R2_median"]},
-                            {"A_median", num(cell_median(b))}, {"A", b["A"]},
+                            {"A_median", finite_or_null(cell_median(b))}, {"A", b["A"]},
                             {"A_obs", b["A_obs"]}, {"A_decode", b["A_decode"]}, {"A_surrogate", b["A_surrogate"]},
                             {"heads_defined", b["defined"]}, {"wins", w}, {"winner", b["winner"]}});
       std::size_t hi = 0;
       for (const auto& h : b["heads"]) {
         const double R2 = hi < c["R2"].size() && !c["R2"][hi].is_null() ? c["R2"][hi].get<double>() : kNaN;
         hc << c["id"].get<std::string>() << ',' << c["preset"].get<std::string>() << ',' << c["prompt_len"].get<int>()
-           << ',' << f(getd(c, "logit_scale")) << ',' << f(b["budget"].get<double>()) << ',' << h["layer"].get<int>()
-           << ',' << h["kv_head"].get<int>() << ',' << f(getd(h, "A")) << ',' << f(getd(h, "A_surrogate")) << ','
-           << f(getd(h, "err_Q")) << ',' << f(getd(h, "err_E")) << ',' << f(getd(h, "err_M")) << ','
-           << h["winner"].get<std::string>() << ',' << (h["dominated_2bit"].get<bool>() ? 1 : 0) << ',' << f(R2) << '\n';
+           << ',' << format_or_nan(double_or_nan(c, "logit_scale")) << ',' << format_or_nan(b["budget"].get<double>())
+           << ',' << h["layer"].get<int>() << ',' << h["kv_head"].get<int>() << ','
+           << format_or_nan(double_or_nan(h, "A")) << ',' << format_or_nan(double_or_nan(h, "A_surrogate")) << ','
+           << format_or_nan(double_or_nan(h, "err_Q")) << ',' << format_or_nan(double_or_nan(h, "err_E")) << ','
+           << format_or_nan(double_or_nan(h, "err_M")) << ',' << h["winner"].get<std::string>() << ','
+           << (h["dominated_2bit"].get<bool>() ? 1 : 0) << ',' << format_or_nan(R2) << '\n';
         ++hi;
       }
     }
@@ -162,18 +143,23 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
     int sc_n = 0, h_n = 0, pos = 0, wq = 0, we = 0, wm = 0;
     for (const auto& c : cells) {
       const auto& b = c["budgets"][bi];
-      if (const double a = getd(b, "A"); std::isfinite(a)) sc_sum += a, ++sc_n;
+      if (const double a = double_or_nan(b, "A"); std::isfinite(a)) sc_sum += a, ++sc_n;
       for (const auto& h : b["heads"])
-        if (const double a = getd(h, "A"); std::isfinite(a)) h_sum += a, ++h_n, pos += a > 0 ? 1 : 0, hv.push_back(a);
+        if (const double a = double_or_nan(h, "A"); std::isfinite(a))
+          h_sum += a, ++h_n, pos += a > 0 ? 1 : 0, hv.push_back(a);
       wq += b["wins"]["Q"].get<int>(), we += b["wins"]["E"].get<int>(), wm += b["wins"]["M"].get<int>();
     }
     const double mc = sc_n ? sc_sum / sc_n : kNaN, mh = h_n ? h_sum / h_n : kNaN, sp = h_n ? double(pos) / h_n : kNaN;
-    const double med = quantile(hv, 0.5);
+    const double med = quantile_or_nan(hv, 0.5);
     mean_by_budget.push_back(med);
-    bc << f(sc.budgets[bi]) << ',' << f(mc) << ',' << f(mh) << ',' << f(med) << ',' << f(sp) << ',' << h_n << ',' << wq << ',' << we << ','
-       << wm << '\n';
-    budgets.push_back({{"budget", sc.budgets[bi]}, {"mean_A_cells", num(mc)}, {"mean_A_heads", num(mh)}, {"median_A_heads", num(med)},
-                       {"share_heads_positive", num(sp)}, {"heads_defined", h_n},
+    bc << format_or_nan(sc.budgets[bi]) << ',' << format_or_nan(mc) << ',' << format_or_nan(mh) << ','
+       << format_or_nan(med) << ',' << format_or_nan(sp) << ',' << h_n << ',' << wq << ',' << we << ',' << wm << '\n';
+    budgets.push_back({{"budget", sc.budgets[bi]},
+                       {"mean_A_cells", finite_or_null(mc)},
+                       {"mean_A_heads", finite_or_null(mh)},
+                       {"median_A_heads", finite_or_null(med)},
+                       {"share_heads_positive", finite_or_null(sp)},
+                       {"heads_defined", h_n},
                        {"wins", {{"Q", wq}, {"E", we}, {"M", wm}}}});
   }
   write_file_atomically(dir + "/budgets.csv", bc.str());
@@ -196,9 +182,9 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
   std::vector<std::string> models;
   nlohmann::json points = nlohmann::json::array();
   for (const auto& c : cells) {
-    const double x = getd(c, "dominated_share"), y = cell_median(c["budgets"][pb]);
+    const double x = double_or_nan(c, "dominated_share"), y = cell_median(c["budgets"][pb]);
     points.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"prompt_len", c["prompt_len"]},
-                      {"dominated_share", num(x)}, {"A", num(y)}});
+                      {"dominated_share", finite_or_null(x)}, {"A", finite_or_null(y)}});
     if (std::isfinite(x) && std::isfinite(y)) xs.push_back(x), ys.push_back(y), models.push_back(c["preset"]);
   }
   const double rho = spearman(xs, ys);
@@ -230,14 +216,23 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
   }
   nlohmann::json perT = nlohmann::json::array();
   for (const auto& [T, t] : byT)
-    perT.push_back({{"prompt_len", T}, {"median_A", num(quantile(medT[T], 0.5))}, {"share_E_wins", num(t[3] ? t[2] / t[3] : kNaN)}});
-  nlohmann::json interior = {{"scenario", sc.name},       {"queries", qname},
-                             {"primary_budget", sc.primary_budget}, {"n_cells", xs.size()},
-                             {"rho", num(rho)},           {"ci_lo", num(iv.lo)},
-                             {"ci_hi", num(iv.hi)},       {"resamples", sc.bootstrap},
-                             {"resamples_used", iv.used}, {"seed", sc.seed},
-                             {"rho_within_model", num(rho_within)}, {"stop_budget", num(stop_budget)},
-                             {"budgets", budgets},        {"per_context_length", perT},
+    perT.push_back({{"prompt_len", T},
+                    {"median_A", finite_or_null(quantile_or_nan(medT[T], 0.5))},
+                    {"share_E_wins", finite_or_null(t[3] ? t[2] / t[3] : kNaN)}});
+  nlohmann::json interior = {{"scenario", sc.name},
+                             {"queries", qname},
+                             {"primary_budget", sc.primary_budget},
+                             {"n_cells", xs.size()},
+                             {"rho", finite_or_null(rho)},
+                             {"ci_lo", finite_or_null(iv.lo)},
+                             {"ci_hi", finite_or_null(iv.hi)},
+                             {"resamples", sc.bootstrap},
+                             {"resamples_used", iv.used},
+                             {"seed", sc.seed},
+                             {"rho_within_model", finite_or_null(rho_within)},
+                             {"stop_budget", finite_or_null(stop_budget)},
+                             {"budgets", budgets},
+                             {"per_context_length", perT},
                              {"points", points}};
 
   // ---- (b) phase map
@@ -248,7 +243,7 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
     std::map<double, std::vector<double>> r2_by_scale;
     std::map<std::pair<double, double>, std::pair<double, int>> meanA;
     for (const auto& c : cells) {
-      const double ls = getd(c, "logit_scale");
+      const double ls = double_or_nan(c, "logit_scale");
       if (!std::isfinite(ls)) continue;
       for (const auto& r : c["R2"])
         if (!r.is_null()) r2_by_scale[ls].push_back(r.get<double>());
@@ -256,13 +251,13 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
         auto& w = cellwins[{ls, b["budget"].get<double>()}];
         w[0] += b["wins"]["Q"].get<int>(), w[1] += b["wins"]["E"].get<int>(), w[2] += b["wins"]["M"].get<int>();
         auto& m = meanA[{ls, b["budget"].get<double>()}];
-        if (const double a = getd(b, "A"); std::isfinite(a)) m.first += a, m.second += 1;
+        if (const double a = double_or_nan(b, "A"); std::isfinite(a)) m.first += a, m.second += 1;
       }
     }
     pc << "logit_scale,budget,winner,share_Q,share_E,share_M,mean_A,R2_median\n";
     nlohmann::json rows = nlohmann::json::array();
     std::vector<std::pair<double, double>> r2med;  // scale, median R2
-    for (const auto& [ls, v] : r2_by_scale) r2med.push_back({ls, quantile(v, 0.5)});
+    for (const auto& [ls, v] : r2_by_scale) r2med.push_back({ls, quantile_or_nan(v, 0.5)});
     for (const auto& [key, w] : cellwins) {
       const int tot = w[0] + w[1] + w[2];
       std::string win = "Q";
@@ -274,12 +269,18 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
         if (s == key.first) r2 = m;
       const auto& m = meanA[key];
       const double ma = m.second ? m.first / m.second : kNaN;
-      pc << f(key.first) << ',' << f(key.second) << ',' << (tot ? win : "") << ',' << f(tot ? double(w[0]) / tot : kNaN)
-         << ',' << f(tot ? double(w[1]) / tot : kNaN) << ',' << f(tot ? double(w[2]) / tot : kNaN) << ',' << f(ma) << ','
-         << f(r2) << '\n';
-      rows.push_back({{"logit_scale", key.first}, {"budget", key.second}, {"winner", tot ? win : ""},
-                      {"share_Q", num(tot ? double(w[0]) / tot : kNaN)}, {"share_E", num(tot ? double(w[1]) / tot : kNaN)},
-                      {"share_M", num(tot ? double(w[2]) / tot : kNaN)}, {"mean_A", num(ma)}, {"R2_median", num(r2)}});
+      pc << format_or_nan(key.first) << ',' << format_or_nan(key.second) << ',' << (tot ? win : "") << ','
+         << format_or_nan(tot ? double(w[0]) / tot : kNaN) << ',' << format_or_nan(tot ? double(w[1]) / tot : kNaN)
+         << ',' << format_or_nan(tot ? double(w[2]) / tot : kNaN) << ',' << format_or_nan(ma) << ','
+         << format_or_nan(r2) << '\n';
+      rows.push_back({{"logit_scale", key.first},
+                      {"budget", key.second},
+                      {"winner", tot ? win : ""},
+                      {"share_Q", finite_or_null(tot ? double(w[0]) / tot : kNaN)},
+                      {"share_E", finite_or_null(tot ? double(w[1]) / tot : kNaN)},
+                      {"share_M", finite_or_null(tot ? double(w[2]) / tot : kNaN)},
+                      {"mean_A", finite_or_null(ma)},
+                      {"R2_median", finite_or_null(r2)}});
     }
     // Surrogate boundary: where the median R_h(2) crosses 1 along the logit scale.
     double boundary = kNaN;
@@ -292,8 +293,8 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
       }
     }
     nlohmann::json med = nlohmann::json::array();
-    for (const auto& [s, m] : r2med) med.push_back({{"logit_scale", s}, {"R2_median", num(m)}});
-    phase = {{"rows", rows}, {"R2_median_by_scale", med}, {"boundary_logit_scale", num(boundary)}};
+    for (const auto& [s, m] : r2med) med.push_back({{"logit_scale", s}, {"R2_median", finite_or_null(m)}});
+    phase = {{"rows", rows}, {"R2_median_by_scale", med}, {"boundary_logit_scale", finite_or_null(boundary)}};
     write_file_atomically(dir + "/phase.csv", pc.str());
     write_file_atomically(dir + "/phase.json", phase.dump(1) + "\n");
   }
@@ -317,7 +318,8 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
       for (std::size_t r = 0; r < idx.size(); ++r) {
         const std::size_t t = idx[r];
         const double g0 = a[t] * alpha * std::log(beta);  // marginal return per bit at 0 bits
-        wc << r + 1 << ',' << t << ',' << f(a[t]) << ',' << f(g0) << ',' << f(bits[t]) << '\n';
+        wc << r + 1 << ',' << t << ',' << format_or_nan(a[t]) << ',' << format_or_nan(g0) << ','
+           << format_or_nan(bits[t]) << '\n';
         rows.push_back({{"rank", r + 1}, {"token", t}, {"a", a[t]}, {"g0", g0}, {"bits", bits[t]}});
         zero += bits[t] <= 0 ? 1 : 0;
         maxb = std::max(maxb, bits[t]);
@@ -346,11 +348,14 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
       for (const auto& h : c["staleness"]["heads"])
         for (const auto& st : h["steps"]) {
           const int step = st["step"].get<int>();
-          const double r = getd(st, "ratio"), jac = getd(st, "jaccard"), ag = getd(st, "agreement");
+          const double r = double_or_nan(st, "ratio"), jac = double_or_nan(st, "jaccard"),
+                       ag = double_or_nan(st, "agreement");
           const bool same = st["same_family"].get<bool>();
           hc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << step << ','
-             << f(getd(st, "err_stale")) << ',' << f(getd(st, "err_fresh")) << ',' << f(r) << ',' << f(jac) << ',' << f(ag)
-             << ',' << h["family_obs"].get<std::string>() << ',' << st["family"].get<std::string>() << ',' << (same ? 1 : 0) << '\n';
+             << format_or_nan(double_or_nan(st, "err_stale")) << ',' << format_or_nan(double_or_nan(st, "err_fresh"))
+             << ',' << format_or_nan(r) << ',' << format_or_nan(jac) << ',' << format_or_nan(ag) << ','
+             << h["family_obs"].get<std::string>() << ',' << st["family"].get<std::string>() << ',' << (same ? 1 : 0)
+             << '\n';
           Acc& a = by_step[step];
           if (std::isfinite(r)) a.ratio.push_back(r);
           if (std::isfinite(jac)) a.jaccard.push_back(jac);
@@ -359,24 +364,23 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
           a.same += same ? 1 : 0;
         }
     }
-    auto mean = [](const std::vector<double>& v) {
-      return v.empty() ? kNaN : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-    };
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& [step, a] : by_step) {
       const double share = a.heads ? static_cast<double>(a.same) / a.heads : kNaN;
       const nlohmann::json r = {{"step", step},
                                 {"heads", a.heads},
-                                {"median_ratio", num(quantile(a.ratio, 0.5))},
-                                {"mean_ratio", num(mean(a.ratio))},
-                                {"median_jaccard", num(quantile(a.jaccard, 0.5))},
-                                {"mean_jaccard", num(mean(a.jaccard))},
-                                {"median_agreement", num(quantile(a.agreement, 0.5))},
-                                {"mean_agreement", num(mean(a.agreement))},
-                                {"share_same_family", num(share)}};
-      pc << step << ',' << a.heads << ',' << f(getd(r, "median_ratio")) << ',' << f(getd(r, "mean_ratio")) << ','
-         << f(getd(r, "median_jaccard")) << ',' << f(getd(r, "mean_jaccard")) << ',' << f(getd(r, "median_agreement"))
-         << ',' << f(getd(r, "mean_agreement")) << ',' << f(share) << '\n';
+                                {"median_ratio", finite_or_null(quantile_or_nan(a.ratio, 0.5))},
+                                {"mean_ratio", finite_or_null(mean_or_nan(a.ratio))},
+                                {"median_jaccard", finite_or_null(quantile_or_nan(a.jaccard, 0.5))},
+                                {"mean_jaccard", finite_or_null(mean_or_nan(a.jaccard))},
+                                {"median_agreement", finite_or_null(quantile_or_nan(a.agreement, 0.5))},
+                                {"mean_agreement", finite_or_null(mean_or_nan(a.agreement))},
+                                {"share_same_family", finite_or_null(share)}};
+      pc << step << ',' << a.heads << ',' << format_or_nan(double_or_nan(r, "median_ratio")) << ','
+         << format_or_nan(double_or_nan(r, "mean_ratio")) << ',' << format_or_nan(double_or_nan(r, "median_jaccard"))
+         << ',' << format_or_nan(double_or_nan(r, "mean_jaccard")) << ','
+         << format_or_nan(double_or_nan(r, "median_agreement")) << ','
+         << format_or_nan(double_or_nan(r, "mean_agreement")) << ',' << format_or_nan(share) << '\n';
       rows.push_back(r);
     }
     stale = {{"budget", sc.staleness.budget}, {"rows", rows}};
@@ -390,18 +394,21 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
   s << "# " << sc.name << "\n\n";
   if (!sc.description.empty()) s << sc.description << "\n\n";
   s << "Scenario `" << sc.file << "`: " << cells.size() << " cells, budgets";
-  for (double b : sc.budgets) s << ' ' << f(b);
+  for (double b : sc.budgets) s << ' ' << format_or_nan(b);
   s << " bits per key element (" << (sc.rate_kind == RateKind::Code ? "code" : "total") << "), ladder `"
     << sc.ladder.name() << "`, verdict on the " << qname << " queries; backend "
     << (cells.empty() ? "" : cells.front()["backend"].get<std::string>()) << ".\n\n";
   s << "A = 1 - err(M*) / min(err(Q*), err(E*)) (exact recomputation; A > 0: mixing tiers beats both endpoints). "
        "A is unbounded below (a head where an endpoint is almost exact gives A << 0), so a cell is summarised by the "
        "median of A over its heads; the means are in the tables.\n\n";
-  s << "## Interior advantage vs dominated share (B = " << f(sc.primary_budget) << ")\n\n";
-  s << "- Spearman rho(dominated share, median A over the cell's heads) over " << xs.size() << " cells = " << f(rho, "%.3f")
-    << ", 95% bootstrap interval [" << f(iv.lo, "%.3f") << ", " << f(iv.hi, "%.3f") << "] (" << iv.used << " of "
-    << sc.bootstrap << " resamples, seed " << sc.seed << ").\n";
-  if (std::isfinite(rho_within)) s << "- Controlling for the model (per-preset residual ranks): rho = " << f(rho_within, "%.3f") << ".\n";
+  s << "## Interior advantage vs dominated share (B = " << format_or_nan(sc.primary_budget) << ")\n\n";
+  s << "- Spearman rho(dominated share, median A over the cell's heads) over " << xs.size()
+    << " cells = " << format_or_nan(rho, "%.3f") << ", 95% bootstrap interval [" << format_or_nan(iv.lo, "%.3f") << ", "
+    << format_or_nan(iv.hi, "%.3f") << "] (" << iv.used << " of " << sc.bootstrap << " resamples, seed " << sc.seed
+    << ").\n";
+  if (std::isfinite(rho_within))
+    s << "- Controlling for the model (per-preset residual ranks): rho = " << format_or_nan(rho_within, "%.3f")
+      << ".\n";
   std::string verdict;
   if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
   else if (iv.hi < 0) verdict = "holds: cells with more dominated heads gain less from the interior (interval below 0)";
@@ -411,57 +418,78 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
   if (xs.size() < 12) s << "- Note: fewer than 12 cells; the interval is wide.\n";
   s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean A (heads) | heads with A > 0 | wins Q / E / M |\n|---|---|---|---|---|\n";
   for (const auto& b : budgets)
-    s << "| " << f(b["budget"].get<double>()) << " | " << f(getd(b, "median_A_heads"), "%.4f") << " | " << f(getd(b, "mean_A_heads"), "%.4g") << " | "
-      << f(100 * getd(b, "share_heads_positive"), "%.1f") << "% | " << b["wins"]["Q"] << " / " << b["wins"]["E"] << " / "
-      << b["wins"]["M"] << " |\n";
-  if (std::isfinite(stop_budget)) s << "\nThe interior stops paying (median A over heads <= 0 from there up) at B = " << f(stop_budget) << ".\n";
+    s << "| " << format_or_nan(b["budget"].get<double>()) << " | "
+      << format_or_nan(double_or_nan(b, "median_A_heads"), "%.4f") << " | "
+      << format_or_nan(double_or_nan(b, "mean_A_heads"), "%.4g") << " | "
+      << format_or_nan(100 * double_or_nan(b, "share_heads_positive"), "%.1f") << "% | " << b["wins"]["Q"] << " / "
+      << b["wins"]["E"] << " / " << b["wins"]["M"] << " |\n";
+  if (std::isfinite(stop_budget))
+    s << "\nThe interior stops paying (median A over heads <= 0 from there up) at B = " << format_or_nan(stop_budget)
+      << ".\n";
   else s << "\nThe interior pays (median A over heads > 0) at the largest budget swept; no stop budget within the sweep.\n";
   if (byT.size() > 1) {
-    s << "\n## Context length (B = " << f(sc.primary_budget) << ")\n\n| T | median over cells of the cell's median A | share of heads won by eviction |\n|---|---|---|\n";
+    s << "\n## Context length (B = " << format_or_nan(sc.primary_budget)
+      << ")\n\n| T | median over cells of the cell's median A | share of heads won by eviction |\n|---|---|---|\n";
     for (const auto& t : perT)
-      s << "| " << t["prompt_len"] << " | " << f(getd(t, "median_A"), "%.4f") << " | " << f(100 * getd(t, "share_E_wins"), "%.1f") << "% |\n";
-    const double e0 = getd(perT.front(), "share_E_wins"), e1 = getd(perT.back(), "share_E_wins");
-    s << "\nFrom T = " << perT.front()["prompt_len"] << " to T = " << perT.back()["prompt_len"] << " the share of heads won by eviction goes "
-      << f(100 * e0, "%.1f") << "% -> " << f(100 * e1, "%.1f") << "% (" << (e1 > e0 ? "toward eviction" : e1 < e0 ? "away from eviction" : "unchanged") << ").\n";
+      s << "| " << t["prompt_len"] << " | " << format_or_nan(double_or_nan(t, "median_A"), "%.4f") << " | "
+        << format_or_nan(100 * double_or_nan(t, "share_E_wins"), "%.1f") << "% |\n";
+    const double e0 = double_or_nan(perT.front(), "share_E_wins"), e1 = double_or_nan(perT.back(), "share_E_wins");
+    s << "\nFrom T = " << perT.front()["prompt_len"] << " to T = " << perT.back()["prompt_len"]
+      << " the share of heads won by eviction goes " << format_or_nan(100 * e0, "%.1f") << "% -> "
+      << format_or_nan(100 * e1, "%.1f") << "% ("
+      << (e1 > e0   ? "toward eviction"
+          : e1 < e0 ? "away from eviction"
+                    : "unchanged")
+      << ").\n";
   }
   if (sc.phase_map) {
     s << "\n## Dominance phase map (logit scale x budget)\n\nWinner by exact recomputation (most heads), share of heads won by M:\n\n";
     s << "| logit scale | B | winner | Q | E | M | median R(2) |\n|---|---|---|---|---|---|---|\n";
     for (const auto& r : phase["rows"])
-      s << "| " << f(r["logit_scale"].get<double>()) << " | " << f(r["budget"].get<double>()) << " | " << r["winner"].get<std::string>()
-        << " | " << f(getd(r, "share_Q"), "%.2f") << " | " << f(getd(r, "share_E"), "%.2f") << " | " << f(getd(r, "share_M"), "%.2f")
-        << " | " << f(getd(r, "R2_median"), "%.3f") << " |\n";
-    const double bnd = getd(phase, "boundary_logit_scale");
-    if (std::isfinite(bnd)) s << "\nThe surrogate's boundary (median R_h(2) = 1) lies at logit scale " << f(bnd, "%.3f") << ".\n";
+      s << "| " << format_or_nan(r["logit_scale"].get<double>()) << " | " << format_or_nan(r["budget"].get<double>())
+        << " | " << r["winner"].get<std::string>() << " | " << format_or_nan(double_or_nan(r, "share_Q"), "%.2f")
+        << " | " << format_or_nan(double_or_nan(r, "share_E"), "%.2f") << " | "
+        << format_or_nan(double_or_nan(r, "share_M"), "%.2f") << " | "
+        << format_or_nan(double_or_nan(r, "R2_median"), "%.3f") << " |\n";
+    const double bnd = double_or_nan(phase, "boundary_logit_scale");
+    if (std::isfinite(bnd))
+      s << "\nThe surrogate's boundary (median R_h(2) = 1) lies at logit scale " << format_or_nan(bnd, "%.3f") << ".\n";
     else s << "\nThe median R_h(2) does not cross 1 within the swept logit scales (no surrogate boundary in range).\n";
   }
   if (!wf.is_null()) {
-    s << "\n## Water-filling picture (cell " << wf["cell"].get<std::string>() << ", head L" << wf["layer"] << ".H" << wf["kv_head"]
-      << ", B = " << f(wf["budget"].get<double>()) << " bits per token)\n\n"
-      << "Fitted noise model n_h(b) = " << f(wf["alpha"].get<double>(), "%.4g") << " * " << f(wf["beta"].get<double>(), "%.4g")
-      << "^(-b); water level theta = " << f(wf["theta"].get<double>(), "%.4g") << "; " << wf["zero_bit_tokens"] << " of "
-      << wf["tokens"] << " tokens get 0 bits (evicted: their marginal return w_t alpha ln(beta) is below theta); the "
-      << "heaviest token gets " << f(wf["max_bits"].get<double>(), "%.2f") << " bits.\n";
+    s << "\n## Water-filling picture (cell " << wf["cell"].get<std::string>() << ", head L" << wf["layer"] << ".H"
+      << wf["kv_head"] << ", B = " << format_or_nan(wf["budget"].get<double>()) << " bits per token)\n\n"
+      << "Fitted noise model n_h(b) = " << format_or_nan(wf["alpha"].get<double>(), "%.4g") << " * "
+      << format_or_nan(wf["beta"].get<double>(), "%.4g")
+      << "^(-b); water level theta = " << format_or_nan(wf["theta"].get<double>(), "%.4g") << "; "
+      << wf["zero_bit_tokens"] << " of " << wf["tokens"]
+      << " tokens get 0 bits (evicted: their marginal return w_t alpha ln(beta) is below theta); the "
+      << "heaviest token gets " << format_or_nan(wf["max_bits"].get<double>(), "%.2f") << " bits.\n";
   }
   if (!stale.is_null() && !stale["rows"].empty()) {
     const auto& rows = stale["rows"];
-    s << "\n## Allocation staleness over decode steps (B = " << f(sc.staleness.budget) << ")\n\n"
+    s << "\n## Allocation staleness over decode steps (B = " << format_or_nan(sc.staleness.budget) << ")\n\n"
       << "Per head, M* decided once from the observation queries (stale) vs M* solved for the g queries of decode step s "
          "(fresh), both recomputed exactly on step s's queries over T + s tokens. Ratio = err_stale / err_fresh; Jaccard of "
          "the evicted sets; tier agreement = share of prompt tokens with the same tier; same family = the best of Q*, E*, M* "
          "by the surrogate equals the observation window's.\n\n"
       << "| step s | heads | median ratio | mean ratio | median Jaccard | median tier agreement | same family |\n|---|---|---|---|---|---|---|\n";
     for (const auto& r : rows)
-      s << "| " << r["step"] << " | " << r["heads"] << " | " << f(getd(r, "median_ratio"), "%.3f") << " | "
-        << f(getd(r, "mean_ratio"), "%.3f") << " | " << f(getd(r, "median_jaccard"), "%.3f") << " | "
-        << f(getd(r, "median_agreement"), "%.3f") << " | " << f(100 * getd(r, "share_same_family"), "%.1f") << "% |\n";
+      s << "| " << r["step"] << " | " << r["heads"] << " | " << format_or_nan(double_or_nan(r, "median_ratio"), "%.3f")
+        << " | " << format_or_nan(double_or_nan(r, "mean_ratio"), "%.3f") << " | "
+        << format_or_nan(double_or_nan(r, "median_jaccard"), "%.3f") << " | "
+        << format_or_nan(double_or_nan(r, "median_agreement"), "%.3f") << " | "
+        << format_or_nan(100 * double_or_nan(r, "share_same_family"), "%.1f") << "% |\n";
     const auto& r0 = rows.front();
     const auto& r1 = rows.back();
     s << "\nFrom step " << r0["step"] << " to step " << r1["step"] << " the median error ratio goes "
-      << f(getd(r0, "median_ratio"), "%.3f") << " -> " << f(getd(r1, "median_ratio"), "%.3f") << ", the median tier agreement "
-      << f(getd(r0, "median_agreement"), "%.3f") << " -> " << f(getd(r1, "median_agreement"), "%.3f")
-      << ", and the share of heads keeping their best family " << f(100 * getd(r0, "share_same_family"), "%.1f") << "% -> "
-      << f(100 * getd(r1, "share_same_family"), "%.1f") << "%.\n";
+      << format_or_nan(double_or_nan(r0, "median_ratio"), "%.3f") << " -> "
+      << format_or_nan(double_or_nan(r1, "median_ratio"), "%.3f") << ", the median tier agreement "
+      << format_or_nan(double_or_nan(r0, "median_agreement"), "%.3f") << " -> "
+      << format_or_nan(double_or_nan(r1, "median_agreement"), "%.3f")
+      << ", and the share of heads keeping their best family "
+      << format_or_nan(100 * double_or_nan(r0, "share_same_family"), "%.1f") << "% -> "
+      << format_or_nan(100 * double_or_nan(r1, "share_same_family"), "%.1f") << "%.\n";
   }
   s << write_entropy_phase_tables(sc, cells, dir);  // "" unless sc.entropy_phase (scenarios/entropy_phase.hpp)
   s << write_smoothing_tables(sc, cells, dir);      // "" unless the smoothing key (scenarios/smoothing_study.hpp)

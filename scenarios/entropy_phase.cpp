@@ -11,33 +11,13 @@
 #include "model/error.hpp"
 #include "scenarios/atomic_file.hpp"
 #include "scenarios/scenario.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-double getd(const nlohmann::json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return kNaN;
-  return j[key].get<double>();
-}
-
-std::string f(double v, const char* fmt = "%.6g") {
-  if (!std::isfinite(v)) return "nan";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // First x where y crosses `level` along increasing x (linear interpolation); NaN if none.
 double crossing(const std::vector<std::pair<double, double>>& xy, double level) {
@@ -86,7 +66,7 @@ nlohmann::json head_entropies(const TraceReader& trace) {
   for (int l = 0; l < m.n_layers; ++l)
     for (int h = 0; h < m.n_kv_heads; ++h) {
       const HeadData head = trace.head(l, h);
-      out.push_back(num(mean_attention_entropy(head.keys, head.obs_queries)));
+      out.push_back(finite_or_null(mean_attention_entropy(head.keys, head.obs_queries)));
     }
   return out;
 }
@@ -150,8 +130,9 @@ std::string write_entropy_phase_tables(const Scenario& sc, const std::vector<nlo
   hc << "cell,layer,kv_head,entropy,bin,R2,budget,winner\n";
   for (std::size_t i = 0; i < heads.size(); ++i)
     for (std::size_t b = 0; b < budgets.size(); ++b)
-      hc << heads[i].cell << ',' << heads[i].layer << ',' << heads[i].kv_head << ',' << f(heads[i].H) << ',' << bin_of[i]
-         << ',' << f(heads[i].R2) << ',' << f(budgets[b]) << ',' << heads[i].winner[b] << '\n';
+      hc << heads[i].cell << ',' << heads[i].layer << ',' << heads[i].kv_head << ',' << format_or_nan(heads[i].H) << ','
+         << bin_of[i] << ',' << format_or_nan(heads[i].R2) << ',' << format_or_nan(budgets[b]) << ','
+         << heads[i].winner[b] << '\n';
   write_file_atomically(tables_dir + "/phase_entropy_heads.csv", hc.str());
 
   // Per bin: entropies and R2 of its heads; per (bin, budget): family wins.
@@ -176,8 +157,8 @@ std::string write_entropy_phase_tables(const Scenario& sc, const std::vector<nlo
     double mh = 0;
     for (double x : hv) mh += x;
     mh /= static_cast<double>(hv.size());
-    const double md = median(hv);
-    const double r2 = bin_R2.count(b) ? median(bin_R2[b]) : kNaN;
+    const double md = median_or_nan(hv);
+    const double r2 = bin_R2.count(b) ? median_or_nan(bin_R2[b]) : kNaN;
     r2_curve.push_back({md, r2});
     const double elo = *std::min_element(hv.begin(), hv.end()), ehi = *std::max_element(hv.begin(), hv.end());
     for (std::size_t k = 0; k < budgets.size(); ++k) {
@@ -190,19 +171,30 @@ std::string write_entropy_phase_tables(const Scenario& sc, const std::vector<nlo
       if (tot == 0) win.clear();
       auto share = [&](int i) { return tot ? static_cast<double>(w[static_cast<std::size_t>(i)]) / tot : kNaN; };
       e_curve[k].push_back({md, share(1)});
-      pc << b << ',' << f(elo) << ',' << f(ehi) << ',' << f(md) << ',' << f(mh) << ',' << hv.size() << ',' << f(budgets[k]) << ',' << win
-         << ',' << f(share(0)) << ',' << f(share(1)) << ',' << f(share(2)) << ',' << f(r2) << '\n';
-      rows.push_back({{"bin", b}, {"entropy_lo", elo}, {"entropy_hi", ehi}, {"entropy_median", md}, {"entropy_mean", mh},
-                      {"heads", hv.size()}, {"budget", budgets[k]}, {"winner", win}, {"share_Q", num(share(0))},
-                      {"share_E", num(share(1))}, {"share_M", num(share(2))}, {"R2_median", num(r2)}});
+      pc << b << ',' << format_or_nan(elo) << ',' << format_or_nan(ehi) << ',' << format_or_nan(md) << ','
+         << format_or_nan(mh) << ',' << hv.size() << ',' << format_or_nan(budgets[k]) << ',' << win << ','
+         << format_or_nan(share(0)) << ',' << format_or_nan(share(1)) << ',' << format_or_nan(share(2)) << ','
+         << format_or_nan(r2) << '\n';
+      rows.push_back({{"bin", b},
+                      {"entropy_lo", elo},
+                      {"entropy_hi", ehi},
+                      {"entropy_median", md},
+                      {"entropy_mean", mh},
+                      {"heads", hv.size()},
+                      {"budget", budgets[k]},
+                      {"winner", win},
+                      {"share_Q", finite_or_null(share(0))},
+                      {"share_E", finite_or_null(share(1))},
+                      {"share_M", finite_or_null(share(2))},
+                      {"R2_median", finite_or_null(r2)}});
     }
   }
   const double boundary = crossing(r2_curve, 1.0);
   nlohmann::json recomputed = nlohmann::json::array();
   for (std::size_t k = 0; k < budgets.size(); ++k)
-    recomputed.push_back({{"budget", budgets[k]}, {"entropy", num(crossing(e_curve[k], 0.5))}});
+    recomputed.push_back({{"budget", budgets[k]}, {"entropy", finite_or_null(crossing(e_curve[k], 0.5))}});
   nlohmann::json r2j = nlohmann::json::array();
-  for (const auto& [x, y] : r2_curve) r2j.push_back({{"entropy_median", x}, {"R2_median", num(y)}});
+  for (const auto& [x, y] : r2_curve) r2j.push_back({{"entropy_median", x}, {"R2_median", finite_or_null(y)}});
   const nlohmann::json table = {{"bins", nb},
                                 {"entropy_min", lo},
                                 {"entropy_max", hi},
@@ -210,7 +202,7 @@ std::string write_entropy_phase_tables(const Scenario& sc, const std::vector<nlo
                                 {"query_set", "obs"},
                                 {"rows", rows},
                                 {"R2_median_by_bin", r2j},
-                                {"boundary_entropy", num(boundary)},
+                                {"boundary_entropy", finite_or_null(boundary)},
                                 {"recomputed_boundary_E", recomputed}};
   write_file_atomically(tables_dir + "/phase_entropy.csv", pc.str());
   write_file_atomically(tables_dir + "/phase_entropy.json", table.dump(1) + "\n");
@@ -218,35 +210,38 @@ std::string write_entropy_phase_tables(const Scenario& sc, const std::vector<nlo
   std::ostringstream s;
   s << "\n## Dominance phase map (attention entropy x budget)\n\n"
     << heads.size() << " heads binned by their mean attention entropy H on the observation queries ("
-    << f(lo, "%.2f") << " to " << f(hi, "%.2f") << " nats) into " << nb << " bins of equal head counts. "
+    << format_or_nan(lo, "%.2f") << " to " << format_or_nan(hi, "%.2f") << " nats) into " << nb
+    << " bins of equal head counts. "
     << "Winner by exact recomputation (most heads in the bin), with the shares of heads won by E and M:\n\n"
     << "| H range (nats) | median H | heads |";
-  for (double B : budgets) s << " B = " << f(B) << " |";
+  for (double B : budgets) s << " B = " << format_or_nan(B) << " |";
   s << " median R(2) |\n|---|---|---|";
   for (std::size_t k = 0; k < budgets.size(); ++k) s << "---|";
   s << "---|\n";
   for (std::size_t i = 0; i < rows.size(); i += budgets.size()) {
     const auto& r = rows[i];
-    s << "| " << f(getd(r, "entropy_lo"), "%.2f") << "-" << f(getd(r, "entropy_hi"), "%.2f") << " | "
-      << f(getd(r, "entropy_median"), "%.2f") << " | " << r["heads"] << " |";
+    s << "| " << format_or_nan(double_or_nan(r, "entropy_lo"), "%.2f") << "-"
+      << format_or_nan(double_or_nan(r, "entropy_hi"), "%.2f") << " | "
+      << format_or_nan(double_or_nan(r, "entropy_median"), "%.2f") << " | " << r["heads"] << " |";
     for (std::size_t k = 0; k < budgets.size(); ++k) {
       const auto& rk = rows[i + k];
-      s << ' ' << rk["winner"].get<std::string>() << " (E " << f(100 * getd(rk, "share_E"), "%.0f") << "%, M "
-        << f(100 * getd(rk, "share_M"), "%.0f") << "%) |";
+      s << ' ' << rk["winner"].get<std::string>() << " (E " << format_or_nan(100 * double_or_nan(rk, "share_E"), "%.0f")
+        << "%, M " << format_or_nan(100 * double_or_nan(rk, "share_M"), "%.0f") << "%) |";
     }
-    s << ' ' << f(getd(r, "R2_median"), "%.3f") << " |\n";
+    s << ' ' << format_or_nan(double_or_nan(r, "R2_median"), "%.3f") << " |\n";
   }
   if (std::isfinite(boundary))
-    s << "\nThe surrogate's boundary (median R_h(2) = 1) lies at H = " << f(boundary, "%.2f")
+    s << "\nThe surrogate's boundary (median R_h(2) = 1) lies at H = " << format_or_nan(boundary, "%.2f")
       << " nats: sharper heads (lower entropy) have their 2-bit tier dominated.";
   else
     s << "\nThe bins' median R_h(2) does not cross 1 within the measured entropies (no surrogate boundary in range).";
   s << " By exact recomputation, the share of heads won by eviction crosses 1/2 at";
   bool any = false;
   for (const auto& r : recomputed) {
-    const double e = getd(r, "entropy");
+    const double e = double_or_nan(r, "entropy");
     if (!std::isfinite(e)) continue;
-    s << (any ? "," : "") << " H = " << f(e, "%.2f") << " (B = " << f(r["budget"].get<double>()) << ")";
+    s << (any ? "," : "") << " H = " << format_or_nan(e, "%.2f") << " (B = " << format_or_nan(r["budget"].get<double>())
+      << ")";
     any = true;
   }
   if (!any) s << " no entropy within range at any budget";

@@ -65,6 +65,36 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   return single(backend, std::move(b));
 }
 
+ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, const std::vector<std::uint8_t>& kept,
+                                  Recomputer& backend) {
+  HeadBatch obs;
+  obs.problem.queries = &head.obs_queries;
+  obs.problem.exact_keys = &head.keys;
+  obs.problem.values = &head.values;
+  obs.problem.variants = {&keys};
+  obs.selections.push_back(Selection(kept.begin(), kept.end()));
+  return single(backend, std::move(obs));
+}
+
+std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::vector<MaterializedKeys>& mats,
+                                               Recomputer& backend) {
+  if (mats.empty()) return {};
+  HeadBatch obs;
+  obs.problem.queries = &head.obs_queries;
+  obs.problem.exact_keys = &head.keys;
+  obs.problem.values = &head.values;
+  for (std::size_t k = 0; k < mats.size(); ++k) {
+    obs.problem.variants.push_back(&mats[k].keys);
+    Selection sel(mats[k].kept.size());
+    for (std::size_t t = 0; t < sel.size(); ++t) sel[t] = mats[k].kept[t] ? static_cast<std::uint8_t>(k + 1) : 0;
+    obs.selections.push_back(std::move(sel));
+  }
+  std::vector<HeadBatch> batches{std::move(obs)};
+  const EvalResult er = backend.evaluate(batches);
+  if (!er.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + er.message);
+  return er.errors.at(0);
+}
+
 namespace {
 
 // Recomputes one compressed head on both query sets and fills the bookkeeping.
@@ -79,13 +109,7 @@ HeadEvaluation evaluate_head(const HeadData& head, const CompressedHead& c, doub
   he.evicted_fraction = c.kept.empty() ? 0.0 : static_cast<double>(evicted) / static_cast<double>(c.kept.size());
   he.predicted_abs = predicted_abs;
   he.predicted_rel = output_norm2 > 0 ? predicted_abs / output_norm2 : 0.0;
-  HeadBatch obs;
-  obs.problem.queries = &head.obs_queries;
-  obs.problem.exact_keys = &head.keys;
-  obs.problem.values = &head.values;
-  obs.problem.variants = {&c.keys};
-  obs.selections.push_back(Selection(c.kept.begin(), c.kept.end()));
-  he.obs = single(backend, std::move(obs));
+  he.obs = evaluate_obs_queries(head, c.keys, c.kept, backend);
   he.decode = evaluate_decode_steps(head, c.keys, c.kept, backend);
   return he;
 }

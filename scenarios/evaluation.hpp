@@ -15,6 +15,7 @@
 
 #include "gpu/recompute.hpp"
 #include "model/allocation.hpp"
+#include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
@@ -71,6 +72,17 @@ TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& c
 // *output_norm2 = mean_q ||o_q||^2.
 double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
                           const MatrixRM& approx, const std::vector<std::uint8_t>& kept, double* output_norm2);
+
+// Recomputed errors of one head's compressed keys on its observation queries: one variant
+// (keys; rows of evicted tokens ignored), token t attended to iff kept_t != 0 (the selection
+// is kept as given).
+ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, const std::vector<std::uint8_t>& kept,
+                                  Recomputer& backend);
+// The same for several materialized allocations of one head, in one batch: variant k is
+// mats[k].keys and token t selects it iff mats[k].kept_t; element k of the result is mats[k]'s
+// errors. No recomputation (and an empty result) when mats is empty.
+std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::vector<MaterializedKeys>& mats,
+                                               Recomputer& backend);
 
 // Recomputed errors of one head's allocation on its decode steps (see above).
 ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocated_keys,

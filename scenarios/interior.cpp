@@ -92,21 +92,9 @@ InteriorReport interior_advantage(const TraceReader& trace, const InteriorOption
         which.push_back(f);
       }
       // Observation queries: one batch, one variant and one selection per family.
-      HeadBatch obs;
-      obs.problem.queries = &head.obs_queries;
-      obs.problem.exact_keys = &head.keys;
-      obs.problem.values = &head.values;
-      for (std::size_t k = 0; k < mats.size(); ++k) {
-        obs.problem.variants.push_back(&mats[k].keys);
-        Selection sel(mats[k].kept.size());
-        for (std::size_t t = 0; t < sel.size(); ++t) sel[t] = mats[k].kept[t] ? static_cast<std::uint8_t>(k + 1) : 0;
-        obs.selections.push_back(std::move(sel));
-      }
       if (!mats.empty()) {
-        std::vector<HeadBatch> batches{std::move(obs)};
-        const EvalResult er = backend.evaluate(batches);
-        if (!er.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + er.message);
-        for (std::size_t k = 0; k < mats.size(); ++k) outcomes[which[k]]->obs = er.errors.at(0).at(k);
+        const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
+        for (std::size_t k = 0; k < mats.size(); ++k) outcomes[which[k]]->obs = obs.at(k);
         for (std::size_t k = 0; k < mats.size(); ++k)
           outcomes[which[k]]->decode = evaluate_decode_steps(head, mats[k].keys, mats[k].kept, backend);
       }

@@ -15,33 +15,13 @@
 #include "scenarios/runner.hpp"
 #include "scenarios/atomic_file.hpp"
 #include "scenarios/evaluation.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
 namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-double getd(const nlohmann::json& j, const char* k) {
-  return j.contains(k) && !j[k].is_null() ? j[k].get<double>() : kNaN;
-}
-
-std::string f(double v, const char* fmt = "%.6g") {
-  if (!std::isfinite(v)) return "nan";
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
-}
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return kNaN;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const std::size_t i = static_cast<std::size_t>(std::floor(pos));
-  const double t = pos - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1 - t) + v[i + 1] * t : v[i];
-}
 
 // mean_t mean_q (q.(k^_t - k_t))^2 / d, in double.
 double mean_logit_noise(const MatrixRM& keys, const MatrixRM& approx, const MatrixRM& queries) {
@@ -52,18 +32,10 @@ double mean_logit_noise(const MatrixRM& keys, const MatrixRM& approx, const Matr
   return e.squaredNorm() / (static_cast<double>(e.rows()) * static_cast<double>(e.cols()) * d);
 }
 
-// Relative output error of dense quantized keys on the observation queries.
+// Relative output error of dense quantized keys (every token kept) on the observation queries.
 double obs_error(const HeadData& head, const MatrixRM& approx, Recomputer& backend) {
-  HeadBatch b;
-  b.problem.queries = &head.obs_queries;
-  b.problem.exact_keys = &head.keys;
-  b.problem.values = &head.values;
-  b.problem.variants = {&approx};
-  b.selections.push_back(Selection(static_cast<std::size_t>(head.keys.rows()), 1));
-  std::vector<HeadBatch> batches{std::move(b)};
-  const EvalResult r = backend.evaluate(batches);
-  if (!r.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + r.message);
-  return r.errors.at(0).at(0).rel_error;
+  const std::vector<std::uint8_t> all_kept(static_cast<std::size_t>(head.keys.rows()), 1);
+  return evaluate_obs_queries(head, approx, all_kept, backend).rel_error;
 }
 
 struct HeadMeasure {
@@ -178,9 +150,9 @@ nlohmann::json mismatch_cell(const Scenario& sc, const TraceReader& trace, Recom
   for (const HeadMeasure& m : heads) {
     nlohmann::json per = nlohmann::json::object();
     for (std::size_t q = 0; q < Qn; ++q)
-      per[spec.quantizers[q].label] = {{"alpha", num(m.fit_ok[q] ? m.fit[q].alpha : kNaN)},
-                                       {"beta", num(m.fit_ok[q] ? m.fit[q].beta : kNaN)},
-                                       {"residual", num(m.fit_ok[q] ? m.fit[q].residual : kNaN)},
+      per[spec.quantizers[q].label] = {{"alpha", finite_or_null(m.fit_ok[q] ? m.fit[q].alpha : kNaN)},
+                                       {"beta", finite_or_null(m.fit_ok[q] ? m.fit[q].beta : kNaN)},
+                                       {"residual", finite_or_null(m.fit_ok[q] ? m.fit[q].residual : kNaN)},
                                        {"noise", m.noise[q]},
                                        {"surrogate", m.surrogate[q]},
                                        {"error", m.error[q]},
@@ -206,9 +178,9 @@ nlohmann::json mismatch_cell(const Scenario& sc, const TraceReader& trace, Recom
     row["actual"] = spec.quantizers[y].label;
     row["bits"] = b;
     row["mean_bits"] = bits / static_cast<double>(H);
-    row["err"] = num(err / static_cast<double>(H));
-    row["surrogate"] = num(sur / static_cast<double>(H));
-    row["predicted"] = num(pred / static_cast<double>(H));
+    row["err"] = finite_or_null(err / static_cast<double>(H));
+    row["surrogate"] = finite_or_null(sur / static_cast<double>(H));
+    row["predicted"] = finite_or_null(pred / static_cast<double>(H));
     return row;
   };
   nlohmann::json allocs = nlohmann::json::array();
@@ -256,12 +228,14 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
     for (const auto& h : c["mismatch"]["heads"])
       for (const auto& label : labels) {
         const auto& q = h["quantizers"][label];
-        const double beta = getd(q, "beta"), alpha = getd(q, "alpha"), res = getd(q, "residual");
+        const double beta = double_or_nan(q, "beta"), alpha = double_or_nan(q, "alpha"),
+                     res = double_or_nan(q, "residual");
         if (std::isfinite(beta)) betas[label].push_back(beta), alphas[label].push_back(alpha), residuals[label].push_back(res);
-        fc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << label << ',' << f(alpha)
-           << ',' << f(beta) << ',' << f(res) << ',' << f(getd(h, "weight"));
-        for (const auto& v : q["noise"]) fc << ',' << f(v.get<double>());
-        for (const auto& v : q["error"]) fc << ',' << f(v.get<double>());
+        fc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << label << ','
+           << format_or_nan(alpha) << ',' << format_or_nan(beta) << ',' << format_or_nan(res) << ','
+           << format_or_nan(double_or_nan(h, "weight"));
+        for (const auto& v : q["noise"]) fc << ',' << format_or_nan(v.get<double>());
+        for (const auto& v : q["error"]) fc << ',' << format_or_nan(v.get<double>());
         fc << '\n';
       }
   }
@@ -270,11 +244,17 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
   nlohmann::json beta_rows = nlohmann::json::array();
   for (const auto& label : labels) {
     const auto& v = betas[label];
-    const double med = quantile(v, 0.5), q25 = quantile(v, 0.25), q75 = quantile(v, 0.75);
-    const double am = quantile(alphas[label], 0.5), rm = quantile(residuals[label], 0.5);
-    bc << label << ',' << v.size() << ',' << f(med) << ',' << f(q25) << ',' << f(q75) << ',' << f(am) << ',' << f(rm) << '\n';
-    beta_rows.push_back({{"quantizer", label}, {"heads", v.size()}, {"beta_median", num(med)}, {"beta_q25", num(q25)},
-                         {"beta_q75", num(q75)}, {"alpha_median", num(am)}, {"fit_residual_median", num(rm)},
+    const double med = quantile_or_nan(v, 0.5), q25 = quantile_or_nan(v, 0.25), q75 = quantile_or_nan(v, 0.75);
+    const double am = quantile_or_nan(alphas[label], 0.5), rm = quantile_or_nan(residuals[label], 0.5);
+    bc << label << ',' << v.size() << ',' << format_or_nan(med) << ',' << format_or_nan(q25) << ','
+       << format_or_nan(q75) << ',' << format_or_nan(am) << ',' << format_or_nan(rm) << '\n';
+    beta_rows.push_back({{"quantizer", label},
+                         {"heads", v.size()},
+                         {"beta_median", finite_or_null(med)},
+                         {"beta_q25", finite_or_null(q25)},
+                         {"beta_q75", finite_or_null(q75)},
+                         {"alpha_median", finite_or_null(am)},
+                         {"fit_residual_median", finite_or_null(rm)},
                          {"betas", v}});
   }
   write_file_atomically(dir + "/mismatch_fits.csv", fc.str());
@@ -291,7 +271,8 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
     if (!c.contains("mismatch")) continue;
     for (const auto& a : c["mismatch"]["allocations"]) {
       Acc& x = acc[{a["budget"].get<double>(), a["model"].get<std::string>(), a["actual"].get<std::string>()}];
-      x.err += getd(a, "err"), x.sur += getd(a, "surrogate"), x.pred += getd(a, "predicted"), x.bits += getd(a, "mean_bits");
+      x.err += double_or_nan(a, "err"), x.sur += double_or_nan(a, "surrogate");
+      x.pred += double_or_nan(a, "predicted"), x.bits += double_or_nan(a, "mean_bits");
       ++x.n;
     }
   }
@@ -313,11 +294,20 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
         const Acc& a = it->second;
         const double err = a.err / a.n, uni = mean_err(B, "uniform", y), mat = mean_err(B, y, y);
         const double ru = uni > 0 ? err / uni : kNaN, rm = mat > 0 ? err / mat : kNaN;
-        mc << f(B) << ',' << y << ',' << m << ',' << (m == y ? 1 : 0) << ',' << f(err) << ',' << f(ru) << ',' << f(rm) << ','
-           << f(a.sur / a.n) << ',' << f(a.pred / a.n) << ',' << f(a.bits / a.n) << ',' << a.n << '\n';
-        rows.push_back({{"budget", B}, {"actual", y}, {"model", m}, {"matched", m == y}, {"err", num(err)},
-                        {"ratio_to_uniform", num(ru)}, {"ratio_to_matched", num(rm)}, {"surrogate", num(a.sur / a.n)},
-                        {"predicted_by_actual_model", num(a.pred / a.n)}, {"mean_bits", a.bits / a.n}, {"cells", a.n}});
+        mc << format_or_nan(B) << ',' << y << ',' << m << ',' << (m == y ? 1 : 0) << ',' << format_or_nan(err) << ','
+           << format_or_nan(ru) << ',' << format_or_nan(rm) << ',' << format_or_nan(a.sur / a.n) << ','
+           << format_or_nan(a.pred / a.n) << ',' << format_or_nan(a.bits / a.n) << ',' << a.n << '\n';
+        rows.push_back({{"budget", B},
+                        {"actual", y},
+                        {"model", m},
+                        {"matched", m == y},
+                        {"err", finite_or_null(err)},
+                        {"ratio_to_uniform", finite_or_null(ru)},
+                        {"ratio_to_matched", finite_or_null(rm)},
+                        {"surrogate", finite_or_null(a.sur / a.n)},
+                        {"predicted_by_actual_model", finite_or_null(a.pred / a.n)},
+                        {"mean_bits", a.bits / a.n},
+                        {"cells", a.n}});
       }
   write_file_atomically(dir + "/mismatch.csv", mc.str());
   write_file_atomically(dir + "/mismatch.json",
@@ -332,12 +322,15 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
   s << " bits, fitted as alpha beta^(-b) (least squares on log n).\n\n"
     << "| quantizer | heads | median beta | IQR of beta | median fit residual (RMS of log n) |\n|---|---|---|---|---|\n";
   for (const auto& r : beta_rows)
-    s << "| " << r["quantizer"].get<std::string>() << " | " << r["heads"] << " | " << f(getd(r, "beta_median"), "%.3f") << " | ["
-      << f(getd(r, "beta_q25"), "%.3f") << ", " << f(getd(r, "beta_q75"), "%.3f") << "] | "
-      << f(getd(r, "fit_residual_median"), "%.3f") << " |\n";
+    s << "| " << r["quantizer"].get<std::string>() << " | " << r["heads"] << " | "
+      << format_or_nan(double_or_nan(r, "beta_median"), "%.3f") << " | ["
+      << format_or_nan(double_or_nan(r, "beta_q25"), "%.3f") << ", "
+      << format_or_nan(double_or_nan(r, "beta_q75"), "%.3f") << "] | "
+      << format_or_nan(double_or_nan(r, "fit_residual_median"), "%.3f") << " |\n";
   s << "\n(beta = 4 is the textbook 6 dB per bit: each bit divides the noise by 4.)\n";
   for (const double B : sc.mismatch.budgets) {
-    s << "\nAt B = " << f(B) << " bits per head (mean), per-head bits chosen exactly with the model of the row's quantizer "
+    s << "\nAt B = " << format_or_nan(B)
+      << " bits per head (mean), per-head bits chosen exactly with the model of the row's quantizer "
       << "(min sum_h w_h alpha_h beta_h^(-b_h)), applied to the column's quantizer; recomputed error (decode queries) "
          "relative to uniform B-bit quantization with the column's quantizer (< 1: better than uniform); "
          "`measured` minimises the column quantizer's measured surrogate directly:\n\n| model \\ actual |";
@@ -350,7 +343,7 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
       s << "| " << m << " |";
       for (const auto& y : labels) {
         const double e = mean_err(B, m, y), u = mean_err(B, "uniform", y);
-        s << ' ' << f(u > 0 ? e / u : kNaN, "%.3f") << (m == y ? " (matched)" : "") << " |";
+        s << ' ' << format_or_nan(u > 0 ? e / u : kNaN, "%.3f") << (m == y ? " (matched)" : "") << " |";
       }
       s << '\n';
     }
@@ -363,11 +356,13 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
         const double e = mean_err(B, x, y);
         if (std::isfinite(e) && mat > 0 && e / mat > worst) worst = e / mat, wx = x;
       }
-      s << "- " << y << ", B = " << f(B) << ": uniform error " << f(u, "%.4g") << ", matched allocation " << f(mat, "%.4g")
-        << " (" << f(u > 0 ? mat / u : kNaN, "%.3f") << " x uniform)";
+      s << "- " << y << ", B = " << format_or_nan(B) << ": uniform error " << format_or_nan(u, "%.4g")
+        << ", matched allocation " << format_or_nan(mat, "%.4g") << " ("
+        << format_or_nan(u > 0 ? mat / u : kNaN, "%.3f") << " x uniform)";
       if (!wx.empty())
-        s << "; the worst mismatched model is " << wx << "'s: " << f(mean_err(B, wx, y), "%.4g") << " ("
-          << f(worst, "%.3f") << " x matched, " << f(u > 0 ? mean_err(B, wx, y) / u : kNaN, "%.3f") << " x uniform)";
+        s << "; the worst mismatched model is " << wx << "'s: " << format_or_nan(mean_err(B, wx, y), "%.4g") << " ("
+          << format_or_nan(worst, "%.3f") << " x matched, "
+          << format_or_nan(u > 0 ? mean_err(B, wx, y) / u : kNaN, "%.3f") << " x uniform)";
       s << ".\n";
     }
     int beats = 0, best = 0;
@@ -379,7 +374,7 @@ std::string write_mismatch_tables(const Scenario& sc, const std::vector<nlohmann
       beats += mat < u ? 1 : 0;
       best += mat <= least ? 1 : 0;
     }
-    s << "- At B = " << f(B) << " the matched model beats uniform for " << beats << " of " << labels.size()
+    s << "- At B = " << format_or_nan(B) << " the matched model beats uniform for " << beats << " of " << labels.size()
       << " quantizers and gives the least recomputed error of the " << labels.size() << " models for " << best << " of "
       << labels.size() << " (the fitted models optimise the local surrogate, not the recomputed error).\n";
   }

@@ -16,37 +16,13 @@
 #include "scenarios/evaluation.hpp"
 #include "scenarios/replay.hpp"
 #include "scenarios/runner.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
 namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-double getd(const nlohmann::json& j, const char* k) {
-  return j.contains(k) && !j[k].is_null() ? j[k].get<double>() : kNaN;
-}
-
-std::string f(double v, const char* fmt = "%.6g") {
-  if (!std::isfinite(v)) return "nan";
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
-}
-
-double obs_rel_error(const HeadData& head, const CompressedHead& c, Recomputer& backend) {
-  HeadBatch b;
-  b.problem.queries = &head.obs_queries;
-  b.problem.exact_keys = &head.keys;
-  b.problem.values = &head.values;
-  b.problem.variants = {&c.keys};
-  b.selections.push_back(Selection(c.kept.begin(), c.kept.end()));
-  std::vector<HeadBatch> batches{std::move(b)};
-  const EvalResult r = backend.evaluate(batches);
-  if (!r.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + r.message);
-  return r.errors.at(0).at(0).rel_error;
-}
 
 // The metrics compared, in table order: name, description, the value of a method (smaller = better).
 struct Metric {
@@ -119,7 +95,7 @@ nlohmann::json proxy_cell(const Scenario& sc, const ScenarioCell& cell, const Tr
         const double abs = surrogate_abs_cost(hd.keys, hd.values, hd.obs_queries, c.keys, c.kept, &on2);
         sur += on2 > 0 ? abs / on2 : 0.0;
         err += meta.decode_steps > 0 ? evaluate_decode_steps(hd, c.keys, c.kept, backend).rel_error
-                                     : obs_rel_error(hd, c, backend);
+                                     : evaluate_obs_queries(hd, c.keys, c.kept, backend).rel_error;
         cb += c.rate.code_bits, tb += c.rate.total_bits;
         double kept = 0;
         for (const std::uint8_t k : c.kept) kept += k;
@@ -127,15 +103,15 @@ nlohmann::json proxy_cell(const Scenario& sc, const ScenarioCell& cell, const Tr
       }
     const double H = meta.n_heads();
     nlohmann::json j = {{"label", m.label},       {"kind", to_string(m.kind)}, {"code_bits", cb / H},
-                        {"total_bits", tb / H},   {"evicted", ev / H},         {"surrogate", num(sur / H)},
-                        {"error", num(err / H)},  {"replayed", false}};
+                        {"total_bits", tb / H},   {"evicted", ev / H},         {"surrogate", finite_or_null(sur / H)},
+                        {"error", finite_or_null(err / H)},  {"replayed", false}};
     if (model) {
       const ReplayResult r = replay(*model, ro, KeyCompression::from_compressor(compress, m.label));
       j["replayed"] = true;
       j["agreement"] = r.agreement;
-      j["mean_kl"] = num(r.mean_kl);
-      j["ppl_compressed"] = num(r.ppl_compressed);
-      j["ppl_full"] = num(r.ppl_full);
+      j["mean_kl"] = finite_or_null(r.mean_kl);
+      j["ppl_compressed"] = finite_or_null(r.ppl_compressed);
+      j["ppl_full"] = finite_or_null(r.ppl_full);
       j["first_divergence"] = r.first_divergence;
       j["replay_key_bits"] = r.key_rate.code_bits;
     }
@@ -159,9 +135,14 @@ nlohmann::json proxy_correlations(const std::vector<ProxyMethodResult>& ms, int 
         if (std::isfinite(vx) && std::isfinite(vy)) x.push_back(vx), y.push_back(vy);
       }
       const Interval iv = bootstrap_spearman(x, y, resamples, seed);
-      out.push_back({{"x", mt[a].name}, {"y", mt[b].name}, {"methods", x.size()}, {"spearman", num(spearman(x, y))},
-                     {"ci_lo", num(iv.lo)}, {"ci_hi", num(iv.hi)}, {"resamples_used", iv.used},
-                     {"kendall", num(kendall_tau_b(x, y))}});
+      out.push_back({{"x", mt[a].name},
+                     {"y", mt[b].name},
+                     {"methods", x.size()},
+                     {"spearman", finite_or_null(spearman(x, y))},
+                     {"ci_lo", finite_or_null(iv.lo)},
+                     {"ci_hi", finite_or_null(iv.hi)},
+                     {"resamples_used", iv.used},
+                     {"kendall", finite_or_null(kendall_tau_b(x, y))}});
     }
   return out;
 }
@@ -177,9 +158,11 @@ std::string write_proxy_tables(const Scenario& sc, const std::vector<nlohmann::j
     for (const auto& m : c["proxy"]["methods"]) {
       by[m["label"].get<std::string>()].push_back(&m);
       cc << c["id"].get<std::string>() << ',' << m["label"].get<std::string>() << ',' << m["kind"].get<std::string>()
-         << ',' << f(getd(m, "code_bits")) << ',' << f(getd(m, "total_bits")) << ',' << f(getd(m, "evicted")) << ','
-         << f(getd(m, "surrogate")) << ',' << f(getd(m, "error")) << ',' << f(getd(m, "agreement")) << ','
-         << f(getd(m, "mean_kl")) << ',' << f(getd(m, "ppl_compressed")) << '\n';
+         << ',' << format_or_nan(double_or_nan(m, "code_bits")) << ',' << format_or_nan(double_or_nan(m, "total_bits"))
+         << ',' << format_or_nan(double_or_nan(m, "evicted")) << ',' << format_or_nan(double_or_nan(m, "surrogate"))
+         << ',' << format_or_nan(double_or_nan(m, "error")) << ',' << format_or_nan(double_or_nan(m, "agreement"))
+         << ',' << format_or_nan(double_or_nan(m, "mean_kl")) << ','
+         << format_or_nan(double_or_nan(m, "ppl_compressed")) << '\n';
     }
   }
   std::vector<ProxyMethodResult> ms;
@@ -191,10 +174,14 @@ std::string write_proxy_tables(const Scenario& sc, const std::vector<nlohmann::j
     if (v.empty()) continue;
     r.replayed = true;
     for (const nlohmann::json* m : v) {
-      r.code_bits += getd(*m, "code_bits"), r.total_bits += getd(*m, "total_bits"), r.evicted += getd(*m, "evicted");
-      r.surrogate += getd(*m, "surrogate"), r.error += getd(*m, "error");
+      r.code_bits += double_or_nan(*m, "code_bits"), r.total_bits += double_or_nan(*m, "total_bits");
+      r.evicted += double_or_nan(*m, "evicted");
+      r.surrogate += double_or_nan(*m, "surrogate"), r.error += double_or_nan(*m, "error");
       r.replayed = r.replayed && (*m)["replayed"].get<bool>();
-      if (r.replayed) r.agreement += getd(*m, "agreement"), r.mean_kl += getd(*m, "mean_kl"), r.ppl_compressed += getd(*m, "ppl_compressed");
+      if (r.replayed) {
+        r.agreement += double_or_nan(*m, "agreement"), r.mean_kl += double_or_nan(*m, "mean_kl");
+        r.ppl_compressed += double_or_nan(*m, "ppl_compressed");
+      }
     }
     const double n = static_cast<double>(v.size());
     r.code_bits /= n, r.total_bits /= n, r.evicted /= n, r.surrogate /= n, r.error /= n;
@@ -219,15 +206,25 @@ std::string write_proxy_tables(const Scenario& sc, const std::vector<nlohmann::j
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < ms.size(); ++i) {
     const auto& r = ms[i];
-    pc << r.label << ',' << r.kind << ',' << f(r.code_bits) << ',' << f(r.total_bits) << ',' << f(r.evicted) << ','
-       << f(r.surrogate) << ',' << f(r.error) << ',' << f(r.agreement) << ',' << f(r.mean_kl) << ',' << f(r.ppl_compressed)
-       << ',' << f(rank("surrogate", i)) << ',' << f(rank("error", i)) << ',' << f(rank("kl", i)) << ','
-       << f(rank("disagreement", i)) << '\n';
-    rows.push_back({{"method", r.label}, {"kind", r.kind}, {"code_bits", r.code_bits}, {"total_bits", r.total_bits},
-                    {"evicted", r.evicted}, {"surrogate", num(r.surrogate)}, {"error", num(r.error)},
-                    {"agreement", num(r.agreement)}, {"mean_kl", num(r.mean_kl)}, {"ppl_compressed", num(r.ppl_compressed)},
-                    {"rank_surrogate", num(rank("surrogate", i))}, {"rank_error", num(rank("error", i))},
-                    {"rank_kl", num(rank("kl", i))}, {"rank_agreement", num(rank("disagreement", i))}});
+    pc << r.label << ',' << r.kind << ',' << format_or_nan(r.code_bits) << ',' << format_or_nan(r.total_bits) << ','
+       << format_or_nan(r.evicted) << ',' << format_or_nan(r.surrogate) << ',' << format_or_nan(r.error) << ','
+       << format_or_nan(r.agreement) << ',' << format_or_nan(r.mean_kl) << ',' << format_or_nan(r.ppl_compressed) << ','
+       << format_or_nan(rank("surrogate", i)) << ',' << format_or_nan(rank("error", i)) << ','
+       << format_or_nan(rank("kl", i)) << ',' << format_or_nan(rank("disagreement", i)) << '\n';
+    rows.push_back({{"method", r.label},
+                    {"kind", r.kind},
+                    {"code_bits", r.code_bits},
+                    {"total_bits", r.total_bits},
+                    {"evicted", r.evicted},
+                    {"surrogate", finite_or_null(r.surrogate)},
+                    {"error", finite_or_null(r.error)},
+                    {"agreement", finite_or_null(r.agreement)},
+                    {"mean_kl", finite_or_null(r.mean_kl)},
+                    {"ppl_compressed", finite_or_null(r.ppl_compressed)},
+                    {"rank_surrogate", finite_or_null(rank("surrogate", i))},
+                    {"rank_error", finite_or_null(rank("error", i))},
+                    {"rank_kl", finite_or_null(rank("kl", i))},
+                    {"rank_agreement", finite_or_null(rank("disagreement", i))}});
   }
   int n_cells = 0;
   for (const auto& c : cells) n_cells += c.contains("proxy") ? 1 : 0;
@@ -252,19 +249,22 @@ std::string write_proxy_tables(const Scenario& sc, const std::vector<nlohmann::j
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ms[a].error < ms[b].error; });
   for (const std::size_t i : order) {
     const auto& r = ms[i];
-    s << "| " << r.label << " | " << f(r.code_bits, "%.2f") << " | " << f(r.total_bits, "%.2f") << " | "
-      << f(100 * r.evicted, "%.0f") << "% | " << f(r.surrogate, "%.3g") << " | " << f(r.error, "%.3g") << " |";
-    if (replayed) s << ' ' << f(r.agreement, "%.3f") << " | " << f(r.mean_kl, "%.3g") << " |";
-    s << ' ' << f(rank("surrogate", i), "%g") << " | " << f(rank("error", i), "%g") << " |";
-    if (replayed) s << ' ' << f(rank("kl", i), "%g") << " | " << f(rank("disagreement", i), "%g") << " |";
+    s << "| " << r.label << " | " << format_or_nan(r.code_bits, "%.2f") << " | " << format_or_nan(r.total_bits, "%.2f")
+      << " | " << format_or_nan(100 * r.evicted, "%.0f") << "% | " << format_or_nan(r.surrogate, "%.3g") << " | "
+      << format_or_nan(r.error, "%.3g") << " |";
+    if (replayed) s << ' ' << format_or_nan(r.agreement, "%.3f") << " | " << format_or_nan(r.mean_kl, "%.3g") << " |";
+    s << ' ' << format_or_nan(rank("surrogate", i), "%g") << " | " << format_or_nan(rank("error", i), "%g") << " |";
+    if (replayed)
+      s << ' ' << format_or_nan(rank("kl", i), "%g") << " | " << format_or_nan(rank("disagreement", i), "%g") << " |";
     s << '\n';
   }
   s << "\nRank correlations over the methods (Spearman rho with its 95% bootstrap interval over methods, " << sc.bootstrap
     << " resamples, seed " << sc.seed << "; Kendall tau-b):\n\n";
   for (const auto& c : corr)
-    s << "- " << c["x"].get<std::string>() << " vs " << c["y"].get<std::string>() << ": rho = " << f(getd(c, "spearman"), "%.3f")
-      << " [" << f(getd(c, "ci_lo"), "%.3f") << ", " << f(getd(c, "ci_hi"), "%.3f") << "], tau_b = "
-      << f(getd(c, "kendall"), "%.3f") << " (" << c["methods"] << " methods).\n";
+    s << "- " << c["x"].get<std::string>() << " vs " << c["y"].get<std::string>()
+      << ": rho = " << format_or_nan(double_or_nan(c, "spearman"), "%.3f") << " ["
+      << format_or_nan(double_or_nan(c, "ci_lo"), "%.3f") << ", " << format_or_nan(double_or_nan(c, "ci_hi"), "%.3f")
+      << "], tau_b = " << format_or_nan(double_or_nan(c, "kendall"), "%.3f") << " (" << c["methods"] << " methods).\n";
   if (ranks.count("surrogate") && ranks.count("error")) {
     // The methods the surrogate misplaces most (|rank S - rank E|, largest first, ties in table order).
     std::vector<std::size_t> by_gap(ms.size());
@@ -274,14 +274,15 @@ std::string write_proxy_tables(const Scenario& sc, const std::vector<nlohmann::j
     s << "\nLargest rank displacements, surrogate vs recomputed error:";
     for (std::size_t k = 0; k < std::min<std::size_t>(3, by_gap.size()); ++k) {
       const std::size_t i = by_gap[k];
-      s << (k ? ";" : "") << ' ' << ms[i].label << " (rank " << f(ranks["surrogate"][i], "%g") << " by the surrogate, "
-        << f(ranks["error"][i], "%g") << " by the error; " << f(100 * ms[i].evicted, "%.0f") << "% evicted)";
+      s << (k ? ";" : "") << ' ' << ms[i].label << " (rank " << format_or_nan(ranks["surrogate"][i], "%g")
+        << " by the surrogate, " << format_or_nan(ranks["error"][i], "%g") << " by the error; "
+        << format_or_nan(100 * ms[i].evicted, "%.0f") << "% evicted)";
     }
     s << ".\n";
   }
   for (const auto& c : corr)
     if (c["x"] == "surrogate" && c["y"] == "error") {
-      const double lo = getd(c, "ci_lo");
+      const double lo = double_or_nan(c, "ci_lo");
       s << "\nThe surrogate " << (lo > 0 ? "orders the methods as the recomputed error does (interval above 0)"
                                          : "does not reliably order the methods as the recomputed error does (interval reaches 0)")
         << ".\n";

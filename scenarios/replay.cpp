@@ -173,6 +173,20 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
 
   double rate_code = 0, rate_total = 0, evicted = 0;
   long long decided_heads = 0;
+  // Puts one head's compressed prompt keys (T x head size) and kept flags into the
+  // compressed cache and counts its rate and evicted share.
+  auto store_head = [&](int l, int h, const MatrixRM& keys, const std::vector<std::uint8_t>& kept, const Rate& rate) {
+    int n_evicted = 0;
+    for (int t = 0; t < T; ++t) {
+      compressed.set_key(l, h, t, keys.row(t).data());
+      compressed.set_kept(l, h, t, kept[t] != 0);
+      n_evicted += kept[t] == 0;
+    }
+    rate_code += rate.code_bits;
+    rate_total += rate.total_bits;
+    evicted += static_cast<double>(n_evicted) / T;
+    ++decided_heads;
+  };
   // (Re)compress the prompt's keys from the exact ones, with the W queries before `end`.
   // A generic compressor sees every head at once.
   auto decide_all = [&](int end) {
@@ -195,16 +209,7 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
         if (ch.keys.rows() != T || ch.keys.cols() != hs || static_cast<int>(ch.kept.size()) != T)
           throw InputError("replay: " + comp.label + " gave compressed keys of the wrong shape for head (" +
                            std::to_string(l) + ", " + std::to_string(h) + ").");
-        int n_evicted = 0;
-        for (int t = 0; t < T; ++t) {
-          compressed.set_key(l, h, t, ch.keys.row(t).data());
-          compressed.set_kept(l, h, t, ch.kept[t] != 0);
-          n_evicted += ch.kept[t] == 0;
-        }
-        rate_code += ch.rate.code_bits;
-        rate_total += ch.rate.total_bits;
-        evicted += static_cast<double>(n_evicted) / T;
-        ++decided_heads;
+        store_head(l, h, ch.keys, ch.kept, ch.rate);
       }
     ++r.decisions;
   };
@@ -225,16 +230,7 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
                            std::to_string(l) + ", " + std::to_string(h) + "), expected T = " + std::to_string(T) + ".");
         }
         const MaterializedKeys mk = materialize(hd.keys, comp.ladder, tiers);
-        int n_evicted = 0;
-        for (int t = 0; t < T; ++t) {
-          compressed.set_key(l, h, t, mk.keys.row(t).data());
-          compressed.set_kept(l, h, t, mk.kept[t] != 0);
-          n_evicted += mk.kept[t] == 0;
-        }
-        rate_code += mk.rate.code_bits;
-        rate_total += mk.rate.total_bits;
-        evicted += static_cast<double>(n_evicted) / T;
-        ++decided_heads;
+        store_head(l, h, mk.keys, mk.kept, mk.rate);
       }
     }
     ++r.decisions;

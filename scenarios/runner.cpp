@@ -25,6 +25,7 @@
 #include "scenarios/progress.hpp"
 #include "scenarios/smoothing_study.hpp"
 #include "scenarios/staleness.hpp"
+#include "scenarios/table_numbers.hpp"
 #include "solvers/waterfill.hpp"
 
 namespace tierlab {
@@ -41,8 +42,6 @@ namespace {
 extern "C" void on_sigint(int) { run_stop_flag().store(true); }
 
 // NaN -> null in JSON.
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
 double verdict_err(const FamilyOutcome& f, QuerySet q) {
   if (!f.feasible) return std::numeric_limits<double>::quiet_NaN();
   return q == QuerySet::Decode ? f.decode.rel_error : f.obs.rel_error;
@@ -110,7 +109,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
                       {"seed", cell.source == "model" ? cell.seed : cell.synth.seed},
                       {"prompt_len", m.prompt_len},
                       {"decode_steps", m.decode_steps},
-                      {"logit_scale", num(cell.logit_scale > 0 ? cell.logit_scale : std::nan(""))},
+                      {"logit_scale", finite_or_null(cell.logit_scale > 0 ? cell.logit_scale : std::nan(""))},
                       {"n_heads", m.n_heads()},
                       {"ladder", sc.ladder.name()},
                       {"queries", sc.queries == QuerySet::Decode ? "decode" : "obs"},
@@ -129,7 +128,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
         const DominanceReport d =
             dominance(surrogate_costs(head.keys, head.values, head.obs_queries, sc.ladder), sc.rate_kind);
         r2v.push_back(d.R[static_cast<std::size_t>(two)]);
-        r2.push_back(num(r2v.back()));
+        r2.push_back(finite_or_null(r2v.back()));
       }
   j["R2"] = r2;
   if (!r2v.empty()) {
@@ -176,9 +175,14 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
         const StalenessHead r = staleness_head(trace.head(l, h), so, backend);
         nlohmann::json steps = nlohmann::json::array();
         for (const StalenessStep& st : r.steps)
-          steps.push_back({{"step", st.step}, {"err_stale", num(st.err_stale)}, {"err_fresh", num(st.err_fresh)},
-                           {"ratio", num(st.ratio)}, {"jaccard", num(st.jaccard)}, {"agreement", num(st.agreement)},
-                           {"family", st.family}, {"same_family", st.same_family}});
+          steps.push_back({{"step", st.step},
+                           {"err_stale", finite_or_null(st.err_stale)},
+                           {"err_fresh", finite_or_null(st.err_fresh)},
+                           {"ratio", finite_or_null(st.ratio)},
+                           {"jaccard", finite_or_null(st.jaccard)},
+                           {"agreement", finite_or_null(st.agreement)},
+                           {"family", st.family},
+                           {"same_family", st.same_family}});
         heads.push_back({{"layer", l}, {"kv_head", h}, {"family_obs", r.family_obs}, {"steps", steps}});
       }
     j["staleness"] = {{"budget", so.budget}, {"heads", heads}};
@@ -199,12 +203,13 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
     opt.ladder = sc.ladder;
     const InteriorReport rep = interior_advantage(trace, opt, backend);
     dominated = rep.dominated_share;
-    nlohmann::json b = {{"budget", B},
-                        {"A", num(sc.queries == QuerySet::Decode ? rep.mean_advantage_decode : rep.mean_advantage_obs)},
-                        {"A_decode", num(rep.mean_advantage_decode)},
-                        {"A_obs", num(rep.mean_advantage_obs)},
-                        {"A_surrogate", num(rep.mean_advantage_surrogate)},
-                        {"heads", nlohmann::json::array()}};
+    nlohmann::json b = {
+        {"budget", B},
+        {"A", finite_or_null(sc.queries == QuerySet::Decode ? rep.mean_advantage_decode : rep.mean_advantage_obs)},
+        {"A_decode", finite_or_null(rep.mean_advantage_decode)},
+        {"A_obs", finite_or_null(rep.mean_advantage_obs)},
+        {"A_surrogate", finite_or_null(rep.mean_advantage_surrogate)},
+        {"heads", nlohmann::json::array()}};
     int wins[3] = {0, 0, 0}, defined = 0;
     for (const HeadInterior& h : rep.heads) {
       const double q = verdict_err(h.Q, sc.queries), e = verdict_err(h.E, sc.queries), mm = verdict_err(h.M, sc.queries);
@@ -216,11 +221,11 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
       defined += std::isfinite(A) ? 1 : 0;
       b["heads"].push_back({{"layer", h.layer},
                             {"kv_head", h.kv_head},
-                            {"A", num(A)},
-                            {"A_surrogate", num(h.advantage_surrogate)},
-                            {"err_Q", num(q)},
-                            {"err_E", num(e)},
-                            {"err_M", num(mm)},
+                            {"A", finite_or_null(A)},
+                            {"A_surrogate", finite_or_null(h.advantage_surrogate)},
+                            {"err_Q", finite_or_null(q)},
+                            {"err_E", finite_or_null(e)},
+                            {"err_M", finite_or_null(mm)},
                             {"option_Q", h.Q.option},
                             {"winner", w},
                             {"dominated_2bit", h.dominated_2bit}});
@@ -235,7 +240,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
     b["winner"] = best > 0 ? cw : "";
     j["budgets"].push_back(b);
   }
-  j["dominated_share"] = num(dominated);
+  j["dominated_share"] = finite_or_null(dominated);
   j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return j;
 }

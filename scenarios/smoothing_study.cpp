@@ -16,40 +16,13 @@
 #include "scenarios/evaluation.hpp"
 #include "scenarios/runner.hpp"
 #include "scenarios/scenario.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-double getd(const nlohmann::json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return kNaN;
-  return j[key].get<double>();
-}
-
-std::string f(double v, const char* fmt = "%.6g") {
-  if (!std::isfinite(v)) return "nan";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double mean(const std::vector<double>& v) {
-  if (v.empty()) return kNaN;
-  double s = 0;
-  for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
-}
 
 std::string family_name(Family fam) { return std::string(1, family_letter(fam)); }
 
@@ -58,7 +31,7 @@ std::string family_name(Family fam) { return std::string(1, family_letter(fam));
 void SmoothingStudyOptions::validate() const {
   ladder.validate();
   if (!std::isfinite(budget) || budget <= 0)
-    throw InputError("smoothing budget = " + f(budget) + " bits per element; it must be finite and > 0.");
+    throw InputError("smoothing budget = " + format_or_nan(budget) + " bits per element; it must be finite and > 0.");
   if (variants.empty()) throw InputError("smoothing study: no variant given (the first should be the raw scores, kernel 1).");
   for (const auto& v : variants) v.validate();
   if (families.empty()) throw InputError("smoothing study: no family given (M and/or E).");
@@ -151,19 +124,7 @@ SmoothingHead smoothing_head(const HeadData& head, const SmoothingStudyOptions& 
   if (mats.empty()) return out;
 
   // Observation queries: one batch, one variant and one selection per distinct allocation.
-  HeadBatch obs;
-  obs.problem.queries = &head.obs_queries;
-  obs.problem.exact_keys = &head.keys;
-  obs.problem.values = &head.values;
-  for (std::size_t k = 0; k < mats.size(); ++k) {
-    obs.problem.variants.push_back(&mats[k].keys);
-    Selection sel(mats[k].kept.size());
-    for (std::size_t t = 0; t < sel.size(); ++t) sel[t] = mats[k].kept[t] ? static_cast<std::uint8_t>(k + 1) : 0;
-    obs.selections.push_back(std::move(sel));
-  }
-  std::vector<HeadBatch> batches{std::move(obs)};
-  const EvalResult er = backend.evaluate(batches);
-  if (!er.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + er.message);
+  const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
   const bool has_decode = head.decode_keys.rows() > 0 && head.decode_queries.rows() > 0;
   std::vector<ErrorMetrics> dec(mats.size(), ErrorMetrics{kNaN, kNaN, kNaN, kNaN});
   if (has_decode)
@@ -172,7 +133,7 @@ SmoothingHead smoothing_head(const HeadData& head, const SmoothingStudyOptions& 
   for (SmoothingOutcome& o : out.outcomes) {
     if (!o.feasible) continue;
     const std::size_t k = mat_of[next++];
-    o.obs = er.errors.at(0).at(k);
+    o.obs = obs.at(k);
     o.decode = dec[k];
   }
   return out;
@@ -212,11 +173,11 @@ nlohmann::json smoothing_cell(const Scenario& sc, const TraceReader& trace, Reco
                           {"truncated", o.spans.truncated},
                           {"fully_evicted", o.spans.fully_evicted},
                           {"split", o.split},
-                          {"evicted_fraction", num(o.evicted_fraction)},
-                          {"surrogate", num(o.surrogate)},
-                          {"surrogate_rel", num(o.surrogate_rel)},
-                          {"err_obs", num(o.obs.rel_error)},
-                          {"err_decode", num(o.decode.rel_error)}});
+                          {"evicted_fraction", finite_or_null(o.evicted_fraction)},
+                          {"surrogate", finite_or_null(o.surrogate)},
+                          {"surrogate_rel", finite_or_null(o.surrogate_rel)},
+                          {"err_obs", finite_or_null(o.obs.rel_error)},
+                          {"err_decode", finite_or_null(o.decode.rel_error)}});
       }
       heads.push_back({{"layer", l}, {"kv_head", h}, {"spans", static_cast<int>(head.spans.size())}, {"outcomes", outs}});
     }
@@ -260,18 +221,21 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
       std::map<std::pair<std::string, double>, std::pair<double, double>> raw;  // (family, B) -> (err, surrogate)
       for (const auto& o : h["outcomes"])
         if (o["variant"] == "raw")
-          raw[{o["family"].get<std::string>(), o["budget"].get<double>()}] = {getd(o, err_key), getd(o, "surrogate")};
+          raw[{o["family"].get<std::string>(), o["budget"].get<double>()}] = {double_or_nan(o, err_key),
+                                                                              double_or_nan(o, "surrogate")};
       for (const auto& o : h["outcomes"]) {
         const std::string fam = o["family"].get<std::string>(), var = o["variant"].get<std::string>();
         const double B = o["budget"].get<double>();
         const auto rit = raw.find({fam, B});
-        const double e = getd(o, err_key), er = rit != raw.end() ? rit->second.first : kNaN;
+        const double e = double_or_nan(o, err_key), er = rit != raw.end() ? rit->second.first : kNaN;
         const double ratio = std::isfinite(e) && std::isfinite(er) && er > 0 ? e / er : kNaN;
-        hc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << spans << ',' << f(B) << ','
-           << fam << ',' << var << ',' << (o["feasible"].get<bool>() ? 1 : 0) << ',' << o["truncated"] << ','
-           << o["fully_evicted"] << ',' << o["split"] << ',' << f(getd(o, "evicted_fraction")) << ','
-           << f(getd(o, "surrogate")) << ',' << f(getd(o, "surrogate_rel")) << ',' << f(getd(o, "err_obs")) << ','
-           << f(getd(o, "err_decode")) << ',' << f(ratio) << '\n';
+        hc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << spans << ','
+           << format_or_nan(B) << ',' << fam << ',' << var << ',' << (o["feasible"].get<bool>() ? 1 : 0) << ','
+           << o["truncated"] << ',' << o["fully_evicted"] << ',' << o["split"] << ','
+           << format_or_nan(double_or_nan(o, "evicted_fraction")) << ',' << format_or_nan(double_or_nan(o, "surrogate"))
+           << ',' << format_or_nan(double_or_nan(o, "surrogate_rel")) << ','
+           << format_or_nan(double_or_nan(o, "err_obs")) << ',' << format_or_nan(double_or_nan(o, "err_decode")) << ','
+           << format_or_nan(ratio) << '\n';
         if (!o["feasible"].get<bool>()) continue;
         Acc& a = acc[{fam, B, var}];
         ++a.heads;
@@ -279,14 +243,15 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
         a.truncated += o["truncated"].get<int>();
         a.fully += o["fully_evicted"].get<int>();
         a.split += o["split"].get<int>();
-        if (std::isfinite(getd(o, "evicted_fraction"))) a.evicted.push_back(getd(o, "evicted_fraction"));
+        if (std::isfinite(double_or_nan(o, "evicted_fraction")))
+          a.evicted.push_back(double_or_nan(o, "evicted_fraction"));
         if (std::isfinite(e)) {
           a.err.push_back(e);
           if (spans > 0) a.err_span_heads.push_back(e);
         }
         a.span_heads += spans > 0 ? 1 : 0;
         if (std::isfinite(ratio)) a.ratio.push_back(ratio);
-        const double sr = rit != raw.end() ? rit->second.second : kNaN, so = getd(o, "surrogate");
+        const double sr = rit != raw.end() ? rit->second.second : kNaN, so = double_or_nan(o, "surrogate");
         if (std::isfinite(so) && std::isfinite(sr) && sr > 0) a.sur_ratio.push_back(so / sr);
         if (std::isfinite(e) && std::isfinite(er)) {
           ++a.compared;
@@ -326,22 +291,25 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
                         {"truncated", a.truncated},
                         {"fully_evicted", a.fully},
                         {"split", a.split},
-                        {"truncation_rate", num(trunc)},
-                        {"split_rate", num(split)},
-                        {"mean_evicted_fraction", num(mean(a.evicted))},
-                        {"mean_err", num(mean(a.err))},
-                        {"median_err", num(median(a.err))},
-                        {"mean_err_span_heads", num(mean(a.err_span_heads))},
-                        {"median_err_ratio_to_raw", num(median(a.ratio))},
-                        {"mean_err_ratio_to_raw", num(mean(a.ratio))},
-                        {"median_surrogate_ratio_to_raw", num(median(a.sur_ratio))},
-                        {"share_better_than_raw", num(better)},
-                        {"share_worse_than_raw", num(worse)}});
-        tc << fn << ',' << f(B) << ',' << vn << ',' << v["pool"].get<std::string>() << ',' << v["kernel"] << ','
-           << a.heads << ',' << a.span_heads << ',' << a.spans << ',' << a.truncated << ',' << a.fully << ',' << a.split
-           << ',' << f(trunc) << ',' << f(split) << ',' << f(mean(a.evicted)) << ',' << f(mean(a.err)) << ','
-           << f(median(a.err)) << ',' << f(mean(a.err_span_heads)) << ',' << f(median(a.ratio)) << ','
-           << f(mean(a.ratio)) << ',' << f(median(a.sur_ratio)) << ',' << f(better) << ',' << f(worse) << '\n';
+                        {"truncation_rate", finite_or_null(trunc)},
+                        {"split_rate", finite_or_null(split)},
+                        {"mean_evicted_fraction", finite_or_null(mean_or_nan(a.evicted))},
+                        {"mean_err", finite_or_null(mean_or_nan(a.err))},
+                        {"median_err", finite_or_null(median_or_nan(a.err))},
+                        {"mean_err_span_heads", finite_or_null(mean_or_nan(a.err_span_heads))},
+                        {"median_err_ratio_to_raw", finite_or_null(median_or_nan(a.ratio))},
+                        {"mean_err_ratio_to_raw", finite_or_null(mean_or_nan(a.ratio))},
+                        {"median_surrogate_ratio_to_raw", finite_or_null(median_or_nan(a.sur_ratio))},
+                        {"share_better_than_raw", finite_or_null(better)},
+                        {"share_worse_than_raw", finite_or_null(worse)}});
+        tc << fn << ',' << format_or_nan(B) << ',' << vn << ',' << v["pool"].get<std::string>() << ',' << v["kernel"]
+           << ',' << a.heads << ',' << a.span_heads << ',' << a.spans << ',' << a.truncated << ',' << a.fully << ','
+           << a.split << ',' << format_or_nan(trunc) << ',' << format_or_nan(split) << ','
+           << format_or_nan(mean_or_nan(a.evicted)) << ',' << format_or_nan(mean_or_nan(a.err)) << ','
+           << format_or_nan(median_or_nan(a.err)) << ',' << format_or_nan(mean_or_nan(a.err_span_heads)) << ','
+           << format_or_nan(median_or_nan(a.ratio)) << ',' << format_or_nan(mean_or_nan(a.ratio)) << ','
+           << format_or_nan(median_or_nan(a.sur_ratio)) << ',' << format_or_nan(better) << ',' << format_or_nan(worse)
+           << '\n';
       }
   const nlohmann::json table = {{"budgets", budgets},
                                 {"rate_kind", sc.rate_kind == RateKind::Code ? "code" : "total"},
@@ -370,7 +338,7 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
   for (const auto& fam : spec["families"]) {
     const std::string fn = fam.get<std::string>();
     s << "\n" << (fn == "M" ? "M* (mixed tiers)" : "E* (evict only)") << ":\n\n| scores |";
-    for (double B : budgets) s << " B = " << f(B) << ": truncated | mean err | err ratio |";
+    for (double B : budgets) s << " B = " << format_or_nan(B) << ": truncated | mean err | err ratio |";
     s << "\n|---|";
     for (std::size_t i = 0; i < budgets.size(); ++i) s << "---|---|---|";
     s << "\n";
@@ -383,8 +351,10 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
           s << " - | - | - |";
           continue;
         }
-        s << ' ' << (*r)["truncated"] << "/" << (*r)["spans"] << " (" << f(100 * getd(*r, "truncation_rate"), "%.1f")
-          << "%) | " << f(getd(*r, "mean_err"), "%.4g") << " | " << f(getd(*r, "median_err_ratio_to_raw"), "%.2f") << " |";
+        s << ' ' << (*r)["truncated"] << "/" << (*r)["spans"] << " ("
+          << format_or_nan(100 * double_or_nan(*r, "truncation_rate"), "%.1f") << "%) | "
+          << format_or_nan(double_or_nan(*r, "mean_err"), "%.4g") << " | "
+          << format_or_nan(double_or_nan(*r, "median_err_ratio_to_raw"), "%.2f") << " |";
       }
       s << "\n";
     }
@@ -396,41 +366,46 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
     const nlohmann::json* raw = row_of(r["family"].get<std::string>(), r["budget"].get<double>(), "raw");
     if (raw == nullptr || (*raw)["spans"].get<int>() == 0) continue;
     ++variants_n;
-    lower_trunc += getd(r, "truncation_rate") < getd(*raw, "truncation_rate") ? 1 : 0;
-    higher_err += getd(r, "mean_err") > getd(*raw, "mean_err") ? 1 : 0;
+    lower_trunc += double_or_nan(r, "truncation_rate") < double_or_nan(*raw, "truncation_rate") ? 1 : 0;
+    higher_err += double_or_nan(r, "mean_err") > double_or_nan(*raw, "mean_err") ? 1 : 0;
   }
   for (const auto& fam : spec["families"])
     for (const double B : budgets) pairs += row_of(fam.get<std::string>(), B, "raw") != nullptr ? 1 : 0;
   if (variants_n > 0)
     s << "Over " << pairs << " (family, budget) pairs and " << variants_n << " smoothed allocations, smoothing lowers the "
       << "span truncation rate in " << lower_trunc << " and raises the mean " << qname << " error in " << higher_err
-      << " (" << f(100.0 * higher_err / variants_n, "%.0f") << "%).\n\n";
+      << " (" << format_or_nan(100.0 * higher_err / variants_n, "%.0f") << "%).\n\n";
   for (const auto& fam : spec["families"])
     for (const double B : budgets) {
       const std::string fn = fam.get<std::string>();
       const nlohmann::json* raw = row_of(fn, B, "raw");
       if (raw == nullptr) continue;
       if ((*raw)["spans"].get<int>() == 0) {
-        s << "- " << fn << "*, B = " << f(B) << ": no head of these cells has recorded spans; the truncation rate is undefined.\n";
+        s << "- " << fn << "*, B = " << format_or_nan(B)
+          << ": no head of these cells has recorded spans; the truncation rate is undefined.\n";
         continue;
       }
       const nlohmann::json* best = nullptr;
       for (const auto& r : rows)
         if (r["family"] == fam && r["budget"].get<double>() == B && r["variant"] != "raw" &&
-            std::isfinite(getd(r, "truncation_rate")) &&
-            (best == nullptr || getd(r, "truncation_rate") < getd(*best, "truncation_rate")))
+            std::isfinite(double_or_nan(r, "truncation_rate")) &&
+            (best == nullptr || double_or_nan(r, "truncation_rate") < double_or_nan(*best, "truncation_rate")))
           best = &r;
-      const double tr = getd(*raw, "truncation_rate");
-      s << "- " << fn << "*, B = " << f(B) << ": raw scores truncate " << (*raw)["truncated"] << " of " << (*raw)["spans"]
-        << " spans (" << f(100 * tr, "%.1f") << "%), mean " << qname << " error " << f(getd(*raw, "mean_err"), "%.4g") << ".";
+      const double tr = double_or_nan(*raw, "truncation_rate");
+      s << "- " << fn << "*, B = " << format_or_nan(B) << ": raw scores truncate " << (*raw)["truncated"] << " of "
+        << (*raw)["spans"] << " spans (" << format_or_nan(100 * tr, "%.1f") << "%), mean " << qname << " error "
+        << format_or_nan(double_or_nan(*raw, "mean_err"), "%.4g") << ".";
       if (best != nullptr) {
-        const double tb = getd(*best, "truncation_rate"), ratio = getd(*best, "median_err_ratio_to_raw");
-        s << " The least-truncating smoothing, " << (*best)["variant"].get<std::string>() << ": " << (*best)["truncated"]
-          << " of " << (*best)["spans"] << " (" << f(100 * tb, "%.1f") << "%), mean error "
-          << f(getd(*best, "mean_err"), "%.4g") << " (on the " << (*best)["span_heads"] << " heads with spans "
-          << f(getd(*raw, "mean_err_span_heads"), "%.4g") << " -> " << f(getd(*best, "mean_err_span_heads"), "%.4g")
-          << "), median per-head error ratio to raw " << f(ratio, "%.2f") << " ("
-          << f(100 * getd(*best, "share_worse_than_raw"), "%.0f") << "% of heads worse). ";
+        const double tb = double_or_nan(*best, "truncation_rate"),
+                     ratio = double_or_nan(*best, "median_err_ratio_to_raw");
+        s << " The least-truncating smoothing, " << (*best)["variant"].get<std::string>() << ": "
+          << (*best)["truncated"] << " of " << (*best)["spans"] << " (" << format_or_nan(100 * tb, "%.1f")
+          << "%), mean error " << format_or_nan(double_or_nan(*best, "mean_err"), "%.4g") << " (on the "
+          << (*best)["span_heads"] << " heads with spans "
+          << format_or_nan(double_or_nan(*raw, "mean_err_span_heads"), "%.4g") << " -> "
+          << format_or_nan(double_or_nan(*best, "mean_err_span_heads"), "%.4g")
+          << "), median per-head error ratio to raw " << format_or_nan(ratio, "%.2f") << " ("
+          << format_or_nan(100 * double_or_nan(*best, "share_worse_than_raw"), "%.0f") << "% of heads worse). ";
         if (tb < tr && std::isfinite(ratio) && ratio <= 1.0)
           s << "Smoothing keeps more spans whole at no cost in error.";
         else if (tb < tr)

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace tierlab::testing {
@@ -40,6 +42,14 @@ std::string error_of(F&& f) {
   }
   FAIL("expected an exception, nothing was thrown");
   return {};
+}
+
+// The whole content of the file at path, byte for byte; empty when it cannot be opened.
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace tierlab::testing

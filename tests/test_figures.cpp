@@ -3,24 +3,15 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "model/error.hpp"
 #include "scenarios/atomic_file.hpp"
 #include "scenarios/figures/figures.hpp"
+#include "support.hpp"
 
 using namespace tierlab;
+using tierlab::testing::slurp;
 namespace fs = std::filesystem;
-
-namespace {
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
 
 TEST_CASE("figures are rendered from the tables alone") {
   setenv("QT_QPA_PLATFORM", "offscreen", 1);  // headless, as in CI

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "model/error.hpp"
 #include "scenarios/analyses.hpp"
@@ -15,18 +13,13 @@
 #include "scenarios/proxy.hpp"
 #include "scenarios/replay.hpp"
 #include "scenarios/runner.hpp"
+#include "support.hpp"
 
 using namespace tierlab;
+using tierlab::testing::slurp;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 ProxyMethodResult method(const std::string& label, double s, double e, double kl, double agreement) {
   ProxyMethodResult r;

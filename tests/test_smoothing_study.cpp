@@ -8,7 +8,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -23,17 +22,11 @@
 
 using namespace tierlab;
 using tierlab::testing::error_of;
+using tierlab::testing::slurp;
 using tierlab::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A retrieval head of the tiny preset (it has recorded spans).
 HeadData retrieval_head() {

@@ -5,38 +5,17 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
-#include "model/error.hpp"
 #include "scenarios/figures/figure.hpp"
+#include "scenarios/figures/tables_io.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
 namespace {
-
-nlohmann::json read_table(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("figure: the table '" + path + "' is missing; run `tierlab run` first.");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError("figure: the table '" + path + "' is not valid JSON (" + e.what() + ").");
-  }
-}
-
-double v(const nlohmann::json& j, const char* k) {
-  return j.contains(k) && !j[k].is_null() ? j[k].get<double>() : std::nan("");
-}
-
-std::string fmt(double x, const char* f = "%.3g") {
-  if (!std::isfinite(x)) return "n/a";
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
-}
 
 Rgb faded(Rgb c, int alpha) {
   c.a = alpha;
@@ -58,7 +37,7 @@ void log_range(double lo, double hi, double& a, double& b) {
 
 std::vector<std::string> mismatch_figures(const std::string& dir) {
   std::vector<std::string> files;
-  const nlohmann::json beta = read_table(dir + "/tables/mismatch_beta.json");
+  const nlohmann::json beta = read_table_json(dir + "/tables/mismatch_beta.json");
   std::vector<std::string> names;
   for (const auto& r : beta["rows"]) names.push_back(r["quantizer"].get<std::string>());
   {
@@ -79,13 +58,14 @@ std::vector<std::string> mismatch_figures(const std::string& dir) {
         pts.x.push_back(i + dx), pts.y.push_back(bs[k]);
         lo = std::min(lo, bs[k]), hi = std::max(hi, bs[k]);
       }
-      const double med = v(r, "beta_median"), q25 = v(r, "beta_q25"), q75 = v(r, "beta_q75");
+      const double med = double_or_nan(r, "beta_median"), q25 = double_or_nan(r, "beta_q25"),
+                   q75 = double_or_nan(r, "beta_q75");
       f.series.push_back(pts);
       if (std::isfinite(q25) && std::isfinite(q75))
         f.series.push_back({"", c, Style::Line, {double(i), double(i)}, {q25, q75}, 4});
       if (std::isfinite(med))
-        f.series.push_back({r["quantizer"].get<std::string>() + ": median " + fmt(med, "%.2f") + ", IQR [" + fmt(q25, "%.2f") +
-                                ", " + fmt(q75, "%.2f") + "]",
+        f.series.push_back({r["quantizer"].get<std::string>() + ": median " + format_label(med, "%.2f") + ", IQR [" +
+                                format_label(q25, "%.2f") + ", " + format_label(q75, "%.2f") + "]",
                             c, Style::Squares, {double(i)}, {med}, 13});
     }
     f.series.push_back({"beta = 4 (6 dB per bit)", Rgb{120, 120, 120}, Style::Dashed, {0, double(names.size()) + 1}, {4, 4}, 1});
@@ -94,13 +74,14 @@ std::vector<std::string> mismatch_figures(const std::string& dir) {
     f.ymin = std::max(0.0, lo - pad), f.ymax = hi + pad;
     for (auto& x : render_figure(f, dir + "/figures/mismatch_beta")) files.push_back(x);
   }
-  const nlohmann::json mm = read_table(dir + "/tables/mismatch.json");
+  const nlohmann::json mm = read_table_json(dir + "/tables/mismatch.json");
   for (const auto& Bj : mm["budgets"]) {
     const double B = Bj.get<double>();
     std::vector<std::string> models = names;
     models.push_back("measured");
     Figure f;
-    f.title = "Allocation with one quantizer's noise model applied to another, B = " + fmt(B, "%g") + " bits per head";
+    f.title = "Allocation with one quantizer's noise model applied to another, B = " + format_label(B, "%g") +
+              " bits per head";
     f.xlabel = "actual quantizer (" + legend_of(names) + ")";
     f.ylabel = "recomputed error / error of uniform B bits";
     double lo = 1, hi = 1;
@@ -112,8 +93,8 @@ std::vector<std::string> mismatch_figures(const std::string& dir) {
                            models[j] == "measured" ? Rgb{110, 110, 110} : palette(static_cast<int>(j)),
                            Style::Points, {}, {}, 9});
     for (const auto& r : mm["rows"]) {
-      if (v(r, "budget") != B || r["model"] == "uniform") continue;
-      const double y = v(r, "ratio_to_uniform");
+      if (double_or_nan(r, "budget") != B || r["model"] == "uniform") continue;
+      const double y = double_or_nan(r, "ratio_to_uniform");
       if (!(y > 0)) continue;
       const auto yi = std::find(names.begin(), names.end(), r["actual"].get<std::string>()) - names.begin();
       const auto mj = std::find(models.begin(), models.end(), r["model"].get<std::string>()) - models.begin();
@@ -137,22 +118,24 @@ std::vector<std::string> mismatch_figures(const std::string& dir) {
 
 std::vector<std::string> proxy_figures(const std::string& dir) {
   std::vector<std::string> files;
-  const nlohmann::json p = read_table(dir + "/tables/proxy.json");
+  const nlohmann::json p = read_table_json(dir + "/tables/proxy.json");
   std::map<std::string, double> rho;
-  for (const auto& c : p["correlations"]) rho[c["x"].get<std::string>() + "/" + c["y"].get<std::string>()] = v(c, "spearman");
+  for (const auto& c : p["correlations"])
+    rho[c["x"].get<std::string>() + "/" + c["y"].get<std::string>()] = double_or_nan(c, "spearman");
   const double n = static_cast<double>(p["methods"].size());
   {
     Figure f;
-    f.title = "Method ranks: surrogate vs recomputed error (rho " + fmt(rho["surrogate/error"], "%.2f") + ")";
-    if (rho.count("surrogate/kl")) f.title += " and replay KL (rho " + fmt(rho["surrogate/kl"], "%.2f") + ")";
+    f.title = "Method ranks: surrogate vs recomputed error (rho " + format_label(rho["surrogate/error"], "%.2f") + ")";
+    if (rho.count("surrogate/kl")) f.title += " and replay KL (rho " + format_label(rho["surrogate/kl"], "%.2f") + ")";
     f.xlabel = "rank by the surrogate's predicted error (1 = best)";
     f.ylabel = "rank by the end metric (1 = best)";
     Series e{"rank by recomputed output error", palette(0), Style::Points, {}, {}, 10};
     Series k{"rank by replay mean KL (model)", palette(1), Style::Squares, {}, {}, 8};
     for (const auto& m : p["methods"]) {
-      const double x = v(m, "rank_surrogate");
-      if (std::isfinite(v(m, "rank_error"))) e.x.push_back(x), e.y.push_back(v(m, "rank_error"));
-      if (std::isfinite(v(m, "rank_kl"))) k.x.push_back(x), k.y.push_back(v(m, "rank_kl"));
+      const double x = double_or_nan(m, "rank_surrogate");
+      if (std::isfinite(double_or_nan(m, "rank_error")))
+        e.x.push_back(x), e.y.push_back(double_or_nan(m, "rank_error"));
+      if (std::isfinite(double_or_nan(m, "rank_kl"))) k.x.push_back(x), k.y.push_back(double_or_nan(m, "rank_kl"));
     }
     f.series = {{"same rank (y = x)", Rgb{120, 120, 120}, Style::Dashed, {0, n + 1}, {0, n + 1}, 1}, e};
     if (!k.x.empty()) f.series.push_back(k);
@@ -168,7 +151,7 @@ std::vector<std::string> proxy_figures(const std::string& dir) {
     std::map<std::string, Series> by;
     double lo = INFINITY, hi = 0;
     for (const auto& m : p["methods"]) {
-      const double x = v(m, "surrogate"), y = v(m, "error");
+      const double x = double_or_nan(m, "surrogate"), y = double_or_nan(m, "error");
       if (!(x > 0) || !(y > 0)) continue;
       Series& s = by[m["kind"].get<std::string>()];
       // log10 on x (the shared x log axis ticks powers of 2), log y axis.

@@ -3,39 +3,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
-#include "model/error.hpp"
 #include "scenarios/figures/figure.hpp"
+#include "scenarios/figures/tables_io.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
 namespace {
-
-nlohmann::json load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("figure: the table '" + path + "' is missing; run `tierlab run` first.");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError("figure: the table '" + path + "' is not valid JSON (" + e.what() + ").");
-  }
-}
-
-double value(const nlohmann::json& j, const char* k) {
-  return j.contains(k) && !j[k].is_null() ? j[k].get<double>() : std::nan("");
-}
-
-std::string fmt(double v, const char* f = "%.3g") {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return std::isfinite(v) ? b : "n/a";
-}
 
 const char* family_words(const std::string& f) { return f == "M" ? "M* (mixed)" : f == "E" ? "E* (evict only)" : "?"; }
 
@@ -59,20 +38,20 @@ std::vector<Series> curves(const nlohmann::json& table, const std::string& famil
       Series s;
       // Legend: one entry per budget (the avg line); the max lines share one grey entry.
       s.name = pool == "avg" || std::find(pools.begin(), pools.end(), "avg") == pools.end()
-                   ? "B = " + fmt(budgets[bi]) + " bits per element"
+                   ? "B = " + format_label(budgets[bi]) + " bits per element"
                    : "";
       s.color = palette(static_cast<int>(bi));
       s.style = pool == "avg" ? Style::Line : Style::Dashed;
       double raw = 1.0;
       for (const auto& r : table["rows"])
         if (normalize && r["family"] == family && r["budget"].get<double>() == budgets[bi] && r["kernel"].get<int>() == 1)
-          raw = value(r, key);
+          raw = double_or_nan(r, key);
       if (!(raw > 0)) continue;
       for (const auto& r : table["rows"]) {
         if (r["family"] != family || r["budget"].get<double>() != budgets[bi]) continue;
         const std::string p = r["pool"].get<std::string>();
         if (p != "none" && p != pool) continue;
-        const double y = value(r, key) * scale / raw;
+        const double y = double_or_nan(r, key) * scale / raw;
         if (!std::isfinite(y)) continue;
         s.x.push_back(r["kernel"].get<int>()), s.y.push_back(y);
       }
@@ -91,7 +70,7 @@ std::vector<std::string> render_smoothing_figures(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   if (fs::exists(dir + "/tables/smoothing.json")) {
-    const nlohmann::json t = load(dir + "/tables/smoothing.json");
+    const nlohmann::json t = read_table_json(dir + "/tables/smoothing.json");
     const std::string pad = t.value("padding", std::string("reflect")), q = t.value("queries", std::string("decode"));
     std::vector<std::string> families;
     for (const auto& r : t["rows"])
@@ -131,20 +110,11 @@ std::vector<std::string> render_smoothing_figures(const std::string& dir) {
     }
   }
   if (fs::exists(dir + "/tables/phase_entropy.json")) {
-    const nlohmann::json ph = load(dir + "/tables/phase_entropy.json");
+    const nlohmann::json ph = read_table_json(dir + "/tables/phase_entropy.json");
     Figure f;
     f.title = "Phase map over attention entropy: winning family by exact recomputation";
-    Series q{"Q wins (quantize only)", palette(0), Style::Squares, {}, {}, 22};
-    Series e{"E wins (evict only)", palette(1), Style::Squares, {}, {}, 22};
-    Series m{"M wins (mixed tiers)", palette(2), Style::Squares, {}, {}, 22};
-    double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-    for (const auto& r : ph["rows"]) {
-      const double x = value(r, "entropy_median"), y = value(r, "budget");
-      const std::string w = r["winner"].get<std::string>();
-      Series* s = w == "Q" ? &q : w == "E" ? &e : w == "M" ? &m : nullptr;
-      if (s) s->x.push_back(x), s->y.push_back(y);
-      xlo = std::min(xlo, x), xhi = std::max(xhi, x), ylo = std::min(ylo, y), yhi = std::max(yhi, y);
-    }
+    const PhasePoints pts = phase_points(ph["rows"], "entropy_median", 22);
+    const double xlo = pts.xlo, xhi = pts.xhi, ylo = pts.ylo, yhi = pts.yhi;
     if (std::isfinite(xlo)) {
       // Entropies crowd near 0 (sharp heads): a log axis when every bin's median is > 0.
       f.xlog = xlo > 0;
@@ -155,13 +125,13 @@ std::vector<std::string> render_smoothing_figures(const std::string& dir) {
       else f.xmin = xlo - std::max((xhi - xlo) * 0.06, 0.05), f.xmax = xhi + std::max((xhi - xlo) * 0.06, 0.05);
       const double py = std::max((yhi - ylo) * 0.12, 0.5);
       f.ymin = ylo - py, f.ymax = yhi + py;
-      for (Series* s : {&q, &e, &m})
+      for (const Series* s : {&pts.q, &pts.e, &pts.m})
         if (!s->x.empty()) f.series.push_back(*s);
-      const double bnd = value(ph, "boundary_entropy");
+      const double bnd = double_or_nan(ph, "boundary_entropy");
       // The boundary spans the data rows only, so the legend (in the headroom above) never covers it.
       if (std::isfinite(bnd) && (!f.xlog || bnd > 0))
-        f.series.push_back({"surrogate boundary: median R_h(2) = 1 (H = " + fmt(bnd, "%.2f") + " nats)", Rgb{0, 0, 0},
-                            Style::Dashed, {bnd, bnd}, {f.ymin, f.ymax}, 1});
+        f.series.push_back({"surrogate boundary: median R_h(2) = 1 (H = " + format_label(bnd, "%.2f") + " nats)",
+                            Rgb{0, 0, 0}, Style::Dashed, {bnd, bnd}, {f.ymin, f.ymax}, 1});
       else
         f.title += " (median R_h(2) < 1 in every bin)";
       for (auto& x : render_figure(f, dir + "/figures/phase_map_entropy")) files.push_back(x);
