@@ -161,6 +161,9 @@ std::unique_ptr<KeyQuantizer> make_headq_quantizer(const KeyQuantizerParams&);
 std::unique_ptr<KeyQuantizer> make_rdkv_channel_quantizer(const KeyQuantizerParams&);
 
 // ---- RDKV per-channel building blocks (model/rdkv_channel.cpp) -----------------------
+// RDKV's calibrated key NMSE eps(b) on Llama-3.1-8B (METHODS.md): eps(0) = 1, eps(2) = 0.0955,
+// eps(4) = 4.02e-3, eps(8) = 1.40e-5, eps(16) = 0; NaN for any other bit width.
+double rdkv_paper_key_nmse(int bits);
 // Average pool of odd kernel k with reflect padding (PyTorch F.pad mode "reflect": the edge
 // is not repeated, x[-i] = x[i]), effective kernel min(k, 2n - 1) as the released code:
 //   y_i = (1 / k') sum_{j = i - k'/2}^{i + k'/2} x_reflect(j).  kernel = 1 returns x.

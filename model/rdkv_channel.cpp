@@ -33,9 +33,7 @@
 
 namespace tierlab {
 
-namespace {
-
-double paper_key_nmse(int bits) {
+double rdkv_paper_key_nmse(int bits) {
   switch (bits) {
     case 0: return 1.0;
     case 2: return 0.0955;
@@ -43,8 +41,17 @@ double paper_key_nmse(int bits) {
     case 8: return 1.40e-5;
     case 16: return 0.0;
   }
-  throw InputError("Key quantizer 'rdkv-channel': the paper's eps(b) has no value for " + std::to_string(bits) +
-                   " bits (it covers 0, 2, 4, 8, 16); pass eps=... for these options.");
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+namespace {
+
+double paper_key_nmse(int bits) {
+  const double eps = rdkv_paper_key_nmse(bits);
+  if (std::isnan(eps))
+    throw InputError("Key quantizer 'rdkv-channel': the paper's eps(b) has no value for " + std::to_string(bits) +
+                     " bits (it covers 0, 2, 4, 8, 16); pass eps=... for these options.");
+  return eps;
 }
 
 std::vector<std::string> split_list(const std::string& s) {

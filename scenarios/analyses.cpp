@@ -21,6 +21,10 @@ namespace tierlab {
 
 namespace {
 
+// Fewer cells than this: no rank correlation across cells is reported in summary.md (the
+// tables keep rho and its interval).
+constexpr std::size_t kMinCellsForRho = 5;
+
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double pearson(const std::vector<double>& x, const std::vector<double>& y) {
@@ -402,6 +406,12 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
        "A is unbounded below (a head where an endpoint is almost exact gives A << 0), so a cell is summarised by the "
        "median of A over its heads; the means are in the tables.\n\n";
   s << "## Interior advantage vs dominated share (B = " << format_or_nan(sc.primary_budget) << ")\n\n";
+  if (xs.size() < kMinCellsForRho) {
+    // A scenario built for another analysis (staleness, mismatch, ...): a rank correlation
+    // over a handful of cells says nothing, so none is reported.
+    s << "- " << xs.size() << " cells with a defined A and dominated share: too few for a rank correlation across cells (at least "
+      << kMinCellsForRho << "; the headline relation is tested by the scenarios with many cells). Per-cell values: `tables/cells.csv`.\n";
+  } else {
   s << "- Spearman rho(dominated share, median A over the cell's heads) over " << xs.size()
     << " cells = " << format_or_nan(rho, "%.3f") << ", 95% bootstrap interval [" << format_or_nan(iv.lo, "%.3f") << ", "
     << format_or_nan(iv.hi, "%.3f") << "] (" << iv.used << " of " << sc.bootstrap << " resamples, seed " << sc.seed
@@ -416,6 +426,7 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
   else verdict = "is not established: the interval contains 0";
   s << "- The headline relation of MODEL.md section 5 (the dominated share orders the interior advantage: Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
   if (xs.size() < 12) s << "- Note: fewer than 12 cells; the interval is wide.\n";
+  }
   s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean A (heads) | heads with A > 0 | wins Q / E / M |\n|---|---|---|---|---|\n";
   for (const auto& b : budgets)
     s << "| " << format_or_nan(b["budget"].get<double>()) << " | "

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/key_quantizer.hpp"
 #include "solvers/families.hpp"
 #include "solvers/smoothing.hpp"
 #include "solvers/waterfill.hpp"
@@ -136,15 +137,11 @@ SeedAllocation rate_quant(const SeedProblem& pr, const MethodParams& p) {
 }
 
 double paper_eps(int bits) {
-  switch (bits) {
-    case 0: return 1.0;
-    case 2: return 0.0955;
-    case 4: return 4.02e-3;
-    case 8: return 1.40e-5;
-    case 16: return 0.0;
-  }
-  throw InputError("rdkv: the paper's eps(b) has no value for " + std::to_string(bits) +
-                   " bits (it covers 0, 2, 4, 8, 16); pass eps=... for this ladder");
+  const double eps = rdkv_paper_key_nmse(bits);
+  if (std::isnan(eps))
+    throw InputError("rdkv: the paper's eps(b) has no value for " + std::to_string(bits) +
+                     " bits (it covers 0, 2, 4, 8, 16); pass eps=... for this ladder");
+  return eps;
 }
 
 SeedAllocation rdkv(const SeedProblem& pr, const MethodParams& p) {

@@ -22,11 +22,11 @@ Rgb faded(Rgb c, int alpha) {
   return c;
 }
 
-// "1 kivi, 2 token, ..." for a categorical x axis.
-std::string legend_of(const std::vector<std::string>& names) {
-  std::string s;
-  for (std::size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + std::to_string(i + 1) + " " + names[i];
-  return s;
+// Ticks 1..n labelled with the quantizers' names (a categorical x axis).
+std::vector<Tick> category_ticks(const std::vector<std::string>& names) {
+  std::vector<Tick> ticks;
+  for (std::size_t i = 0; i < names.size(); ++i) ticks.push_back({static_cast<double>(i + 1), names[i]});
+  return ticks;
 }
 
 void log_range(double lo, double hi, double& a, double& b) {
@@ -43,7 +43,8 @@ std::vector<std::string> mismatch_figures(const std::string& dir) {
   {
     Figure f;
     f.title = "Fitted noise model n_h(b) = alpha beta^(-b): beta per head and quantizer";
-    f.xlabel = "quantizer (" + legend_of(names) + ")";
+    f.xlabel = "key quantizer";
+    f.xticks = category_ticks(names);
     f.ylabel = "beta (noise divided per added bit)";
     double lo = 4, hi = 4;
     int i = 0;
@@ -80,9 +81,10 @@ std::vector<std::string> mismatch_figures(const std::string& dir) {
     std::vector<std::string> models = names;
     models.push_back("measured");
     Figure f;
-    f.title = "Allocation with one quantizer's noise model applied to another, B = " + format_label(B, "%g") +
-              " bits per head";
-    f.xlabel = "actual quantizer (" + legend_of(names) + ")";
+    f.title = "Allocating with another quantizer's noise model, B = " + format_label(B, "%g") +
+              " bits per element";
+    f.xlabel = "actual key quantizer (the one that quantizes)";
+    f.xticks = category_ticks(names);
     f.ylabel = "recomputed error / error of uniform B bits";
     double lo = 1, hi = 1;
     Series matched{"matched model (model = actual)", Rgb{60, 60, 60, 255}, Style::Squares, {}, {}, 15};
