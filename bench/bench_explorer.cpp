@@ -4,8 +4,9 @@
 // Head: synthetic (custom: 1 layer, 1 KV head, g = 4, d = 128, T = 32768, W = 32
 // observation queries per query head, S = 64 decode steps). Per budget change, the same
 // work as the app's worker thread plus its UI update: Engine::waterfill (exact MCKP solve
-// on the cached surrogate costs, materialisation of the allocation's keys, CPU
-// recomputation on decode step s's 4 queries), then
+// on the cached surrogate costs, the allocation's keys with tier-local groups as
+// `tierlab eval --allocation` materialises them (the tiers whose token sets changed are
+// quantized again), CPU preparation and recomputation on decode step s's 4 queries), then
 // draw_figure + replot of both figures into offscreen QCustomPlots of the window's size.
 // The first call (surrogate costs, noise fit, decode-step buffers: budget-independent,
 // cached) is reported apart. The interactive update recomputes the error at decode step s
@@ -107,10 +108,11 @@ int main(int argc, char** argv) {
   const auto t1 = Clock::now();
   std::printf("bench_explorer: head T = %d, d = %d, %d observation queries, decode step %d; backend %s\n", tokens,
               p.head_dim, p.group_size * p.obs_window, s.decode_step, engine.backend_description().c_str());
-  std::printf("  first view (open %.0f ms; head generation, surrogate costs, noise fit, dense tiers, backend preparation,\n"
-              "  solve, recompute, plot): %.0f ms\n", ms(t_open, t0), ms(t0, t1));
+  std::printf("  first view (open %.0f ms; head generation, surrogate costs, noise fit, step buffers, solve,\n"
+              "  tier-local keys, recompute, plot): %.0f ms\n", ms(t_open, t0), ms(t0, t1));
 
   std::vector<double> total, solve, mat, rec, plot, obs, rest;
+  double requantized = 0;
   double theta_prev = n0.theta;
   int theta_changes = 0;
   for (int i = 0; i < changes; ++i) {
@@ -126,6 +128,7 @@ int main(int argc, char** argv) {
     const auto c = Clock::now();
     total.push_back(ms(a, c));
     rest.push_back(ms(a, b) - n.solve_ms - n.materialize_ms - n.recompute_ms);
+    requantized += static_cast<double>(n.tiers_quantized) / changes;
     solve.push_back(n.solve_ms), mat.push_back(n.materialize_ms), rec.push_back(n.recompute_ms), plot.push_back(ms(b, c));
     const auto d = Clock::now();
     const ErrorMetrics eo = engine.obs_error(s);
@@ -141,7 +144,8 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[static_cast<std::size_t>(std::min<double>(v.size() - 1, std::floor(f * (v.size() - 1) + 0.5)))];
   };
-  std::printf("  budget changes: %d (B from 0.5 to 6.5 bits; water level changed %d times)\n", changes, theta_changes);
+  std::printf("  budget changes: %d (B from 0.5 to 6.5 bits; water level changed %d times; %.2f tiers quantized again per change)\n",
+              changes, theta_changes, requantized);
   std::printf("  per change, median: solve %.2f ms, keys %.2f ms, recompute %.2f ms, water level + figures %.2f ms, plot %.2f ms\n",
               q(solve, 0.5), q(mat, 0.5), q(rec, 0.5), q(rest, 0.5), q(plot, 0.5));
   std::printf("  then, off the interactive path: recompute on the %d observation queries, median %.1f ms, p90 %.1f ms\n",

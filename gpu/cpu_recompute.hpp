@@ -1,7 +1,17 @@
 #pragma once
 // The reference CPU backend of exact recomputation (recompute.hpp), in two phases so
-// that the work shared by the selections of one head is done once. Private to gpu/
-// (and its benchmark); other code uses make_recomputer().
+// that the work shared by the selections of one head is done once.
+//
+// Public API of gpu/ (the CPU reference, single head): make_recomputer() is the way to
+// evaluate batches on any backend; the functions in namespace cpu below are for callers
+// that evaluate many selections of one prepared head on the calling process's CPU, e.g.
+// gui/explorer_core (interactive re-evaluation). They compute exactly what the "cpu"
+// backend computes (it is built from them): prepare_head() is phase 1 for a range of query
+// rows, evaluate_selection() (or evaluate_rows() + kept_logit_sq()) is phase 2 and gives
+// the ErrorMetrics of recompute.hpp, means over the prepared rows. They ignore
+// HeadProblem::visible (no causal limits: give a problem whose keys are the tokens every
+// row sees). Shapes must have passed check_batch(); a PreparedHead keeps pointers to the
+// problem's matrices, which must outlive it.
 //
 // Phase 1, prepare_head(), per query row i of rows [r0, r1):
 //   s_it = q_i.k_t / sqrt(d)  (double GEMM: the precision of p sets the precision of

@@ -12,7 +12,9 @@
 //
 // Backends: "cpu" (the reference; Eigen + OpenMP, float32 logits and products with
 // double accumulation of the error sums) and "cuda" (gpu/cuda, same numbers within a
-// stated tolerance). Choose at run time with make_recomputer().
+// stated tolerance). Choose at run time with make_recomputer(). The CPU reference's two
+// phases for one head (prepare once, then evaluate many selections) are public too:
+// gpu/cpu_recompute.hpp (cpu::prepare_head, cpu::evaluate_selection).
 #include <cstdint>
 #include <memory>
 #include <string>

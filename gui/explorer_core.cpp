@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -13,8 +14,8 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
-#include "gpu/cpu_recompute.hpp"
 #include "model/capture.hpp"
 #include "model/dominance.hpp"
 #include "model/error.hpp"
@@ -36,6 +37,19 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Runs the OpenMP work of its scope on the calling thread alone (restored on exit). The
+// interactive update's work (tier-local quantization of one head, the g rows of one decode
+// step) is a few ms; on a shared 2-core machine the barriers of parallel regions cost more
+// than they save (bench_explorer: 28 ms serial against 89 ms with 2 threads while the
+// other core compiled).
+struct SerialOmp {
+  int saved = omp_get_max_threads();
+  SerialOmp() { omp_set_num_threads(1); }
+  ~SerialOmp() { omp_set_num_threads(saved); }
+  SerialOmp(const SerialOmp&) = delete;
+  SerialOmp& operator=(const SerialOmp&) = delete;
+};
 
 void check(const std::atomic<bool>* cancel) {
   if (cancel && cancel->load()) throw Cancelled();
@@ -357,7 +371,8 @@ bool run_source_scenario(const Source& src, const Progress& progress, const std:
 struct Engine::LadderEntry {
   RateLadder ladder;
   RateKind rate_kind = RateKind::Code;
-  std::shared_ptr<const HeadData> head;
+  int layer = 0, kv_head = 0;
+  int T = 0, d = 0;
   SurrogateCosts costs;
   std::vector<double> rates;    // per ladder tier, on the rate kind
   std::vector<int> order;       // tokens by decreasing a_t
@@ -366,11 +381,6 @@ struct Engine::LadderEntry {
   std::string fit_note;         // why the fit failed
   DominanceReport dom;
   std::map<int, MatrixRMd> smoothed;  // kernel -> pooled costs
-  // Dense quantization of the keys at every tier j >= 1 (dense[j - 1]; the exact tier is the
-  // keys themselves) and the CPU backend's preparation of the observation queries with these
-  // variants (gpu/cpu_recompute.hpp), both built on first use.
-  std::vector<MatrixRM> dense;
-  std::unique_ptr<cpu::PreparedHead> obs_prep;
   // Water-filling: L_i = ln(g_i(0)) / ln(beta) of the tokens with a_t > 0, decreasing, and
   // their prefix sums P[k] = L_0 + ... + L_{k-1} (built on first use).
   std::vector<double> L, P;
@@ -430,24 +440,73 @@ static std::string settings_key(const Settings& s) {
 
 struct Engine::Last {
   std::string key;
-  std::shared_ptr<LadderEntry> entry;
   std::vector<std::uint8_t> tiers;
   bool obs_done = false;
   ErrorMetrics obs;
 };
 
-// Decode step s of one head on one ladder: the T + s keys and values the step sees, its
-// g queries, the dense tiers extended by the s exact decode keys, and their preparation.
-struct Engine::StepEntry {
-  MatrixRM keys, values, queries;
-  std::vector<MatrixRM> variants;
-  std::unique_ptr<cpu::PreparedHead> prep;
+// The water-filling view's head and ladder (one at a time): the allocation's keys as
+// model/quantizer.hpp materialize gives them, built tier by tier so that a budget change
+// quantizes again only the tiers whose token sets changed.
+struct Engine::Work {
+  std::string key;  // head index | ladder name
+  std::shared_ptr<const HeadData> head;
+  RateLadder ladder;
+  int T = 0, d = 0;
+  std::vector<std::vector<int>> tokens;  // per ladder tier: its tokens in position order (finite tiers)
+  std::vector<MatrixRM> block;           // per ladder tier: their rows quantized as one block (quantize_block)
+  std::vector<int> row_tier;             // per prompt token: the tier whose block row `keys` holds (0: the exact key)
+  std::vector<std::uint8_t> tiers;       // the allocation held (empty: none yet)
+  int step = 0;                          // s of the step buffers (0: none)
+  // keys: T + step rows, the allocation's key of each prompt token (the exact key for
+  // exact and for evicted tokens: an evicted token is not selected, so its row is unused)
+  // then the step's decode keys (exact). exact, values: the T + step exact keys and values;
+  // queries: step s's g queries.
+  MatrixRM keys, exact, values, queries;
+  bool step_done = false;  // step_err holds the allocation's error at `step`
+  ErrorMetrics step_err;
 };
+
+namespace {
+
+// The cache key of a head's data: "H<idx>".
+std::string head_key(int idx) {
+  std::string k(1, 'H');
+  k += std::to_string(idx);
+  return k;
+}
+
+bool finite_tier(const Tier& t) { return t.kind != QuantizerKind::Evict && t.kind != QuantizerKind::Exact; }
+
+std::size_t bytes_of(const MatrixRM& m) { return static_cast<std::size_t>(m.size()) * sizeof(float); }
+std::size_t bytes_of(const MatrixRMd& m) { return static_cast<std::size_t>(m.size()) * sizeof(double); }
+std::size_t bytes_of(const VectorD& v) { return static_cast<std::size_t>(v.size()) * sizeof(double); }
+
+std::size_t bytes_of(const HeadData& h) {
+  return bytes_of(h.keys) + bytes_of(h.keys_pre_rope) + bytes_of(h.values) + bytes_of(h.obs_queries) +
+         bytes_of(h.decode_queries) + bytes_of(h.decode_keys) + bytes_of(h.decode_values) + sizeof(HeadData);
+}
+
+// The head index of a cache key ("H<idx>" or "<l>.<h>|...").
+int head_of_key(const std::string& key, int n_kv_heads) {
+  if (!key.empty() && key[0] == 'H') return std::atoi(key.c_str() + 1);
+  const auto dot = key.find('.');
+  return std::atoi(key.c_str()) * n_kv_heads + std::atoi(key.c_str() + dot + 1);
+}
+
+}  // namespace
 
 Engine::Engine(std::shared_ptr<const Source> src, Backend backend) : source_(std::move(src)) {
   std::string note;
   backend_ = make_recomputer(backend, &note);
   if (!backend_) throw InputError("explorer: backend unavailable: " + note);
+  if (const char* mb = std::getenv("TIERLAB_EXPLORER_CACHE_MB")) {
+    char* end = nullptr;
+    const double v = std::strtod(mb, &end);
+    if (end == mb || *end != '\0' || !(v >= 0))
+      throw InputError(std::string("explorer: TIERLAB_EXPLORER_CACHE_MB = '") + mb + "' is not a number of megabytes.");
+    cache_limit_ = static_cast<std::size_t>(v * 1024 * 1024);
+  }
 }
 
 std::string Engine::backend_description() const { return backend_->description(); }
@@ -455,19 +514,101 @@ std::string Engine::backend_description() const { return backend_->description()
 void Engine::clear_cache() {
   std::lock_guard<std::mutex> lock(mu_);
   heads_.clear();
-  heavy_.clear();
   ladders_.clear();
-  step_.reset();
-  step_key_.clear();
+  used_.clear();
+  work_.reset();
   last_.reset();
+}
+
+void Engine::set_cache_limit(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cache_limit_ = bytes;
+  trim_();
+}
+
+namespace {
+
+std::size_t entry_bytes(const SurrogateCosts& c, const std::map<int, MatrixRMd>& smoothed, std::size_t order,
+                        std::size_t lp) {
+  std::size_t b = bytes_of(c.cost) + bytes_of(c.noise) + bytes_of(c.weights.a) + bytes_of(c.weights.evict_cost) +
+                  bytes_of(c.weights.attention) + order * sizeof(int) + lp * sizeof(double);
+  for (const auto& [k, m] : smoothed) b += bytes_of(m);
+  return b;
+}
+
+}  // namespace
+
+std::size_t Engine::cache_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t b = 0;
+  for (const auto& [k, h] : heads_) b += bytes_of(*h);
+  for (const auto& [k, e] : ladders_) b += entry_bytes(e->costs, e->smoothed, e->order.size(), e->L.size() + e->P.size());
+  if (work_) {
+    b += bytes_of(work_->keys) + bytes_of(work_->exact) + bytes_of(work_->values) + bytes_of(work_->queries) +
+         work_->row_tier.size() * sizeof(int);
+    for (std::size_t j = 0; j < work_->block.size(); ++j)
+      b += bytes_of(work_->block[j]) + work_->tokens[j].size() * sizeof(int);
+    // The work entry's head data, when the cache no longer holds it.
+    if (!heads_.count(std::atoi(work_->key.c_str()))) b += bytes_of(*work_->head);
+  }
+  return b;
+}
+
+int Engine::cached_heads() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(heads_.size());
+}
+
+void Engine::touch_(const std::string& key) { used_[key] = ++clock_; }
+
+// Least recently used first: the heads' data, then the (head, ladder) entries, never those
+// of the head touched last (in use).
+void Engine::trim_() {
+  const int nkv = source_->meta().n_kv_heads;
+  std::string newest;
+  std::uint64_t newest_t = 0;
+  for (const auto& [k, t] : used_)
+    if (t >= newest_t) newest = k, newest_t = t;
+  const int keep = newest.empty() ? -1 : head_of_key(newest, nkv);
+  std::size_t total = 0;
+  std::vector<std::pair<std::uint64_t, std::string>> heads, entries;
+  for (const auto& [idx, h] : heads_) {
+    const std::string k = head_key(idx);
+    total += bytes_of(*h);
+    if (idx != keep) heads.push_back({used_[k], k});
+  }
+  for (const auto& [k, e] : ladders_) {
+    total += entry_bytes(e->costs, e->smoothed, e->order.size(), e->L.size() + e->P.size());
+    if (e->layer * nkv + e->kv_head != keep) entries.push_back({used_[k], k});
+  }
+  if (total <= cache_limit_) return;
+  std::sort(heads.begin(), heads.end());
+  std::sort(entries.begin(), entries.end());
+  for (const auto& [t, k] : heads) {
+    if (total <= cache_limit_) return;
+    const int idx = std::atoi(k.c_str() + 1);
+    total -= bytes_of(*heads_.at(idx));
+    heads_.erase(idx);
+    used_.erase(k);
+  }
+  for (const auto& [t, k] : entries) {
+    if (total <= cache_limit_) return;
+    const auto& e = ladders_.at(k);
+    total -= entry_bytes(e->costs, e->smoothed, e->order.size(), e->L.size() + e->P.size());
+    ladders_.erase(k);
+    used_.erase(k);
+  }
 }
 
 std::shared_ptr<const HeadData> Engine::head_(int l, int h) {
   const int idx = l * source_->meta().n_kv_heads + h;
+  touch_(head_key(idx));
   auto it = heads_.find(idx);
   if (it != heads_.end()) return it->second;
+  if (work_ && work_->key.rfind(std::to_string(idx) + "|", 0) == 0) return heads_[idx] = work_->head;
   auto p = std::make_shared<const HeadData>(source_->head(l, h));
   heads_[idx] = p;
+  trim_();
   return p;
 }
 
@@ -476,16 +617,22 @@ std::shared_ptr<Engine::LadderEntry> Engine::ladder_(int l, int h, const RateLad
   const std::string key = std::to_string(l) + "." + std::to_string(h) + "|" + ladder.name() + "|" +
                           std::string(to_string(kind));
   auto it = ladders_.find(key);
-  if (it != ladders_.end()) return it->second;
+  if (it != ladders_.end()) {
+    touch_(key);
+    return it->second;
+  }
   check(cancel);
   auto e = std::make_shared<LadderEntry>();
   e->ladder = ladder;
   e->rate_kind = kind;
-  e->head = head_(l, h);
+  e->layer = l, e->kv_head = h;
+  const std::shared_ptr<const HeadData> head = head_(l, h);
   check(cancel);
-  const HeadData& hd = *e->head;
+  const HeadData& hd = *head;
+  e->T = static_cast<int>(hd.keys.rows());
+  e->d = static_cast<int>(hd.keys.cols());
   e->costs = surrogate_costs(hd.keys, hd.values, hd.obs_queries, ladder);
-  const int d = static_cast<int>(hd.keys.cols());
+  const int d = e->d;
   for (const Tier& t : ladder.tiers) e->rates.push_back(rate_of(t.nominal_rate(d), kind));
   const VectorD& a = e->costs.weights.a;
   e->order.resize(static_cast<std::size_t>(a.size()));
@@ -506,6 +653,8 @@ std::shared_ptr<Engine::LadderEntry> Engine::ladder_(int l, int h, const RateLad
   }
   e->dom = tierlab::dominance(e->costs, kind);
   ladders_[key] = e;
+  touch_(key);
+  trim_();
   return e;
 }
 
@@ -519,76 +668,131 @@ const MatrixRMd& Engine::smoothed_(LadderEntry& e, int kernel) {
   return e.smoothed[kernel] = smooth_costs(e.costs.cost, so);
 }
 
-void Engine::dense_(LadderEntry& e) {
-  if (!e.dense.empty()) return;
-  // The dense tiers and the observation preparation are as large as the head times the
-  // ladder: keep them for the few heads looked at last.
-  heavy_.erase(std::remove(heavy_.begin(), heavy_.end(), &e), heavy_.end());
-  while (heavy_.size() >= 4) {
-    heavy_.front()->dense.clear();
-    heavy_.front()->obs_prep.reset();
-    heavy_.erase(heavy_.begin());
+int Engine::apply_(int l, int h, const RateLadder& ladder, const std::vector<std::uint8_t>& tiers) {
+  const int idx = l * source_->meta().n_kv_heads + h;
+  const std::string key = std::to_string(idx) + "|" + ladder.name();
+  if (!work_ || work_->key != key) {
+    work_.reset();  // one work entry at a time
+    auto w = std::make_unique<Work>();
+    w->key = key;
+    w->head = head_(l, h);
+    w->ladder = ladder;
+    w->T = static_cast<int>(w->head->keys.rows());
+    w->d = static_cast<int>(w->head->keys.cols());
+    w->tokens.resize(static_cast<std::size_t>(ladder.size()));
+    w->block.resize(static_cast<std::size_t>(ladder.size()));
+    w->row_tier.assign(static_cast<std::size_t>(w->T), 0);
+    w->keys = w->head->keys;
+    work_ = std::move(w);
   }
-  heavy_.push_back(&e);
-  const RateLadder& ladder = e.ladder;
-  for (int j = 1; j < ladder.size(); ++j)
-    e.dense.push_back(j == ladder.exact_index() ? e.head->keys : dense_tier_keys(e.head->keys, ladder.tiers[static_cast<std::size_t>(j)]));
-}
-
-const cpu::PreparedHead& Engine::obs_prep_(LadderEntry& e) {
-  if (e.obs_prep && !e.dense.empty()) return *e.obs_prep;
-  dense_(e);
-  HeadProblem hp;
-  hp.queries = &e.head->obs_queries;
-  hp.exact_keys = &e.head->keys;
-  hp.values = &e.head->values;
-  for (const MatrixRM& v : e.dense) hp.variants.push_back(&v);
-  HeadBatch b;
-  b.problem = hp;
-  const std::string bad = check_batch(b);
-  if (!bad.empty()) throw InputError("explorer: " + bad);
-  e.obs_prep = std::make_unique<cpu::PreparedHead>(cpu::prepare_head(hp, 0, static_cast<int>(hp.queries->rows())));
-  return *e.obs_prep;
-}
-
-const cpu::PreparedHead& Engine::step_prep_(LadderEntry& e, int layer, int kv_head, int step) {
-  const std::string key = std::to_string(layer) + "." + std::to_string(kv_head) + "|" + e.ladder.name() + "|" + std::to_string(step);
-  if (step_key_ == key && step_) return *step_->prep;
-  step_.reset();  // one step cached at a time (its variants are as large as the head)
-  dense_(e);
-  const HeadData& hd = *e.head;
-  const int T = static_cast<int>(hd.keys.rows()), d = static_cast<int>(hd.keys.cols());
-  const int S = static_cast<int>(hd.decode_keys.rows());
-  auto se = std::make_unique<StepEntry>();
-  se->keys.resize(T + step, d);
-  se->keys.topRows(T) = hd.keys;
-  se->keys.bottomRows(step) = hd.decode_keys.topRows(step);
-  se->values.resize(T + step, d);
-  se->values.topRows(T) = hd.values;
-  se->values.bottomRows(step) = hd.decode_values.topRows(step);
-  const int g = static_cast<int>(hd.decode_queries.rows()) / S;
-  se->queries.resize(g, d);
-  for (int j = 0; j < g; ++j) se->queries.row(j) = hd.decode_queries.row(j * S + step - 1);
-  se->variants.reserve(e.dense.size());
-  for (std::size_t v = 0; v < e.dense.size(); ++v) {
-    if (v + 1 == e.dense.size()) {
-      se->variants.push_back(se->keys);
-      continue;
+  Work& w = *work_;
+  if (!w.tiers.empty() && w.tiers == tiers) return 0;
+  if (static_cast<int>(tiers.size()) != w.T)
+    throw InputError("explorer: the allocation has " + std::to_string(tiers.size()) + " tiers but the head has " +
+                     std::to_string(w.T) + " tokens.");
+  const int n = ladder.size();
+  std::vector<std::vector<int>> by(static_cast<std::size_t>(n));
+  for (int t = 0; t < w.T; ++t) {
+    const int j = tiers[static_cast<std::size_t>(t)];
+    if (j >= n)
+      throw InputError("explorer: token " + std::to_string(t) + " has tier index " + std::to_string(j) + " but ladder '" +
+                       ladder.name() + "' has " + std::to_string(n) + " tiers.");
+    by[static_cast<std::size_t>(j)].push_back(t);
+  }
+  // MODEL.md convention 9, as materialize: the tokens of a tier are quantized as one block
+  // in position order. A tier whose token set is unchanged keeps its block.
+  int requantized = 0;
+  std::vector<bool> changed(static_cast<std::size_t>(n), false);
+  for (int j = 0; j < n; ++j) {
+    const Tier& tier = ladder.tiers[static_cast<std::size_t>(j)];
+    auto& toks = w.tokens[static_cast<std::size_t>(j)];
+    if (!finite_tier(tier) || by[static_cast<std::size_t>(j)] == toks) continue;
+    toks = std::move(by[static_cast<std::size_t>(j)]);
+    w.block[static_cast<std::size_t>(j)] = toks.empty() ? MatrixRM() : quantize_block(w.head->keys, toks, tier).dequant;
+    changed[static_cast<std::size_t>(j)] = true;
+    ++requantized;
+  }
+  // Rows of `keys`: a finite tier's block rows where they changed, the exact key elsewhere.
+  for (int j = 0; j < n; ++j) {
+    if (!finite_tier(ladder.tiers[static_cast<std::size_t>(j)])) continue;
+    const auto& toks = w.tokens[static_cast<std::size_t>(j)];
+    const MatrixRM& blk = w.block[static_cast<std::size_t>(j)];
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      const int t = toks[i];
+      if (!changed[static_cast<std::size_t>(j)] && w.row_tier[static_cast<std::size_t>(t)] == j) continue;
+      w.keys.row(t) = blk.row(static_cast<Eigen::Index>(i));
+      w.row_tier[static_cast<std::size_t>(t)] = j;
     }
-    MatrixRM m(T + step, d);
-    m.topRows(T) = e.dense[v];
-    m.bottomRows(step) = hd.decode_keys.topRows(step);
-    se->variants.push_back(std::move(m));
   }
-  HeadProblem hp;
-  hp.queries = &se->queries;
-  hp.exact_keys = &se->keys;
-  hp.values = &se->values;
-  for (const MatrixRM& v : se->variants) hp.variants.push_back(&v);
-  se->prep = std::make_unique<cpu::PreparedHead>(cpu::prepare_head(hp, 0, g));
-  step_ = std::move(se);
-  step_key_ = key;
-  return *step_->prep;
+  for (int t = 0; t < w.T; ++t)
+    if (!finite_tier(ladder.tiers[tiers[static_cast<std::size_t>(t)]]) && w.row_tier[static_cast<std::size_t>(t)] != 0) {
+      w.keys.row(t) = w.head->keys.row(t);
+      w.row_tier[static_cast<std::size_t>(t)] = 0;
+    }
+  w.tiers = tiers;
+  w.step_done = false;
+  return requantized;
+}
+
+// The allocation's error at decode step s (1 <= s <= S): the step's g queries over the
+// T + s tokens they see, the allocation's keys as one variant, the decode keys exact.
+ErrorMetrics Engine::step_error_(int step) {
+  Work& w = *work_;
+  const HeadData& hd = *w.head;
+  const int T = w.T, d = w.d;
+  const int S = static_cast<int>(hd.decode_keys.rows());
+  if (w.step != step) {
+    w.exact.resize(T + step, d);
+    w.exact.topRows(T) = hd.keys;
+    w.exact.bottomRows(step) = hd.decode_keys.topRows(step);
+    w.values.resize(T + step, d);
+    w.values.topRows(T) = hd.values;
+    w.values.bottomRows(step) = hd.decode_values.topRows(step);
+    const int g = static_cast<int>(hd.decode_queries.rows()) / S;
+    w.queries.resize(g, d);
+    for (int j = 0; j < g; ++j) w.queries.row(j) = hd.decode_queries.row(j * S + step - 1);
+    MatrixRM k(T + step, d);
+    k.topRows(T) = w.keys.topRows(T);
+    k.bottomRows(step) = hd.decode_keys.topRows(step);
+    w.keys = std::move(k);
+    w.step = step;
+    w.step_done = false;
+  }
+  if (w.step_done) return w.step_err;
+  Selection sel(static_cast<std::size_t>(T + step), 1);
+  for (int t = 0; t < T; ++t) sel[static_cast<std::size_t>(t)] = w.tiers[static_cast<std::size_t>(t)] != 0;
+  w.step_err = recompute_one(*backend_, w.queries, w.exact, w.values, w.keys, sel);
+  w.step_done = true;
+  return w.step_err;
+}
+
+// The allocation's error on the observation queries (its keys as one variant), in chunks
+// of rows (multiples of 64, about 2^21 row-tokens each) with a cancel check between them. Every row sees
+// the same tokens, so each metric is the mean of the chunks' metrics weighted by their rows
+// (the logit error's denominator n_kept * rows included).
+ErrorMetrics Engine::obs_error_(const std::atomic<bool>* cancel) {
+  const Work& w = *work_;
+  const HeadData& hd = *w.head;
+  Selection sel(static_cast<std::size_t>(w.T));
+  for (int t = 0; t < w.T; ++t) sel[static_cast<std::size_t>(t)] = w.tiers[static_cast<std::size_t>(t)] != 0;
+  MatrixRM prompt;
+  if (w.keys.rows() != w.T) prompt = w.keys.topRows(w.T);
+  const MatrixRM& keys = w.keys.rows() == w.T ? w.keys : prompt;
+  const int nq = static_cast<int>(hd.obs_queries.rows());
+  // 64 rows (the CPU backend's row tile) per 32k tokens: ~0.1 s per chunk on 2 cores.
+  const int chunk = 64 * std::max(1, (1 << 21) / (64 * std::max(1, w.T)));
+  if (chunk >= nq) return recompute_one(*backend_, hd.obs_queries, hd.keys, hd.values, keys, sel);
+  ErrorMetrics m;
+  for (int r0 = 0; r0 < nq; r0 += chunk) {
+    check(cancel);
+    const int n = std::min(chunk, nq - r0);
+    const MatrixRM q = hd.obs_queries.middleRows(r0, n);
+    const ErrorMetrics c = recompute_one(*backend_, q, hd.keys, hd.values, keys, sel);
+    const double f = static_cast<double>(n) / nq;
+    m.rel_error += f * c.rel_error, m.abs_error += f * c.abs_error;
+    m.attn_tv += f * c.attn_tv, m.logit_error += f * c.logit_error;
+  }
+  return m;
 }
 
 FamilyHeadResult Engine::solve_(const LadderEntry& e, const MatrixRMd& cost, const Settings& s, FamilyChoice choice,
@@ -634,7 +838,8 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   const RateLadder ladder = RateLadder::parse(s.ladder);
   ladder.validate();
   auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
-  const HeadData& hd = *e->head;
+  const std::shared_ptr<const HeadData> head_data = head_(s.layer, s.kv_head);
+  const HeadData& hd = *head_data;
   const int T = static_cast<int>(hd.keys.rows());
   const VectorD& a = e->costs.weights.a;
   WaterfillNumbers num;
@@ -675,7 +880,9 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   }
   check(cancel);
 
-  // The discrete allocation.
+  // The discrete allocation, its keys and its error at step s, on this thread alone.
+  std::optional<SerialOmp> serial;
+  serial.emplace();
   auto ts = Clock::now();
   FamilyHeadResult hr = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, &num.option);
   num.solve_ms = ms_since(ts);
@@ -683,8 +890,8 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   const bool feasible = !hr.tiers.empty();
   check(cancel);
   if (feasible) {
-    // A token's key at tier j is its row of the dense quantization at j (cached per ladder),
-    // so the selection is the tier index itself (0 = evicted, j = variant j - 1).
+    // The allocation's keys as materialize gives them (tier-local groups, convention 9):
+    // only the tiers whose token sets changed are quantized again.
     ts = Clock::now();
     num.rate = allocation_rate(T, static_cast<int>(hd.keys.cols()), ladder, hr.tiers);
     int ev = 0;
@@ -692,26 +899,22 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     num.evicted_fraction = T > 0 ? static_cast<double>(ev) / T : 0;
     num.surrogate_abs = hr.objective;
     num.surrogate_rel = e->costs.output_norm2 > 0 ? hr.objective / e->costs.output_norm2 : kNaN;
-    dense_(*e);
+    num.tiers_quantized = apply_(s.layer, s.kv_head, ladder, hr.tiers);
     num.materialize_ms = ms_since(ts);
     check(cancel);
     ts = Clock::now();
-    cpu::Workspace ws;
     num.obs.rel_error = num.obs.abs_error = num.obs.attn_tv = num.obs.logit_error = kNaN;
-    if (s.recompute_obs) num.obs = cpu::evaluate_selection(obs_prep_(*e), hr.tiers, ws);
     const int S = static_cast<int>(hd.decode_keys.rows());
     if (S > 0 && hd.decode_queries.rows() > 0) {
       const int step = std::clamp(s.decode_step, 1, S);
       num.step_used = step;
-      const cpu::PreparedHead& sp = step_prep_(*e, s.layer, s.kv_head, step);
-      Selection sel(static_cast<std::size_t>(T + step), static_cast<std::uint8_t>(ladder.exact_index()));
-      std::copy(hr.tiers.begin(), hr.tiers.end(), sel.begin());
-      num.step = cpu::evaluate_selection(sp, sel, ws);
+      num.step = step_error_(step);
     }
+    serial.reset();  // the observation queries (g x W rows) use the threads
+    if (s.recompute_obs) num.obs = obs_error_(cancel);
     num.recompute_ms = ms_since(ts);
     auto last = std::make_shared<Last>();
     last->key = settings_key(s);
-    last->entry = e;
     last->tiers = hr.tiers;
     last->obs_done = s.recompute_obs;
     last->obs = num.obs;
@@ -808,7 +1011,8 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     if (num.step_used > 0)
       info << "  recomputed, decode step s=" << num.step_used << "  " << fmt(num.step.rel_error, "%.4g") << "\n";
     info << "time: solve " << fmt(num.solve_ms, "%.1f") << " ms, recompute " << fmt(num.recompute_ms, "%.1f")
-         << " ms (+ tier keys " << fmt(num.materialize_ms, "%.1f") << " ms)";
+         << " ms, tier-local keys " << fmt(num.materialize_ms, "%.1f") << " ms (" << num.tiers_quantized
+         << " tier" << (num.tiers_quantized == 1 ? "" : "s") << " quantized again)";
   }
   v.info = info.str();
   v.seconds = ms_since(t0) / 1000;
@@ -832,8 +1036,9 @@ ErrorMetrics Engine::obs_error(const Settings& s, const std::atomic<bool>* cance
   if (last->obs_done) return last->obs;
   check(cancel);
   std::lock_guard<std::mutex> lock(mu_);
-  cpu::Workspace ws;
-  last->obs = cpu::evaluate_selection(obs_prep_(*last->entry), last->tiers, ws);
+  const RateLadder ladder = RateLadder::parse(s.ladder);
+  apply_(s.layer, s.kv_head, ladder, last->tiers);  // a no-op unless another view replaced the work entry
+  last->obs = obs_error_(cancel);
   last->obs_done = true;
   return last->obs;
 }
@@ -846,17 +1051,16 @@ CompressedHead Engine::allocation_keys(const Settings& s) {
   auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, nullptr);
   const FamilyHeadResult r = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, nullptr);
   if (r.tiers.empty()) throw InputError("explorer: no feasible allocation at B = " + fmt(s.budget) + ".");
-  dense_(*e);
+  apply_(s.layer, s.kv_head, ladder, r.tiers);
+  const Work& w = *work_;
   CompressedHead c;
-  const HeadData& hd = *e->head;
-  c.keys = MatrixRM::Zero(hd.keys.rows(), hd.keys.cols());
+  c.keys = w.keys.topRows(w.T);
   c.kept.assign(r.tiers.size(), 0);
-  for (std::size_t t = 0; t < r.tiers.size(); ++t)
-    if (r.tiers[t] > 0) {
-      c.keys.row(static_cast<Eigen::Index>(t)) = e->dense[r.tiers[t] - 1u].row(static_cast<Eigen::Index>(t));
-      c.kept[t] = 1;
-    }
-  c.rate = allocation_rate(static_cast<int>(hd.keys.rows()), static_cast<int>(hd.keys.cols()), ladder, r.tiers);
+  for (std::size_t t = 0; t < r.tiers.size(); ++t) {
+    if (r.tiers[t] > 0) c.kept[t] = 1;
+    else c.keys.row(static_cast<Eigen::Index>(t)).setZero();
+  }
+  c.rate = allocation_rate(w.T, w.d, ladder, r.tiers);
   return c;
 }
 
@@ -917,6 +1121,15 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
     if (!sp->x.empty() || sp == &q || sp == &ee || sp == &mm) f.series.push_back(*sp);
   f.xmin = -0.6, f.xmax = m.n_kv_heads - 0.4;
   f.ymin = -0.6, f.ymax = m.n_layers - 0.4;
+  // Ticks at integer heads and layers only ("H3", "L0"), every k-th when there are many.
+  auto int_ticks = [](int n, const char* prefix, int most) {
+    std::vector<Tick> ticks;
+    const int step = std::max(1, (n + most - 1) / most);
+    for (int i = 0; i < n; i += step) ticks.push_back({static_cast<double>(i), prefix + std::to_string(i)});
+    return ticks;
+  };
+  f.xticks = int_ticks(m.n_kv_heads, "H", 16);
+  f.yticks = int_ticks(m.n_layers, "L", 16);
   ViewResult v;
   v.figures = {f};
   v.hover = {hover};
@@ -1087,7 +1300,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   double ylo = -0.2, yhi = 1;
   for (double b : budgets) {
     tick(head + " at B = " + fmt(b));
-    const HeadAdvantage r = head_advantage(*e->head, e->costs, e->rates, ladder, b, *backend_);
+    const HeadAdvantage r = head_advantage(*head_(s.layer, s.kv_head), e->costs, e->rates, ladder, b, *backend_);
     auto add = [&](Series& se, double y) {
       if (std::isfinite(y)) se.x.push_back(b), se.y.push_back(std::max(y, -2.0)), ylo = std::min(ylo, std::max(y, -2.0));
     };
@@ -1115,7 +1328,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
     for (int h = 0; h < m.n_kv_heads; ++h) {
       tick("head L" + std::to_string(l) + ".H" + std::to_string(h));
       auto eh = ladder_(l, h, ladder, s.rate_kind, cancel);
-      const HeadAdvantage r = head_advantage(*eh->head, eh->costs, eh->rates, ladder, s.budget, *backend_);
+      const HeadAdvantage r = head_advantage(*head_(l, h), eh->costs, eh->rates, ladder, s.budget, *backend_);
       const double A = std::isfinite(r.A_decode) ? r.A_decode : r.A_obs;
       const double x = l * m.n_kv_heads + h;
       if (std::isfinite(A)) {
@@ -1294,7 +1507,8 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
     v.info = "From the scenario run " + dir + " (tables/staleness.json): medians over all cells' heads.";
   } else {
     check(cancel);
-    const HeadData& hd = *head_(s.layer, s.kv_head);
+    const std::shared_ptr<const HeadData> head_data = head_(s.layer, s.kv_head);  // held: the cache may drop it
+    const HeadData& hd = *head_data;
     const int S = static_cast<int>(hd.decode_keys.rows());
     if (S == 0) throw InputError("explorer: the trace has no decode steps, so there is no staleness to show.");
     StalenessOptions so;

@@ -24,14 +24,14 @@
 //       g_t(0) < theta get 0 bits, b_t = log_beta(g_t(0) / theta) otherwise, b_max = 16);
 //       the discrete allocation of the chosen solver and family on the (smoothed) surrogate
 //       costs, coloured by tier; its surrogate prediction sum_t c_t / mean_q ||o_q||^2 (true
-//       costs) next to the exact recomputed relative error e = ||o^ - o||^2 / ||o||^2 (CPU
-//       backend, gpu/cpu_recompute.hpp) on decode step s's g queries (the T prompt tokens
+//       costs) next to the exact recomputed relative error e = ||o^ - o||^2 / ||o||^2 (the
+//       engine's Recomputer, gpu/recompute.hpp; CPU in the app) on decode step s's g queries (the T prompt tokens
 //       under the allocation plus the s decode keys, exact) and on the observation queries.
-//       The key of a token at tier tau is its row of the dense quantization of the head at
-//       tau (model/quantizer.hpp dense_tier_keys, cached per ladder), so a budget change
-//       re-quantizes nothing and the backend's per-head preparation (exact softmax, logit
-//       changes of every tier) is reused; `tierlab evaluate` instead groups the tokens of one
-//       tier among themselves (MODEL.md convention 9), which differs slightly for KIVI.
+//       The keys are those `tierlab eval --allocation` recomputes (model/quantizer.hpp
+//       materialize, MODEL.md convention 9): the tokens of one tier are quantized together,
+//       in position order (quantize_block per tier; a tier whose token set did not change
+//       is not quantized again). Per allocation the backend prepares the step's g rows
+//       (and, when asked, the observation queries) with these keys as one variant.
 //   (b) head map: per head, R_h(2-bit) = sum_t c_t(2-bit) / sum_t c_t(0)
 //       (model/dominance.hpp; dominated when >= 1) and the routed family (Q, E or M,
 //       solvers/families.hpp, head scope) at B.
@@ -45,10 +45,15 @@
 //       head's err_stale/err_fresh, Jaccard of evicted sets and tier agreement per step.
 //
 // Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
-// noise fit, the weight order, the sorted log weights of the water level, the dense tiers
-// and the prepared observation queries; per (head, kernel), the smoothed costs; for the
-// current decode step, the T + s keys, values and tiers and their preparation. A budget
-// change only re-solves and recomputes (phase 2 of the CPU backend: one GEMM of g rows).
+// noise fit, the weight order, the sorted log weights of the water level and the smoothed
+// costs per kernel. These per-head entries are bounded: least recently used first, the
+// heads' data and then the (head, ladder) entries are dropped while their bytes exceed
+// the limit (set_cache_limit; default 1 GiB, or TIERLAB_EXPLORER_CACHE_MB), those of the
+// head in use always kept. Besides, one "work" entry for the water-filling view's head:
+// the tier-local quantization per tier, the allocation's keys extended by the decode
+// step's keys, the T + s exact keys and values, and the current allocation's error at
+// step s. A budget change re-solves, re-quantizes the tiers whose tokens changed and
+// recomputes decode step s's g rows (the backend's two phases, on one thread).
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -69,10 +74,6 @@
 #include "scenarios/scenario.hpp"
 #include "solvers/families.hpp"
 #include "solvers/waterfill.hpp"
-
-namespace tierlab::cpu {
-struct PreparedHead;
-}
 
 namespace tierlab::explorer {
 
@@ -180,7 +181,8 @@ struct WaterfillNumbers {
   ErrorMetrics obs;                        // recomputed, observation queries (NaN when not asked)
   ErrorMetrics step;                       // recomputed, decode step s (zeros when S = 0)
   int step_used = 0;                       // s actually used (0 when S = 0)
-  double solve_ms = 0, materialize_ms = 0, recompute_ms = 0;  // materialize: the dense tiers (first use only)
+  double solve_ms = 0, materialize_ms = 0, recompute_ms = 0;  // materialize: the tier-local quantization
+  int tiers_quantized = 0;                 // finite tiers quantized again by this call (the others were cached)
 };
 
 struct HeadMapEntry {
@@ -214,34 +216,44 @@ class Engine {
 
   // Drops the caches (e.g. to measure a cold start).
   void clear_cache();
+  // The per-head caches' limit in bytes (see Caching above) and what they hold now
+  // (cache_bytes counts the work entry too).
+  void set_cache_limit(std::size_t bytes);
+  std::size_t cache_limit() const { return cache_limit_; }
+  std::size_t cache_bytes();
+  int cached_heads();  // heads whose data (keys, values, queries) is cached
 
   // The allocation of the selected head that waterfill() would use (tests, benchmark).
   std::vector<std::uint8_t> allocate(const Settings&, std::string* option = nullptr);
-  // Its keys as the water-filling view recomputes them (each kept token's row of the dense
-  // quantization at its tier), kept flags and rate: for an independent evaluation
-  // (scenarios/evaluation.hpp evaluate_trace with a HeadCompressor).
+  // Its keys as the water-filling view recomputes them (those of model/quantizer.hpp
+  // materialize: evicted rows zero), kept flags and rate.
   CompressedHead allocation_keys(const Settings&);
 
  private:
   struct LadderEntry;
+  struct Work;
   std::shared_ptr<const HeadData> head_(int l, int h);
   std::shared_ptr<LadderEntry> ladder_(int l, int h, const RateLadder&, RateKind, const std::atomic<bool>* cancel);
   const MatrixRMd& smoothed_(LadderEntry&, int kernel);
   FamilyHeadResult solve_(const LadderEntry&, const MatrixRMd& cost, const Settings&, FamilyChoice, const RateLadder&,
                           std::string* option);
+  // The work entry of head (l, h) on `ladder` holding allocation `tiers` (re-quantizes the
+  // tiers whose token sets changed; returns how many), and its preparations.
+  int apply_(int l, int h, const RateLadder& ladder, const std::vector<std::uint8_t>& tiers);
+  ErrorMetrics step_error_(int step);  // the work entry's allocation at decode step s (S > 0)
+  ErrorMetrics obs_error_(const std::atomic<bool>* cancel);  // ... on the observation queries
+  void touch_(const std::string& key);
+  void trim_();  // drops least recently used entries while over the limit
 
   std::shared_ptr<const Source> source_;
   std::unique_ptr<Recomputer> backend_;
   std::mutex mu_;
   std::map<int, std::shared_ptr<const HeadData>> heads_;
   std::map<std::string, std::shared_ptr<LadderEntry>> ladders_;
-  struct StepEntry;
-  std::vector<LadderEntry*> heavy_;  // entries holding dense tiers, oldest first (at most 4)
-  std::unique_ptr<StepEntry> step_;
-  std::string step_key_;
-  void dense_(LadderEntry&);
-  const cpu::PreparedHead& obs_prep_(LadderEntry&);
-  const cpu::PreparedHead& step_prep_(LadderEntry&, int layer, int kv_head, int step);
+  std::map<std::string, std::uint64_t> used_;  // cache key ("H<idx>" or a ladder key) -> last use
+  std::uint64_t clock_ = 0;
+  std::size_t cache_limit_ = std::size_t(1) << 30;
+  std::unique_ptr<Work> work_;
   struct Last;
   std::shared_ptr<Last> last_;  // the last water-filling allocation (for obs_error)
 };

@@ -18,6 +18,7 @@
 #include "gpu/recompute.hpp"
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
+#include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "model/synthetic.hpp"
 #include "model/trace.hpp"
@@ -130,30 +131,49 @@ TEST_CASE("explorer core: a budget change moves the water level and the allocati
     const ContinuousWaterfill cw = waterfill_continuous(wp);
     CHECK(close_rel(cw.theta, hi.theta, 1e-6));
 
-    // The same allocation evaluated by scenarios/evaluation.hpp (its own recomputation of the
-    // observation queries and of every decode step) on the keys the view recomputes.
+    // The same tiers evaluated by `tierlab eval --allocation`'s path (scenarios/evaluation.hpp
+    // evaluate_trace with a HeadAllocator: model/quantizer.hpp materialize with tier-local
+    // groups, its own recomputation of the observation queries and of every decode step).
+    const RateLadder ladder = RateLadder::parse(s.ladder);
+    const std::vector<std::uint8_t> tiers = engine.allocate(s);
+    REQUIRE(tiers == hi.tiers);
+    // The keys the view recomputes are materialize's, bit for bit (evicted rows zero).
     const CompressedHead keys = engine.allocation_keys(s);
-    std::size_t evicted = 0;
-    for (std::size_t t = 0; t < hi.tiers.size(); ++t) {
-      CHECK((keys.kept[t] != 0) == (hi.tiers[t] != 0));
-      evicted += hi.tiers[t] == 0;
+    const MaterializedKeys mk = materialize(hd.keys, ladder, tiers);
+    CHECK(keys.kept == mk.kept);
+    CHECK((keys.keys.array() == mk.keys.array()).all());
+    CHECK(keys.rate.code_bits == mk.rate.code_bits);
+    CHECK(keys.rate.total_bits == mk.rate.total_bits);
+    // ... and differ from the dense quantization's rows (the former approximation) for some
+    // kept KIVI token: the check above is not vacuous.
+    bool differs = false;
+    for (int j = 1; j < ladder.exact_index(); ++j) {
+      const MatrixRM dense = dense_tier_keys(hd.keys, ladder.tiers[static_cast<std::size_t>(j)]);
+      for (std::size_t t = 0; t < tiers.size(); ++t)
+        if (tiers[t] == j && (dense.row(static_cast<Eigen::Index>(t)).array() != mk.keys.row(static_cast<Eigen::Index>(t)).array()).any())
+          differs = true;
     }
+    CHECK(differs);
+    std::size_t evicted = 0;
+    for (std::size_t t = 0; t < hi.tiers.size(); ++t) evicted += hi.tiers[t] == 0;
     CHECK(close_rel(hi.evicted_fraction, static_cast<double>(evicted) / hi.tiers.size(), 1e-12));
     auto backend = make_recomputer(Backend::Cpu);
     const int target = head;
     const TraceEvaluation ev = evaluate_trace(
-        reader,
-        [&](const HeadData& h) {
-          if (h.layer * 2 + h.kv_head == target) return keys;
-          CompressedHead exact{h.keys, std::vector<std::uint8_t>(static_cast<std::size_t>(h.keys.rows()), 1), {16, 16}};
-          return exact;
+        reader, ladder,
+        [&](const HeadData& h, const TokenWeights&) {
+          if (h.layer * 2 + h.kv_head == target) return tiers;
+          return std::vector<std::uint8_t>(static_cast<std::size_t>(h.keys.rows()),
+                                           static_cast<std::uint8_t>(ladder.exact_index()));
         },
         *backend);
     const HeadEvaluation& he = ev.heads.at(static_cast<std::size_t>(head));
     CHECK(close_rel(he.obs.rel_error, hi.obs.rel_error, 1e-5));
+    CHECK(close_rel(he.obs.attn_tv, hi.obs.attn_tv, 1e-5));
+    CHECK(close_rel(he.rate.code_bits, hi.rate.code_bits, 1e-12));
     CHECK(close_rel(he.predicted_abs, hi.surrogate_abs, 1e-6));
     // The decode error is the mean over the steps of the view's per-step error.
-    double mean_step = 0;
+    double mean_step = 0, mean_tv = 0;
     for (int step = 1; step <= S; ++step) {
       Settings t = s;
       t.decode_step = step;
@@ -161,9 +181,12 @@ TEST_CASE("explorer core: a budget change moves the water level and the allocati
       WaterfillNumbers n;
       engine.waterfill(t, &n);
       CHECK(n.step_used == step);
+      CHECK(n.tiers_quantized == 0);  // same allocation: nothing quantized again
       mean_step += n.step.rel_error / S;
+      mean_tv += n.step.attn_tv / S;
     }
     CHECK(close_rel(he.decode.rel_error, mean_step, 1e-5));
+    CHECK(close_rel(he.decode.attn_tv, mean_tv, 1e-5));
     // obs_error() (the app's follow-up) gives the same number as the full call.
     Settings t = s;
     t.recompute_obs = false;
@@ -205,9 +228,56 @@ TEST_CASE("explorer core: every solver, family, smoothing kernel and quantizer g
   const ViewResult hm = engine.head_map(s, &map);
   CHECK(map.size() == 4);
   for (const auto& e : map) CHECK((e.family == 'Q' || e.family == 'E' || e.family == 'M'));
+  // The head map's ticks: integer heads and layers only, labelled.
+  REQUIRE(hm.figures.size() == 1);
+  const Figure& hf = hm.figures[0];
+  REQUIRE(hf.xticks.size() == 2);
+  REQUIRE(hf.yticks.size() == 2);
+  CHECK(hf.xticks[1].at == 1.0);
+  CHECK(hf.xticks[1].label == "H1");
+  CHECK(hf.yticks[0].at == 0.0);
+  CHECK(hf.yticks[0].label == "L0");
   CHECK(engine.interior(s).figures.size() == 2);
   CHECK(engine.dominance(s).figures.size() == 1);
   CHECK(engine.staleness(s).figures.at(0).series.at(0).x.size() >= 3);
+}
+
+TEST_CASE("explorer core: the per-head caches stay under their limit, with the same results") {
+  auto src = Source::open(parse_source(small_trace()));
+  Engine unbounded(src, Backend::Cpu), bounded(src, Backend::Cpu);
+  Settings s;
+  s.budget = 2.5;
+  std::vector<HeadMapEntry> want, got;
+  unbounded.head_map(s, &want);
+  CHECK(unbounded.cached_heads() == 4);
+  // About one head's data and entries (T = 160, d = 32: some 100 kB a head).
+  const std::size_t limit = 150 * 1024;
+  bounded.set_cache_limit(limit);
+  for (int round = 0; round < 2; ++round) {
+    bounded.head_map(s, &got);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i].option == want[i].option);
+      CHECK(got[i].objective == want[i].objective);
+      CHECK(got[i].R2 == want[i].R2);
+    }
+    CHECK(bounded.cached_heads() < 4);
+    CHECK(bounded.cached_heads() >= 1);  // the head in use stays
+    CHECK(bounded.cache_bytes() <= limit);
+  }
+  // The water-filling view across heads under the limit gives the unbounded engine's numbers.
+  for (int head : {0, 3, 1, 0}) {
+    s.layer = head / 2, s.kv_head = head % 2;
+    WaterfillNumbers a, b;
+    unbounded.waterfill(s, &a);
+    bounded.waterfill(s, &b);
+    CHECK(a.tiers == b.tiers);
+    CHECK(a.obs.rel_error == b.obs.rel_error);
+    CHECK(a.step.rel_error == b.step.rel_error);
+    CHECK(bounded.cached_heads() <= 2);
+  }
+  bounded.set_cache_limit(0);  // drops all but the head in use
+  CHECK(bounded.cached_heads() <= 1);
 }
 
 TEST_CASE("explorer core: sources and their errors") {
