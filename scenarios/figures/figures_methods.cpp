@@ -174,7 +174,11 @@ std::vector<std::string> proxy_figures(const std::string& dir) {
       s.size = 10;
       f.series.push_back(s);
     }
-    f.xlabel = "log10 of the surrogate predicted relative error (observation queries)";
+    // x holds log10 of the prediction (the figure's log axes tick in powers of 2): decade
+    // ticks labelled with the error itself.
+    f.xlabel = "surrogate predicted relative error (observation queries, log)";
+    for (int k = static_cast<int>(std::floor(std::log10(a))); k <= static_cast<int>(std::ceil(std::log10(b))); ++k)
+      f.xticks.push_back({static_cast<double>(k), format_label(std::pow(10.0, k), "%g")});
     f.series.push_back({"y = x", Rgb{120, 120, 120}, Style::Dashed, {std::log10(a), std::log10(b)}, {a, b}, 1});
     f.ylog = true;
     f.xmin = std::log10(a), f.xmax = std::log10(b), f.ymin = a, f.ymax = b;
