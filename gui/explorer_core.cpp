@@ -22,6 +22,7 @@
 #include "model/llama2c.hpp"
 #include "model/quantizer.hpp"
 #include "scenarios/evaluation.hpp"
+#include "scenarios/figures/tables_io.hpp"
 #include "scenarios/interior.hpp"
 #include "scenarios/runner.hpp"
 #include "scenarios/staleness.hpp"
@@ -55,12 +56,6 @@ void check(const std::atomic<bool>* cancel) {
   if (cancel && cancel->load()) throw Cancelled();
 }
 
-std::string fmt(double v, const char* f = "%.3g") {
-  if (!std::isfinite(v)) return "n/a";
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 std::string lower_ext(const std::string& p) {
   std::string e = fs::path(p).extension().string();
@@ -68,47 +63,12 @@ std::string lower_ext(const std::string& p) {
   return e;
 }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("explorer: the table '" + path + "' is missing.");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError("explorer: the table '" + path + "' is not valid JSON (" + e.what() + ").");
-  }
-}
 
-std::map<std::string, std::vector<std::string>> read_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("explorer: the table '" + path + "' is missing.");
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> names;
-  {
-    std::stringstream ss(line);
-    std::string x;
-    while (std::getline(ss, x, ',')) names.push_back(x);
-  }
-  std::map<std::string, std::vector<std::string>> cols;
-  for (const auto& n : names) cols[n];
-  while (std::getline(in, line)) {
-    std::stringstream ss(line);
-    std::string x;
-    for (std::size_t i = 0; i < names.size() && std::getline(ss, x, ','); ++i) cols[names[i]].push_back(x);
-  }
-  return cols;
-}
 
 double val(const nlohmann::json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : kNaN;
 }
 
-void pad_range(double& lo, double& hi, double frac) {
-  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = -1, hi = 1;
-  if (hi - lo < 1e-9) lo -= 0.5, hi += 0.5;
-  const double p = (hi - lo) * frac;
-  lo -= p, hi += p;
-}
 
 // Colours: eviction grey, finite tiers from the palette (red is kept for levels), exact black.
 Rgb tier_color(const RateLadder& ladder, int j) {
@@ -435,7 +395,7 @@ static WaterLevel water_level_of(const std::vector<double>& L, const std::vector
 static std::string settings_key(const Settings& s) {
   return std::to_string(s.layer) + "." + std::to_string(s.kv_head) + "|" + s.ladder + "|" +
          std::string(to_string(s.rate_kind)) + "|" + std::string(to_string(s.solver)) + "|" +
-         std::string(to_string(s.family)) + "|" + std::to_string(s.smoothing) + "|" + fmt(s.budget, "%.17g");
+         std::string(to_string(s.family)) + "|" + std::to_string(s.smoothing) + "|" + format_label(s.budget, "%.17g");
 }
 
 struct Engine::Last {
@@ -647,7 +607,7 @@ std::shared_ptr<Engine::LadderEntry> Engine::ladder_(int l, int h, const RateLad
   try {
     e->fit = fit_noise(e->costs, qk);
     e->fitted = e->fit.beta > 1 && std::isfinite(e->fit.alpha) && e->fit.alpha > 0;
-    if (!e->fitted) e->fit_note = "the fitted beta is " + fmt(e->fit.beta) + " (needs > 1)";
+    if (!e->fitted) e->fit_note = "the fitted beta is " + format_label(e->fit.beta) + " (needs > 1)";
   } catch (const std::exception& ex) {
     e->fit_note = ex.what();
   }
@@ -948,16 +908,16 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     const double cb = cbits.empty() ? kNaN : cbits[static_cast<std::size_t>(t)];
     if (!cbits.empty()) cont.x.push_back(r), cont.y.push_back(cb);
     std::string txt = "rank " + std::to_string(r) + ", token t = " + std::to_string(t) + "\na_t = " +
-                      fmt(a[t], "%.4g") + ", g_t(0) = " + fmt(g0[static_cast<std::size_t>(t)], "%.4g") +
-                      "\nc_t(0) = " + fmt(e->costs.weights.evict_cost[t], "%.4g") +
+                      format_label(a[t], "%.4g") + ", g_t(0) = " + format_label(g0[static_cast<std::size_t>(t)], "%.4g") +
+                      "\nc_t(0) = " + format_label(e->costs.weights.evict_cost[t], "%.4g") +
                       (tier >= 0 ? "\ntier " + ladder.tiers[static_cast<std::size_t>(tier)].name() : std::string()) +
-                      (cbits.empty() ? std::string() : "\ncontinuous b_t = " + fmt(cb, "%.3f"));
+                      (cbits.empty() ? std::string() : "\ncontinuous b_t = " + format_label(cb, "%.3f"));
     hover_level.push_back({static_cast<double>(r), y, txt});
     if (tier >= 0) hover_bits.push_back({static_cast<double>(r), tb, txt});
   }
   Figure lv;
-  lv.title = "Reverse water-filling, " + head + ", B = " + fmt(s.budget) + " bits: water level theta = " +
-             fmt(num.theta, "%.3g");
+  lv.title = "Reverse water-filling, " + head + ", B = " + format_label(s.budget) + " bits: water level theta = " +
+             format_label(num.theta, "%.3g");
   lv.xlabel = "token rank by weight a_t (1 = heaviest, log)";
   lv.ylabel = e->fitted ? "marginal return per bit at 0 bits, g_t(0) (log)" : "token weight a_t (log)";
   lv.xlog = true;
@@ -992,26 +952,26 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   info << "Head " << head << ": T = " << T << " tokens, d = " << hd.keys.cols() << ", "
        << hd.obs_queries.rows() << " observation queries, S = " << hd.decode_keys.rows() << " decode steps\n";
   if (e->fitted)
-    info << "noise model n_h(b) = " << fmt(num.alpha, "%.3g") << " * " << fmt(num.beta, "%.3f") << "^(-b); theta = "
-         << fmt(num.theta, "%.4g") << "\n";
+    info << "noise model n_h(b) = " << format_label(num.alpha, "%.3g") << " * " << format_label(num.beta, "%.3f") << "^(-b); theta = "
+         << format_label(num.theta, "%.4g") << "\n";
   else
     info << "noise model not fitted (" << e->fit_note << "); y shows a_t\n";
   if (!feasible) {
-    info << "family " << to_string(s.family) << " is infeasible at B = " << fmt(s.budget) << " on " << ladder.name() << "\n";
+    info << "family " << to_string(s.family) << " is infeasible at B = " << format_label(s.budget) << " on " << ladder.name() << "\n";
   } else {
     std::vector<int> count(static_cast<std::size_t>(ladder.size()), 0);
     for (auto t : hr.tiers) ++count[t];
-    info << "allocation " << num.option << " (" << to_string(s.solver) << "): rate " << fmt(num.rate.code_bits, "%.3f")
-         << " code / " << fmt(num.rate.total_bits, "%.3f") << " total bits; evicted "
-         << fmt(100 * num.evicted_fraction, "%.1f") << "%\n  tokens per tier:";
+    info << "allocation " << num.option << " (" << to_string(s.solver) << "): rate " << format_label(num.rate.code_bits, "%.3f")
+         << " code / " << format_label(num.rate.total_bits, "%.3f") << " total bits; evicted "
+         << format_label(100 * num.evicted_fraction, "%.1f") << "%\n  tokens per tier:";
     for (int j = 0; j < ladder.size(); ++j) info << " " << ladder.tiers[static_cast<std::size_t>(j)].name() << " " << count[static_cast<std::size_t>(j)];
     info << "\nrelative output error e = ||o^ - o||^2 / ||o||^2:\n"
-         << "  surrogate prediction (obs)   " << fmt(num.surrogate_rel, "%.4g") << "\n";
-    if (s.recompute_obs) info << "  recomputed, obs queries      " << fmt(num.obs.rel_error, "%.4g") << "\n";
+         << "  surrogate prediction (obs)   " << format_label(num.surrogate_rel, "%.4g") << "\n";
+    if (s.recompute_obs) info << "  recomputed, obs queries      " << format_label(num.obs.rel_error, "%.4g") << "\n";
     if (num.step_used > 0)
-      info << "  recomputed, decode step s=" << num.step_used << "  " << fmt(num.step.rel_error, "%.4g") << "\n";
-    info << "time: solve " << fmt(num.solve_ms, "%.1f") << " ms, recompute " << fmt(num.recompute_ms, "%.1f")
-         << " ms, tier-local keys " << fmt(num.materialize_ms, "%.1f") << " ms (" << num.tiers_quantized
+      info << "  recomputed, decode step s=" << num.step_used << "  " << format_label(num.step.rel_error, "%.4g") << "\n";
+    info << "time: solve " << format_label(num.solve_ms, "%.1f") << " ms, recompute " << format_label(num.recompute_ms, "%.1f")
+         << " ms, tier-local keys " << format_label(num.materialize_ms, "%.1f") << " ms (" << num.tiers_quantized
          << " tier" << (num.tiers_quantized == 1 ? "" : "s") << " quantized again)";
   }
   v.info = info.str();
@@ -1050,7 +1010,7 @@ CompressedHead Engine::allocation_keys(const Settings& s) {
   const RateLadder ladder = RateLadder::parse(s.ladder);
   auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, nullptr);
   const FamilyHeadResult r = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, nullptr);
-  if (r.tiers.empty()) throw InputError("explorer: no feasible allocation at B = " + fmt(s.budget) + ".");
+  if (r.tiers.empty()) throw InputError("explorer: no feasible allocation at B = " + format_label(s.budget) + ".");
   apply_(s.layer, s.kv_head, ladder, r.tiers);
   const Work& w = *work_;
   CompressedHead c;
@@ -1096,7 +1056,7 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
       entries.push_back(he);
     }
   Figure f;
-  f.title = "Layer x head map at B = " + fmt(s.budget) + ": routed family, 2-bit dominance (click a head)";
+  f.title = "Layer x head map at B = " + format_label(s.budget) + ": routed family, 2-bit dominance (click a head)";
   f.xlabel = "KV head h";
   f.ylabel = "layer l";
   const double cell = std::min(760.0 / m.n_kv_heads, 430.0 / (m.n_layers + 0.9 + 0.27 * 4));
@@ -1114,8 +1074,8 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
     hover.push_back({static_cast<double>(he.kv_head), static_cast<double>(he.layer),
                      "head L" + std::to_string(he.layer) + ".H" + std::to_string(he.kv_head) + "\nrouted: " +
                          (he.option.empty() ? std::string("infeasible") : he.option) + "\nR_h(2-bit) = " +
-                         fmt(he.R2, "%.4g") + (he.dominated ? " (dominated)" : "") +
-                         "\nsurrogate error (rel) = " + fmt(he.objective, "%.4g")});
+                         format_label(he.R2, "%.4g") + (he.dominated ? " (dominated)" : "") +
+                         "\nsurrogate error (rel) = " + format_label(he.objective, "%.4g")});
   }
   for (Series* sp : {&q, &ee, &mm, &dom, &sel})
     if (!sp->x.empty() || sp == &q || sp == &ee || sp == &mm) f.series.push_back(*sp);
@@ -1139,11 +1099,11 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
     ndom += he.dominated;
   }
   std::ostringstream info;
-  info << m.n_layers << " layers x " << m.n_kv_heads << " KV heads, ladder " << ladder.name() << ", B = " << fmt(s.budget)
+  info << m.n_layers << " layers x " << m.n_kv_heads << " KV heads, ladder " << ladder.name() << ", B = " << format_label(s.budget)
        << "\nrouted (head scope, exact): Q " << counts[0] << ", E " << counts[1] << ", M " << counts[2] << "\n";
   if (two >= 0)
     info << "dominated share (R_h(2-bit) >= 1): " << ndom << " / " << entries.size() << " = "
-         << fmt(static_cast<double>(ndom) / std::max<std::size_t>(1, entries.size()), "%.3f") << "\n";
+         << format_label(static_cast<double>(ndom) / std::max<std::size_t>(1, entries.size()), "%.3f") << "\n";
   else
     info << "the ladder has no 2-bit tier: no dominance marks\n";
   info << "click a square to pick the head for the other views";
@@ -1201,13 +1161,13 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   ViewResult v;
   const std::string dir = source_->run_dir();
   if (source_->has_tables()) {
-    const nlohmann::json in = read_json(dir + "/tables/interior.json");
+    const nlohmann::json in = read_table_json(dir + "/tables/interior.json");
     const std::string verdict = in.value("queries", std::string("decode"));
     {
       Figure f;
-      f.title = "Interior advantage vs dominated share per cell (B = " + fmt(val(in, "primary_budget")) +
-                "): rho = " + fmt(val(in, "rho"), "%.2f") + " [" + fmt(val(in, "ci_lo"), "%.2f") + ", " +
-                fmt(val(in, "ci_hi"), "%.2f") + "]";
+      f.title = "Interior advantage vs dominated share per cell (B = " + format_label(val(in, "primary_budget")) +
+                "): rho = " + format_label(val(in, "rho"), "%.2f") + " [" + format_label(val(in, "ci_lo"), "%.2f") + ", " +
+                format_label(val(in, "ci_hi"), "%.2f") + "]";
       f.xlabel = "dominated share (heads with R_h(2-bit) >= 1)";
       f.ylabel = "median over heads of A (" + verdict + ")";
       std::map<std::string, Series> by;
@@ -1220,7 +1180,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
         Series& se = by[preset];
         se.x.push_back(x), se.y.push_back(y);
         ylo = std::min(ylo, y), yhi = std::max(yhi, y);
-        hv.push_back({x, y, p.value("cell", preset) + "\ndominated share " + fmt(x, "%.3f") + "\nmedian A " + fmt(y, "%.4g")});
+        hv.push_back({x, y, p.value("cell", preset) + "\ndominated share " + format_label(x, "%.3f") + "\nmedian A " + format_label(y, "%.4g")});
       }
       int k = 0;
       for (auto& [name, se] : by) {
@@ -1234,7 +1194,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
       v.hover.push_back(hv);
     }
     {
-      const auto cols = read_csv(dir + "/tables/heads.csv");
+      const auto cols = read_table_csv(dir + "/tables/heads.csv");
       Figure f;
       f.title = "Per-head interior advantage vs budget";
       f.xlabel = "budget B (bits per key element)";
@@ -1248,7 +1208,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
         if (!std::isfinite(a)) continue;
         const double jitter = (static_cast<double>(i % 9) - 4) * 0.012;  // deterministic, in bits
         pts.x.push_back(b + jitter), pts.y.push_back(std::max(a, -2.0));
-        std::string txt = "B = " + fmt(b) + ", A = " + fmt(a, "%.4g");
+        std::string txt = "B = " + format_label(b) + ", A = " + format_label(a, "%.4g");
         for (const char* c : {"cell", "layer", "kv_head", "winner"})
           if (cols.count(c) && i < cols.at(c).size()) txt += std::string("\n") + c + " " + cols.at(c)[i];
         hv.push_back({b + jitter, std::max(a, -2.0), txt});
@@ -1271,8 +1231,8 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
       v.hover.push_back(hv);
     }
     v.info = "From the scenario run " + dir + " (tables/interior.json, tables/heads.csv).\nrho = " +
-             fmt(val(in, "rho"), "%.3f") + ", interval [" + fmt(val(in, "ci_lo"), "%.3f") + ", " +
-             fmt(val(in, "ci_hi"), "%.3f") + "], cells " + std::to_string(in.value("n_cells", 0));
+             format_label(val(in, "rho"), "%.3f") + ", interval [" + format_label(val(in, "ci_lo"), "%.3f") + ", " +
+             format_label(val(in, "ci_hi"), "%.3f") + "], cells " + std::to_string(in.value("n_cells", 0));
     v.seconds = ms_since(t0) / 1000;
     return v;
   }
@@ -1299,16 +1259,16 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   std::vector<HoverPoint> hv1;
   double ylo = -0.2, yhi = 1;
   for (double b : budgets) {
-    tick(head + " at B = " + fmt(b));
+    tick(head + " at B = " + format_label(b));
     const HeadAdvantage r = head_advantage(*head_(s.layer, s.kv_head), e->costs, e->rates, ladder, b, *backend_);
     auto add = [&](Series& se, double y) {
       if (std::isfinite(y)) se.x.push_back(b), se.y.push_back(std::max(y, -2.0)), ylo = std::min(ylo, std::max(y, -2.0));
     };
     add(sd, r.A_decode), add(so, r.A_obs), add(ss, r.A_sur);
     hv1.push_back({b, std::isfinite(r.A_decode) ? std::max(r.A_decode, -2.0) : 0,
-                   "B = " + fmt(b) + "\nA decode " + fmt(r.A_decode, "%.4g") + ", obs " + fmt(r.A_obs, "%.4g") +
-                       ", surrogate " + fmt(r.A_sur, "%.4g") + "\nerr (decode): " + r.options[0] + " " +
-                       fmt(r.err_dec[0], "%.3g") + ", E " + fmt(r.err_dec[1], "%.3g") + ", M " + fmt(r.err_dec[2], "%.3g")});
+                   "B = " + format_label(b) + "\nA decode " + format_label(r.A_decode, "%.4g") + ", obs " + format_label(r.A_obs, "%.4g") +
+                       ", surrogate " + format_label(r.A_sur, "%.4g") + "\nerr (decode): " + r.options[0] + " " +
+                       format_label(r.err_dec[0], "%.3g") + ", E " + format_label(r.err_dec[1], "%.3g") + ", M " + format_label(r.err_dec[2], "%.3g")});
   }
   Figure f1;
   f1.title = "Interior advantage of head " + head + " vs budget (A < -2 drawn at -2)";
@@ -1337,12 +1297,12 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
         ((l == s.layer && h == s.kv_head) ? psel : ph).y.push_back(y);
         y2lo = std::min(y2lo, y);
         as.push_back(A);
-        hv2.push_back({x, y, "head L" + std::to_string(l) + ".H" + std::to_string(h) + "\nA = " + fmt(A, "%.4g") +
+        hv2.push_back({x, y, "head L" + std::to_string(l) + ".H" + std::to_string(h) + "\nA = " + format_label(A, "%.4g") +
                                  "\nQ* " + r.options[0] + ", E* " + r.options[1] + ", M* " + r.options[2]});
       }
     }
   Figure f2;
-  f2.title = "Interior advantage per head at B = " + fmt(s.budget) + " (A < -2 drawn at -2)";
+  f2.title = "Interior advantage per head at B = " + format_label(s.budget) + " (A < -2 drawn at -2)";
   f2.xlabel = "head index l * " + std::to_string(m.n_kv_heads) + " + h";
   f2.ylabel = "interior advantage A";
   f2.series = {ph, psel, {"A = 0", Rgb{120, 120, 120}, Style::Dashed, {-100, 1e6}, {0, 0}, 1}};
@@ -1355,7 +1315,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   std::ostringstream info;
   info << "Live, on " << source_->description() << " (no scenario tables" << (dir.empty() ? "" : " in " + dir) << ").\n"
        << "Per head: Q*, E*, M* solved exactly on the surrogate, materialised, recomputed.\n"
-       << "median A over heads at B = " << fmt(s.budget) << ": " << fmt(as.empty() ? kNaN : as[as.size() / 2], "%.4g")
+       << "median A over heads at B = " << format_label(s.budget) << ": " << format_label(as.empty() ? kNaN : as[as.size() / 2], "%.4g")
        << ", heads with A > 0: " << std::count_if(as.begin(), as.end(), [](double a) { return a > 0; }) << " / " << as.size();
   v.info = info.str();
   v.seconds = ms_since(t0) / 1000;
@@ -1372,7 +1332,7 @@ ViewResult Engine::dominance(const Settings& s, const Progress& progress, const 
   ViewResult v;
   const std::string dir = source_->run_dir();
   if (source_->has_tables() && fs::exists(dir + "/tables/phase.json")) {
-    const nlohmann::json ph = read_json(dir + "/tables/phase.json");
+    const nlohmann::json ph = read_table_json(dir + "/tables/phase.json");
     Figure f;
     f.title = "Dominance phase map: winning family by exact recomputation";
     f.xlabel = "logit scale (multiplier of query norms, log)";
@@ -1390,11 +1350,11 @@ ViewResult Engine::dominance(const Settings& s, const Progress& progress, const 
       if (sp) sp->x.push_back(x), sp->y.push_back(y);
       by_budget[y].push_back({x, w});
       xlo = std::min(xlo, x), xhi = std::max(xhi, x), ylo = std::min(ylo, y), yhi = std::max(yhi, y);
-      hv.push_back({x, y, "logit scale " + fmt(x) + ", B = " + fmt(y) + "\nwinner " + (w.empty() ? "-" : w) +
-                              "\nshare of heads won: Q " + fmt(val(r, "share_Q"), "%.2f") + ", E " +
-                              fmt(val(r, "share_E"), "%.2f") + ", M " + fmt(val(r, "share_M"), "%.2f") +
-                              "\nmedian R_h(2) " + fmt(val(r, "R2_median"), "%.3g") + ", mean A " +
-                              fmt(val(r, "mean_A"), "%.3g")});
+      hv.push_back({x, y, "logit scale " + format_label(x) + ", B = " + format_label(y) + "\nwinner " + (w.empty() ? "-" : w) +
+                              "\nshare of heads won: Q " + format_label(val(r, "share_Q"), "%.2f") + ", E " +
+                              format_label(val(r, "share_E"), "%.2f") + ", M " + format_label(val(r, "share_M"), "%.2f") +
+                              "\nmedian R_h(2) " + format_label(val(r, "R2_median"), "%.3g") + ", mean A " +
+                              format_label(val(r, "mean_A"), "%.3g")});
     }
     // The recomputed boundary: per budget, the first logit scale from which eviction wins.
     Series rb{"recomputed boundary: E wins from here (per budget)", Rgb{90, 90, 90}, Style::Line, {}, {}, 6};
@@ -1419,7 +1379,7 @@ ViewResult Engine::dominance(const Settings& s, const Progress& progress, const 
     f.xmin = xlo, f.xmax = xhi, f.ymin = ylo, f.ymax = yhi;
     v.figures = {f};
     v.hover = {hv};
-    v.info = "From the scenario run " + dir + " (tables/phase.json). Surrogate boundary at logit scale " + fmt(bnd, "%.3g") +
+    v.info = "From the scenario run " + dir + " (tables/phase.json). Surrogate boundary at logit scale " + format_label(bnd, "%.3g") +
              "; hover a square for its numbers.";
     v.seconds = ms_since(t0) / 1000;
     return v;
@@ -1448,7 +1408,7 @@ ViewResult Engine::dominance(const Settings& s, const Progress& progress, const 
                  : finite && d.hull_dominated[static_cast<std::size_t>(j)] ? hull_dom : ok;
     se.x.push_back(x), se.y.push_back(y);
     yhi = std::max(yhi, y);
-    hv.push_back({x, y, ladder.tiers[static_cast<std::size_t>(j)].name() + ": rate " + fmt(x, "%.3f") + ", R = " + fmt(y, "%.4g")});
+    hv.push_back({x, y, ladder.tiers[static_cast<std::size_t>(j)].name() + ": rate " + format_label(x, "%.3f") + ", R = " + format_label(y, "%.4g")});
   }
   for (int k : lower_hull(d.rate, d.R)) hull.x.push_back(d.rate[static_cast<std::size_t>(k)]), hull.y.push_back(d.R[static_cast<std::size_t>(k)]);
   f.series = {hull, ok};
@@ -1462,7 +1422,7 @@ ViewResult Engine::dominance(const Settings& s, const Progress& progress, const 
   std::ostringstream info;
   info << "Live, head " << head << " (open a phase-map scenario run, e.g. scenarios/files/02-phase-map.yaml, for the phase map).\n";
   for (int j = 0; j < ladder.size(); ++j)
-    info << ladder.tiers[static_cast<std::size_t>(j)].name() << ": R = " << fmt(d.R[static_cast<std::size_t>(j)], "%.4g")
+    info << ladder.tiers[static_cast<std::size_t>(j)].name() << ": R = " << format_label(d.R[static_cast<std::size_t>(j)], "%.4g")
          << (j > 0 && j < ladder.exact_index() && d.dominated[static_cast<std::size_t>(j)] ? " (dominated)" : "")
          << (j > 0 && j < ladder.exact_index() && d.hull_dominated[static_cast<std::size_t>(j)] ? " (hull-dominated)" : "") << "\n";
   v.info = info.str();
@@ -1489,7 +1449,7 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
   f.xlog = true;
   double yhi = 1;
   if (source_->has_tables() && fs::exists(dir + "/tables/staleness.json")) {
-    const nlohmann::json st = read_json(dir + "/tables/staleness.json");
+    const nlohmann::json st = read_table_json(dir + "/tables/staleness.json");
     ratio.name = "median error ratio err_stale / err_fresh";
     jac.name = "median Jaccard of evicted sets";
     agr.name = "median tier agreement";
@@ -1500,10 +1460,10 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
       for (int k = 0; k < 3; ++k)
         if (std::isfinite(ys[k])) ss[k]->x.push_back(x), ss[k]->y.push_back(ys[k]), yhi = std::max(yhi, ys[k]);
       hv.push_back({x, std::isfinite(ys[0]) ? ys[0] : 1,
-                    "step " + fmt(x) + "\nmedian ratio " + fmt(ys[0], "%.4g") + ", Jaccard " + fmt(ys[1], "%.3f") +
-                        ", agreement " + fmt(ys[2], "%.3f") + "\nshare same family " + fmt(val(r, "share_same_family"), "%.3f")});
+                    "step " + format_label(x) + "\nmedian ratio " + format_label(ys[0], "%.4g") + ", Jaccard " + format_label(ys[1], "%.3f") +
+                        ", agreement " + format_label(ys[2], "%.3f") + "\nshare same family " + format_label(val(r, "share_same_family"), "%.3f")});
     }
-    f.title = "Allocation staleness over decode steps (scenario run), B = " + fmt(val(st, "budget")) + " bits";
+    f.title = "Allocation staleness over decode steps (scenario run), B = " + format_label(val(st, "budget")) + " bits";
     v.info = "From the scenario run " + dir + " (tables/staleness.json): medians over all cells' heads.";
   } else {
     check(cancel);
@@ -1534,17 +1494,17 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
       jac.x.push_back(x), jac.y.push_back(st.jaccard);
       agr.x.push_back(x), agr.y.push_back(st.agreement);
       hv.push_back({x, std::isfinite(st.ratio) ? st.ratio : 1,
-                    "step " + std::to_string(st.step) + "\nerr stale " + fmt(st.err_stale, "%.4g") + ", fresh " +
-                        fmt(st.err_fresh, "%.4g") + "\nratio " + fmt(st.ratio, "%.4g") + ", Jaccard " +
-                        fmt(st.jaccard, "%.3f") + ", agreement " + fmt(st.agreement, "%.3f") + "\nbest family " +
+                    "step " + std::to_string(st.step) + "\nerr stale " + format_label(st.err_stale, "%.4g") + ", fresh " +
+                        format_label(st.err_fresh, "%.4g") + "\nratio " + format_label(st.ratio, "%.4g") + ", Jaccard " +
+                        format_label(st.jaccard, "%.3f") + ", agreement " + format_label(st.agreement, "%.3f") + "\nbest family " +
                         st.family + (st.same_family ? " (same as obs)" : " (changed)")});
     }
     const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
-    f.title = "Staleness of head " + head + "'s M* over decode steps, B = " + fmt(s.budget) + " bits";
+    f.title = "Staleness of head " + head + "'s M* over decode steps, B = " + format_label(s.budget) + " bits";
     std::ostringstream info;
     info << "Live, head " << head << ": M* from the observation queries (stale) vs M* from step s's queries (fresh).\n"
          << "best family on the observation queries: " << (sh.family_obs.empty() ? "-" : sh.family_obs);
-    if (sh.steps.empty()) info << "\nM is infeasible at B = " << fmt(s.budget);
+    if (sh.steps.empty()) info << "\nM is infeasible at B = " << format_label(s.budget);
     v.info = info.str();
     f.series.push_back({"selected decode step", Rgb{150, 150, 150}, Style::Dashed, {double(cur), double(cur)}, {-10, 1e6}, 1});
   }

@@ -14,17 +14,17 @@ namespace tierlab {
 
 nlohmann::json read_table_json(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw InputError("figure: the table '" + path + "' is missing; run `tierlab run` first.");
+  if (!in) throw InputError("the table '" + path + "' is missing; run `tierlab run` first.");
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError("figure: the table '" + path + "' is not valid JSON (" + e.what() + ").");
+    throw InputError("the table '" + path + "' is not valid JSON (" + e.what() + ").");
   }
 }
 
 std::map<std::string, std::vector<std::string>> read_table_csv(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw InputError("figure: the table '" + path + "' is missing; run `tierlab run` first.");
+  if (!in) throw InputError("the table '" + path + "' is missing; run `tierlab run` first.");
   std::string line;
   std::getline(in, line);
   std::vector<std::string> names;
@@ -34,6 +34,7 @@ std::map<std::string, std::vector<std::string>> read_table_csv(const std::string
     while (std::getline(ss, x, ',')) names.push_back(x);
   }
   std::map<std::string, std::vector<std::string>> cols;
+  for (const auto& n : names) cols[n];  // every header column exists, even with no rows
   while (std::getline(in, line)) {
     std::stringstream ss(line);
     std::string x;

@@ -1,7 +1,8 @@
 #pragma once
 // What the figure renderers (figures.cpp, figures_methods.cpp, figures_smoothing.cpp) share:
 // reading a saved table of a scenario run (DIR/tables/*.json, *.csv), the number labels,
-// the padding of an axis range and the points of a phase map. Internal to tierlab_figures. A number missing from a
+// the padding of an axis range and the points of a phase map. Used by tierlab_figures and by
+// tierlab-explorer's core (gui/explorer_core.cpp), which reads the same tables. A number missing from a
 // table reads as NaN: double_or_nan (scenarios/table_numbers.hpp).
 #include <cmath>
 #include <map>
@@ -17,7 +18,8 @@ namespace tierlab {
 // The JSON table at path; InputError naming the file when it is missing or not valid JSON.
 nlohmann::json read_table_json(const std::string& path);
 // A CSV table with a header line, as its columns by name (cells as text, unquoted, split
-// at every ','); a row shorter than the header leaves the trailing columns short.
+// at every ','; every header column is present, possibly empty); a row shorter than the
+// header leaves the trailing columns short.
 // InputError naming the file when it is missing.
 std::map<std::string, std::vector<std::string>> read_table_csv(const std::string& path);
 // v printed with the printf format fmt (default "%.3g"); "n/a" when v is not finite.
