@@ -90,7 +90,7 @@ void apply_override(const Ctx& c, SynthParams& p, const std::string& k, const YA
   if (k == "n_layers") i(p.n_layers, 1, 256);
   else if (k == "n_kv_heads") i(p.n_kv_heads, 1, 256);
   else if (k == "group_size") i(p.group_size, 1, 64);
-  else if (k == "head_dim") i(p.head_dim, 2, 1024);
+  else if (k == "head_dim") i(p.head_dim, 8, 1024);
   else if (k == "prompt_len") i(p.prompt_len, 2, 1 << 20);
   else if (k == "obs_window") i(p.obs_window, 1, 4096);
   else if (k == "decode_steps") i(p.decode_steps, 0, 4096);

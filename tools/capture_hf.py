@@ -38,11 +38,19 @@ import os
 import sys
 from contextlib import contextmanager
 
-import torch
+try:
+    import torch
+except ImportError:  # --help works without PyTorch; main() says what is missing
+    torch = None
+
+def no_grad(fn):
+    """torch.no_grad() when PyTorch is installed (the functions that need it run only then)."""
+    return torch.no_grad()(fn) if torch is not None else fn
+
 
 FORMAT = "trace-v1"
-STORAGE = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-COMPUTE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+STORAGE = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # trace dtype -> torch dtype name
+COMPUTE = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
 def attention_modules(model):
@@ -138,7 +146,7 @@ def recording(model, recorder):
         recorder.layer = None
 
 
-@torch.no_grad()
+@no_grad
 def greedy_continuation(model, prompt_ids, decode_steps):
     """x_T..x_{T+S-1}: S tokens chosen greedily with the full (KV-cached) model."""
     device = next(model.parameters()).device
@@ -153,7 +161,7 @@ def greedy_continuation(model, prompt_ids, decode_steps):
     return tokens
 
 
-@torch.no_grad()
+@no_grad
 def capture(model, prompt_ids, decode_steps, obs_window, storage="F32", provenance=None):
     """Returns (tensors, metadata) of the trace, ready for safetensors.torch.save_file."""
     if storage not in STORAGE:
@@ -180,7 +188,7 @@ def capture(model, prompt_ids, decode_steps, obs_window, storage="F32", provenan
         raise RuntimeError(f"layers {missing} were not recorded (apply_rotary_pos_emb calls per layer: {rec.rope_calls}); "
                            "this model's attention does not call its module's apply_rotary_pos_emb once per layer")
 
-    dtype = STORAGE[storage]
+    dtype = getattr(torch, STORAGE[storage])
     tensors = {}
     for l in range(n_layers):
         q, k_pre, k_post = rec.q[l], rec.k_pre[l], rec.k_post[l]  # [nh, W+S, d], [nkv, T+S, d]
@@ -290,7 +298,7 @@ def load_model(name, device, dtype, trust_remote_code=False, attn_implementation
     from transformers import AutoModelForCausalLM
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-    kwargs = {dtype_kw: COMPUTE[dtype], "trust_remote_code": trust_remote_code}
+    kwargs = {dtype_kw: getattr(torch, COMPUTE[dtype]), "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
@@ -306,7 +314,7 @@ def main(argv=None):
     src.add_argument("--prompt-file", help="file holding the prompt text")
     ap.add_argument("--decode", type=int, required=True, help="decode steps S (greedy, full cache)")
     ap.add_argument("--obs-window", type=int, default=32, help="observation window W (at most the prompt length)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="cuda" if torch is not None and torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32", choices=sorted(COMPUTE), help="compute dtype of the model")
     ap.add_argument("--storage", default="F32", choices=sorted(STORAGE), help="dtype of the trace's float tensors")
     ap.add_argument("--attn-implementation", default="eager", help="eager (default), sdpa, ...")
@@ -315,6 +323,8 @@ def main(argv=None):
                     help="recompute the decode steps' attention outputs from the trace and compare with the model's")
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args(argv)
+    if torch is None:
+        ap.exit(2, "capture_hf.py: PyTorch is not installed; install torch and transformers to capture a trace.\n")
 
     model = load_model(args.model, args.device, args.dtype, args.trust_remote_code, args.attn_implementation)
     prov = {"model": args.model}

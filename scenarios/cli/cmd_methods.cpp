@@ -81,7 +81,13 @@ void add_methods(CLI::App& app) {
     }
     std::string last_kind;
     for (const auto& m : all) {
-      if (m.kind != last_kind) std::printf("%s%ss:\n", last_kind.empty() ? "" : "\n", m.kind.c_str());
+      if (m.kind != last_kind) {
+        // "uniform policy" -> "uniform policies", "key quantizer" -> "key quantizers".
+        const std::string plural = m.kind.size() > 1 && m.kind.back() == 'y' && m.kind[m.kind.size() - 2] != 'e'
+                                       ? m.kind.substr(0, m.kind.size() - 1) + "ies"
+                                       : m.kind + "s";
+        std::printf("%s%s:\n", last_kind.empty() ? "" : "\n", plural.c_str());
+      }
       last_kind = m.kind;
       std::printf("  %-18s %s\n", m.name.c_str(), m.summary.c_str());
       std::printf("  %-18s source: %s\n", "", m.source.c_str());
