@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "gpu/cpu_recompute.hpp"
+#include "model/clock.hpp"
 #include "gpu/recompute.hpp"
 #include "model/quantizer.hpp"
 
@@ -160,10 +161,6 @@ Instance generate(const Options& o) {
     for (auto& sel : per_head)
       for (auto& c : sel) c = std::uint8_t(tier(rng));
   return in;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // CPU time of the whole process (all threads), seconds.

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
+#include "model/clock.hpp"
 #include "model/quantizer.hpp"
 #include "model/tier.hpp"
 
@@ -95,10 +96,6 @@ Options parse(int argc, char** argv) {
 struct Head {
   MatrixRM q, k, v, kivi2, kivi4;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 double median(std::vector<double> x) {
   std::sort(x.begin(), x.end());

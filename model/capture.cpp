@@ -8,16 +8,13 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/clock.hpp"
 
 namespace tierlab {
 
 namespace {
 
 constexpr int kDefaultObsWindow = 32;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 

@@ -11,6 +11,8 @@
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
+#include "scenarios/table_numbers.hpp"
+#include "model/clock.hpp"
 
 namespace tierlab {
 
@@ -39,10 +41,6 @@ std::string num(double v, int precision = 6) {
   os.precision(precision);
   os << v;
   return os.str();
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 FamilySolver family_solver(AllocSolver s) {
@@ -363,12 +361,8 @@ struct RowSum {
   }
 };
 
-std::string fmt(double v, const char* f) {
-  if (std::isnan(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+// Text reports print an undefined number as "-".
+std::string fmt(double v, const char* f) { return format_or_nan(v, f, "-"); }
 
 }  // namespace
 

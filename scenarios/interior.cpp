@@ -13,6 +13,7 @@
 #include "scenarios/evaluation.hpp"
 #include "scenarios/report.hpp"
 #include "solvers/families.hpp"
+#include "scenarios/table_numbers.hpp"
 
 namespace tierlab {
 
@@ -139,12 +140,8 @@ nlohmann::json outcome_json(const FamilyOutcome& o) {
           {"decode", to_json(o.decode)}};
 }
 
-std::string fmt(double v, const char* f) {
-  if (std::isnan(v)) return "-";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+// Text reports print an undefined number as "-".
+std::string fmt(double v, const char* f) { return format_or_nan(v, f, "-"); }
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
+#include "model/clock.hpp"
 
 namespace tierlab {
 
@@ -35,10 +36,6 @@ double kl_divergence(const float* p_logits, const float* q_logits, int n) {
     kl += std::exp(log_p) * (log_p - log_q);
   }
   return kl;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::string fixed(double v, int digits) {

@@ -258,13 +258,13 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
   }
   RunResult res;
   res.cells_total = static_cast<int>(sc.cells.size());
-  std::vector<const ScenarioCell*> todo;
+  std::vector<const ScenarioCell*> pending;
   for (const auto& c : sc.cells) {
     if (!opt.force && fs::exists(cell_path(opt.out, c))) {
       ++res.cells_skipped;
       if (opt.on_cell) opt.on_cell(c.id, false);
     } else {
-      todo.push_back(&c);
+      pending.push_back(&c);
     }
   }
 
@@ -300,8 +300,8 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
     }
     while (!stop.load()) {
       const std::size_t i = next.fetch_add(1);
-      if (i >= todo.size()) break;
-      const ScenarioCell& cell = *todo[i];
+      if (i >= pending.size()) break;
+      const ScenarioCell& cell = *pending[i];
       try {
         const nlohmann::json j = compute_cell(sc, cell, *be, opt.out + "/traces", &stop);
         write_file_atomically(cell_path(opt.out, cell), j.dump(1) + "\n");
@@ -318,7 +318,7 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
       }
     }
   };
-  const int n = std::min<int>(opt.jobs, std::max<int>(1, static_cast<int>(todo.size())));
+  const int n = std::min<int>(opt.jobs, std::max<int>(1, static_cast<int>(pending.size())));
   if (n == 1) {
     worker();
   } else {

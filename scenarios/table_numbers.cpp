@@ -18,8 +18,8 @@ double double_or_nan(const nlohmann::json& j, const char* key) {
   return j.contains(key) && !j[key].is_null() ? j[key].get<double>() : kNaN;
 }
 
-std::string format_or_nan(double v, const char* fmt) {
-  if (!std::isfinite(v)) return "nan";
+std::string format_or_nan(double v, const char* fmt, const char* missing) {
+  if (!std::isfinite(v)) return missing;
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, v);
   return buf;

@@ -14,8 +14,9 @@ namespace tierlab {
 nlohmann::json finite_or_null(double v);
 // j[key] as a double; NaN when the key is missing or null.
 double double_or_nan(const nlohmann::json& j, const char* key);
-// v printed with the printf format fmt (default "%.6g"); "nan" when v is not finite.
-std::string format_or_nan(double v, const char* fmt = "%.6g");
+// v printed with the printf format fmt (default "%.6g"); `missing` ("nan" by default) when
+// v is not finite.
+std::string format_or_nan(double v, const char* fmt = "%.6g", const char* missing = "nan");
 
 // The sample median: the middle value of the sorted sample, the mean of the two middle
 // values for an even size; NaN when empty.

@@ -21,13 +21,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-[[noreturn]] __attribute__((noinline)) void bad_cost(std::int64_t i, int j, double v) {
-  std::ostringstream os;
-  os << "MckpInstance.cost(" << i << ", " << j << ") = " << v << " is not finite; costs must be finite numbers.";
-  throw InputError(os.str());
-}
+[[noreturn]] __attribute__((noinline)) void bad_cost(std::int64_t i, int j, double v) { throw_nonfinite_cost(i, j, v); }
 
 // Everything the passes share: the ladder in rate order, the per-position rate in
 // "capacity units" (integer units when the ladder is on the 1/64 grid, else bits), and

@@ -120,16 +120,6 @@ std::int64_t FamilyProblem::tokens() const {
 
 namespace {
 
-std::string num(double v) {
-  std::ostringstream os;
-  os.precision(10);
-  os << v;
-  return os.str();
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -137,10 +127,10 @@ void FamilyProblem::validate(FamilySolver solver) const {
   if (rates.empty()) throw InputError("FamilyProblem.rates is empty; give the rate of every ladder tier.");
   for (std::size_t j = 0; j < rates.size(); ++j)
     if (!std::isfinite(rates[j]) || rates[j] < 0)
-      throw InputError("FamilyProblem.rates[" + std::to_string(j) + "] = " + num(rates[j]) +
+      throw InputError("FamilyProblem.rates[" + std::to_string(j) + "] = " + number_text(rates[j]) +
                        " bits; rates must be finite and >= 0.");
   if (!std::isfinite(budget) || budget < 0)
-    throw InputError("FamilyProblem.budget = " + num(budget) + " bits per element; it must be finite and >= 0.");
+    throw InputError("FamilyProblem.budget = " + number_text(budget) + " bits per element; it must be finite and >= 0.");
   for (std::size_t h = 0; h < heads.size(); ++h) {
     const FamilyHead& hd = heads[h];
     if (!hd.cost) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost is null.");
@@ -153,15 +143,15 @@ void FamilyProblem::validate(FamilySolver solver) const {
         throw InputError("FamilyProblem.heads[" + std::to_string(h) +
                          "].weights must hold a_t for every token when the solver is waterfill.");
       if (!(hd.noise.alpha > 0) || !(hd.noise.beta > 1) || !std::isfinite(hd.noise.alpha) || !std::isfinite(hd.noise.beta))
-        throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].noise = (alpha " + num(hd.noise.alpha) +
-                         ", beta " + num(hd.noise.beta) + "); waterfill needs alpha > 0 and beta > 1.");
+        throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].noise = (alpha " + number_text(hd.noise.alpha) +
+                         ", beta " + number_text(hd.noise.beta) + "); waterfill needs alpha > 0 and beta > 1.");
     }
   }
 }
 
 void FamilyOptions::validate() const {
   if (!(route_tolerance >= 0) || !std::isfinite(route_tolerance))
-    throw InputError("FamilyOptions.route_tolerance = " + num(route_tolerance) + "; it must be finite and >= 0.");
+    throw InputError("FamilyOptions.route_tolerance = " + number_text(route_tolerance) + "; it must be finite and >= 0.");
   if (max_bisection_steps < 1)
     throw InputError("FamilyOptions.max_bisection_steps = " + std::to_string(max_bisection_steps) + "; it must be >= 1.");
   exact.validate();
@@ -401,7 +391,7 @@ FamilyResult solve_families_per_head(const FamilyProblem& p, const std::vector<T
     if (best < 0) {
       res.status = SolveStatus::Infeasible;
       res.heads.clear();
-      res.message = "Budget B = " + num(p.budget) + " bits per element is below the smallest rate of every option (head " +
+      res.message = "Budget B = " + number_text(p.budget) + " bits per element is below the smallest rate of every option (head " +
                     std::to_string(h) + "): no allocation fits.";
       res.seconds = seconds_since(t0);
       return res;
@@ -620,7 +610,7 @@ void rate_quant(const FamilyProblem& p, const std::vector<TierOption>& options, 
       }
     score_head(p, static_cast<int>(h), hr);
   }
-  res.method = "RateQuant (per-head water-filling, heads dense, theta = " + num(wr.continuous.theta) + ")";
+  res.method = "RateQuant (per-head water-filling, heads dense, theta = " + number_text(wr.continuous.theta) + ")";
 }
 
 // Greedy fill per group of heads sharing an option.
@@ -645,7 +635,7 @@ void group_split(const FamilyProblem& p, const std::vector<TierOption>& options,
     const RestrictedCosts rc = restrict_costs(p, heads, std::vector<const TierOption*>(heads.size(), &options[o]));
     const MckpResult r = solve_instance(p, rc, heads, bits / static_cast<double>(n), opt);
     if (!r.has_solution())
-      throw std::logic_error("group of option " + options[o].name + " got " + num(bits) +
+      throw std::logic_error("group of option " + options[o].name + " got " + number_text(bits) +
                        " bits, below its multiplier allocation; this is a bug in the routing.");
     std::vector<std::vector<std::uint8_t>> split;
     split_choice(p, rc, heads, r.choice, split);
@@ -675,7 +665,7 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
   const RoutingMultiplier mult = route_by_multiplier(p, options, opt);
   if (mult.status == SolveStatus::Infeasible) {
     res.status = SolveStatus::Infeasible;
-    res.message = "Budget B = " + num(p.budget) +
+    res.message = "Budget B = " + number_text(p.budget) +
                   " bits per element is below the smallest rate every option allows: no allocation fits.";
     res.seconds = seconds_since(t0);
     return res;
@@ -757,8 +747,8 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
     res.status = SolveStatus::Trivial;
   else
     res.status = proven(res) ? SolveStatus::Optimal : SolveStatus::Feasible;
-  res.message = std::to_string(p.heads.size()) + " head(s) share " + num(res.rate_budget) + " bits; routing multiplier " +
-                num(mult.lambda) + " after " + std::to_string(mult.steps) + " bisection step(s); " + res.method + ".";
+  res.message = std::to_string(p.heads.size()) + " head(s) share " + number_text(res.rate_budget) + " bits; routing multiplier " +
+                number_text(mult.lambda) + " after " + std::to_string(mult.steps) + " bisection step(s); " + res.method + ".";
   res.seconds = seconds_since(t0);
   return res;
 }

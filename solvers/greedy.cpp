@@ -28,33 +28,18 @@ struct Step {
 MckpResult solve_greedy(const MckpInstance& inst, const GreedyOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   inst.validate();
-  MckpResult res;
-  res.solver = "greedy";
-  res.items = inst.items();
   const RateUnits u = rate_units(inst);
-  res.rate_budget = u.budget_bits;
+  MckpResult res = begin_result(inst, u, "greedy");
   const LadderGeometry g(inst.rates);
   const int m = g.m;
   const std::int64_t N = inst.items();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-
-  const bool infeasible = u.integral ? u.capacity_units < 0 : !u.fits_bits(0.0);
-  if (infeasible) {
-    res.status = SolveStatus::Infeasible;
-    res.message = "The budget is below the smallest rate: no allocation fits.";
+  auto elapsed = [&] { return seconds_since(t0); };
+  if (res.status == SolveStatus::Infeasible) {
     res.seconds = elapsed();
     return res;
   }
 
-  auto cost = [&](std::int64_t i, int pos) {
-    const double c = inst.cost(i, g.order[pos]);
-    if (!std::isfinite(c)) {
-      std::ostringstream os;
-      os << "MckpInstance.cost(" << i << ", " << g.order[pos] << ") = " << c << " is not finite; costs must be finite numbers.";
-      throw InputError(os.str());
-    }
-    return c;
-  };
+  auto cost = [&](std::int64_t i, int pos) { return checked_cost(inst, i, g.order[pos]); };
   auto step_of = [&](std::int64_t i, int pos) {
     return Step{(cost(i, pos) - cost(i, pos + 1)) / (g.rate[pos + 1] - g.rate[pos]), i, pos};
   };

@@ -11,13 +11,30 @@
 
 namespace tierlab {
 
-namespace {
-
-std::string number(double v) {
+std::string number_text(double v) {
   std::ostringstream os;
   os << std::setprecision(10) << v;
   return os.str();
 }
+
+MckpResult begin_result(const MckpInstance& inst, const RateUnits& u, const char* solver) {
+  MckpResult res;
+  res.solver = solver;
+  res.items = inst.items();
+  res.rate_budget = u.budget_bits;
+  if (u.integral ? u.capacity_units < 0 : !u.fits_bits(0.0)) {
+    res.status = SolveStatus::Infeasible;
+    res.message = "The budget is below the smallest rate: no allocation fits.";
+  }
+  return res;
+}
+
+void throw_nonfinite_cost(std::int64_t i, int j, double v) {
+  throw InputError("MckpInstance.cost(" + std::to_string(i) + ", " + std::to_string(j) + ") = " + number_text(v) +
+                   " is not finite; costs must be finite numbers.");
+}
+
+namespace {
 
 // Neumaier's compensated sum: the objective of millions of items to ~1 ulp.
 struct CompensatedSum {
@@ -57,17 +74,17 @@ void MckpInstance::validate() const {
                                                                 std::to_string(cost.items) + " items.");
   for (int j = 0; j < m; ++j) {
     if (!std::isfinite(rates[j]) || rates[j] < 0)
-      throw InputError("MckpInstance.rates[" + std::to_string(j) + "] = " + number(rates[j]) +
+      throw InputError("MckpInstance.rates[" + std::to_string(j) + "] = " + number_text(rates[j]) +
                        " bits; rates must be finite and >= 0.");
   }
   std::vector<double> sorted = rates;
   std::sort(sorted.begin(), sorted.end());
   for (int j = 1; j < m; ++j)
     if (sorted[j] == sorted[j - 1])
-      throw InputError("MckpInstance.rates has the rate " + number(sorted[j]) +
+      throw InputError("MckpInstance.rates has the rate " + number_text(sorted[j]) +
                        " bits twice; tiers of one ladder need distinct rates (keep the cheaper one).");
   if (!std::isfinite(budget))
-    throw InputError("MckpInstance.budget = " + number(budget) + " bits per element is not finite.");
+    throw InputError("MckpInstance.budget = " + number_text(budget) + " bits per element is not finite.");
 }
 
 bool RateUnits::fits_bits(double used) const {
@@ -131,7 +148,7 @@ std::string MckpResult::summary() const {
   std::ostringstream os;
   os << solver << ": " << to_string(status);
   if (has_solution()) {
-    os << ", objective " << number(objective) << ", bound " << number(lower_bound) << " (gap " << number(gap)
+    os << ", objective " << number_text(objective) << ", bound " << number_text(lower_bound) << " (gap " << number_text(gap)
        << ", rel " << std::setprecision(3) << relative_gap << ")";
     os << ", rate " << std::setprecision(6) << mean_rate() << " bits/element (budget "
        << (items > 0 ? rate_budget / static_cast<double>(items) : 0.0) << ")";
@@ -146,15 +163,15 @@ std::string MckpResult::report() const {
      << "status        " << to_string(status) << "\n"
      << "message       " << message << "\n"
      << "items         " << items << "\n"
-     << "objective     " << number(objective) << "\n"
-     << "lower bound   " << number(lower_bound) << "\n"
-     << "gap           " << number(gap) << " (relative " << number(relative_gap) << ")\n"
-     << "LP bound      " << number(lp_bound) << "\n"
-     << "lambda        " << number(lambda) << " cost per bit\n"
-     << "rate used     " << number(rate_used) << " bits (" << number(mean_rate()) << " per element)\n"
-     << "rate budget   " << number(rate_budget) << " bits ("
-     << number(items > 0 ? rate_budget / static_cast<double>(items) : 0.0) << " per element)\n"
-     << "seconds       " << number(seconds) << "\n"
+     << "objective     " << number_text(objective) << "\n"
+     << "lower bound   " << number_text(lower_bound) << "\n"
+     << "gap           " << number_text(gap) << " (relative " << number_text(relative_gap) << ")\n"
+     << "LP bound      " << number_text(lp_bound) << "\n"
+     << "lambda        " << number_text(lambda) << " cost per bit\n"
+     << "rate used     " << number_text(rate_used) << " bits (" << number_text(mean_rate()) << " per element)\n"
+     << "rate budget   " << number_text(rate_budget) << " bits ("
+     << number_text(items > 0 ? rate_budget / static_cast<double>(items) : 0.0) << " per element)\n"
+     << "seconds       " << number_text(seconds) << "\n"
      << "iterations    " << iterations << "\n"
      << "core items    " << core_items << "\n"
      << "DP states     " << dp_states << "\n";

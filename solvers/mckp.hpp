@@ -19,6 +19,7 @@
 // (the small tolerance reads a budget that is an exact multiple of u, up to rounding
 // of B N in double precision, as that multiple). Otherwise rates stay doubles and the
 // budget test is sum r <= B N + 1e-9 max(1, B N).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -26,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/clock.hpp"
 #include "model/linalg.hpp"
 
 namespace tierlab {
@@ -80,6 +82,7 @@ struct RateUnits {
 };
 RateUnits rate_units(const MckpInstance&);
 
+
 // Whether the call succeeded is not part of this: a failed call throws InputError. These
 // are outcomes of a successful solve.
 //   Optimal    the choice is a proven integer optimum (lower_bound == objective, gap 0)
@@ -118,6 +121,21 @@ struct MckpResult {
   std::string summary() const;  // one line
   std::string report() const;   // several lines, every field
 };
+
+// ---- what the solvers share -------------------------------------------------------
+// A result of `solver` for inst before solving: its items and rate budget B N (u). When the
+// budget is below the smallest rate (nothing fits), status Infeasible and its message.
+MckpResult begin_result(const MckpInstance& inst, const RateUnits& u, const char* solver);
+// v with 10 significant digits, for messages.
+std::string number_text(double v);
+// The solvers read costs lazily, so a NaN or infinite cost is reported where it is read:
+// InputError "MckpInstance.cost(i, j) = v is not finite; costs must be finite numbers."
+[[noreturn]] void throw_nonfinite_cost(std::int64_t i, int j, double v);
+inline double checked_cost(const MckpInstance& inst, std::int64_t i, int j) {
+  const double c = inst.cost(i, j);
+  if (!std::isfinite(c)) throw_nonfinite_cost(i, j, c);
+  return c;
+}
 
 // sum_i c_{i,choice_i} (compensated summation) and sum_i r_{choice_i}; throws InputError
 // when the choice has the wrong length or an out-of-range tier.

@@ -14,13 +14,6 @@ namespace tierlab {
 
 namespace {
 
-std::string num(double v) {
-  std::ostringstream os;
-  os.precision(10);
-  os << v;
-  return os.str();
-}
-
 // ln of the marginal return at 0 bits, ln(w alpha ln beta); -inf for w = 0.
 double log_g0(double w, const DistortionModel& d) {
   return w > 0 ? std::log(w) + std::log(d.alpha) + std::log(std::log(d.beta)) : -std::numeric_limits<double>::infinity();
@@ -34,20 +27,20 @@ void WaterfillProblem::validate() const {
                      " entries; it needs 1 (shared) or one per item (" + std::to_string(weights.size()) + ").");
   for (std::size_t i = 0; i < weights.size(); ++i)
     if (!std::isfinite(weights[i]) || weights[i] < 0)
-      throw InputError("WaterfillProblem.weights[" + std::to_string(i) + "] = " + num(weights[i]) +
+      throw InputError("WaterfillProblem.weights[" + std::to_string(i) + "] = " + number_text(weights[i]) +
                        "; weights must be finite and >= 0.");
   for (std::size_t i = 0; i < models.size(); ++i) {
     if (!std::isfinite(models[i].alpha) || models[i].alpha <= 0)
-      throw InputError("WaterfillProblem.models[" + std::to_string(i) + "].alpha = " + num(models[i].alpha) +
+      throw InputError("WaterfillProblem.models[" + std::to_string(i) + "].alpha = " + number_text(models[i].alpha) +
                        "; alpha must be finite and > 0.");
     if (!std::isfinite(models[i].beta) || models[i].beta <= 1)
-      throw InputError("WaterfillProblem.models[" + std::to_string(i) + "].beta = " + num(models[i].beta) +
+      throw InputError("WaterfillProblem.models[" + std::to_string(i) + "].beta = " + number_text(models[i].beta) +
                        "; beta must be finite and > 1.");
   }
   if (!std::isfinite(budget) || budget < 0)
-    throw InputError("WaterfillProblem.budget = " + num(budget) + " bits; the budget must be finite and >= 0.");
+    throw InputError("WaterfillProblem.budget = " + number_text(budget) + " bits; the budget must be finite and >= 0.");
   if (!(max_bits > 0))
-    throw InputError("WaterfillProblem.max_bits = " + num(max_bits) + "; b_max must be > 0.");
+    throw InputError("WaterfillProblem.max_bits = " + number_text(max_bits) + "; b_max must be > 0.");
 }
 
 ContinuousWaterfill waterfill_continuous(const WaterfillProblem& p) {
@@ -174,28 +167,17 @@ MckpResult project_to_ladder(const std::vector<double>& bits, const MckpInstance
   if (static_cast<std::int64_t>(bits.size()) != inst.items())
     throw InputError("project_to_ladder: bits has " + std::to_string(bits.size()) + " entries but the ladder instance has " +
                      std::to_string(inst.items()) + " items.");
-  MckpResult res;
-  res.solver = "waterfill";
-  res.items = inst.items();
   const RateUnits u = rate_units(inst);
-  res.rate_budget = u.budget_bits;
+  MckpResult res = begin_result(inst, u, "waterfill");
   const LadderGeometry g(inst.rates);
   const int m = g.m;
   const std::int64_t N = inst.items();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  if (u.integral ? u.capacity_units < 0 : !u.fits_bits(0.0)) {
-    res.status = SolveStatus::Infeasible;
-    res.message = "The budget is below the smallest rate: no allocation fits.";
+  auto elapsed = [&] { return seconds_since(t0); };
+  if (res.status == SolveStatus::Infeasible) {
     res.seconds = elapsed();
     return res;
   }
-  auto cost = [&](std::int64_t i, int k) {
-    const double c = inst.cost(i, g.order[k]);
-    if (!std::isfinite(c))
-      throw InputError("MckpInstance.cost(" + std::to_string(i) + ", " + std::to_string(g.order[k]) + ") = " + num(c) +
-                       " is not finite; costs must be finite numbers.");
-    return c;
-  };
+  auto cost = [&](std::int64_t i, int k) { return checked_cost(inst, i, g.order[k]); };
   // Round to the nearest tier (ties to the lower).
   std::vector<int> pos(static_cast<std::size_t>(N));
   const double r_min = u.r_min;

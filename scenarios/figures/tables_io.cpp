@@ -43,12 +43,7 @@ std::map<std::string, std::vector<std::string>> read_table_csv(const std::string
   return cols;
 }
 
-std::string format_label(double v, const char* fmt) {
-  if (!std::isfinite(v)) return "n/a";
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
-}
+std::string format_label(double v, const char* fmt) { return format_or_nan(v, fmt, "n/a"); }
 
 void pad_range(double& lo, double& hi, double frac) {
   if (!std::isfinite(lo) || !std::isfinite(hi)) lo = -1, hi = 1;
