@@ -46,6 +46,7 @@ struct Options {
   int repeats = 7, cpu_allocations = 2, simple_allocations = 1, simple_heads = 2;
   unsigned seed = 0;
   double fp32_peak_tflops = 67.0;
+  double max_difference = 1e-5;  // the stated tolerance: CUDA vs CPU, relative
   std::string torch_ref, python = "python3", json_path;
 };
 
@@ -53,7 +54,8 @@ const char* kUsage =
     "usage: bench_recompute_cuda [--tokens T] [--dim D] [--kv-heads H] [--group-size G] [--queries Q]\n"
     "       [--allocations E] [--repeats N] [--cpu-allocations N] [--simple-allocations N] [--simple-heads N]\n"
     "       [--seed S] [--fp32-peak-tflops F] [--torch-ref torch_recompute_ref.py] [--python python3]\n"
-    "       [--json out.json]\n";
+    "       [--max-difference TOL] [--json out.json]\n"
+    "Exit status 3 when CUDA and the CPU reference differ by more than TOL (relative; default 1e-5).\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -83,6 +85,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--torch-ref") o.torch_ref = next();
     else if (a == "--python") o.python = next();
     else if (a == "--json") o.json_path = next();
+    else if (a == "--max-difference") o.max_difference = std::stod(next());
     else if (a == "--help" || a == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -171,11 +174,12 @@ int run(const Options& o) {
               {"query_rows_per_head", nq},
               {"allocations", E},
               {"seed", o.seed}};
-  auto finish = [&](int status) {
+  int status = 0;  // 3 when the numbers disagree beyond the tolerance
+  auto finish = [&](int code) {
     const std::string text = out.dump(1);
     std::cout << text << std::endl;
     if (!o.json_path.empty()) std::ofstream(o.json_path) << text << "\n";
-    return status;
+    return code;
   };
 
   std::string note;
@@ -275,8 +279,16 @@ int run(const Options& o) {
     const double cpu_s = seconds_since(t0);
     const EvalResult got = gpu->evaluate(sub);
     json c = {{"backend", cpu->description()}, {"allocations", std::min(E, o.cpu_allocations)}, {"seconds", cpu_s}};
-    if (want.ok && got.ok) c["max_relative_difference_cuda_vs_cpu"] = max_relative_difference(got, want);
-    else c["error"] = want.ok ? got.message : want.message;
+    if (want.ok && got.ok) {
+      const json diff = max_relative_difference(got, want);
+      c["max_relative_difference_cuda_vs_cpu"] = diff;
+      c["tolerance"] = o.max_difference;
+      c["within_tolerance"] = diff["max"].get<double>() <= o.max_difference;
+      if (!(diff["max"].get<double>() <= o.max_difference)) status = 3;
+    } else {
+      c["error"] = want.ok ? got.message : want.message;
+      status = 3;
+    }
     out["cpu_check"] = c;
   }
   if (o.simple_allocations > 0) {
@@ -317,7 +329,7 @@ int run(const Options& o) {
     if (torch.contains("naive") && torch["naive"].contains("allocations_per_second"))
       out["speedup_vs_torch_naive"] = (E / med) / torch["naive"]["allocations_per_second"].get<double>();
   }
-  return finish(0);
+  return finish(status);
 }
 
 }  // namespace

@@ -158,6 +158,18 @@ void on_every_backend(Body&& body) {
     DYNAMIC_SECTION("backend " << name) {
       std::string note;
       std::unique_ptr<Recomputer> rc = make_recomputer(parse_backend(name), &note);
+#ifdef TIERLAB_TEST_EMULATED_CUDA
+      // The emulated build must run the CUDA case, on the tensor-core path (a failed
+      // self-check would fall back to the simple path and say so).
+      if (name == "cuda") {
+        INFO("no emulated CUDA backend: " << note);
+        REQUIRE(rc);
+        INFO(rc->description());
+        REQUIRE(rc->description().find("CUDA emulator") != std::string::npos);
+        REQUIRE(rc->description().find("tensor-core path") != std::string::npos);
+        REQUIRE(rc->description().find("failed") == std::string::npos);
+      }
+#endif
       if (!rc) {
         WARN("SKIPPED: " << note);
         SUCCEED("backend " << name << " skipped: " << note);

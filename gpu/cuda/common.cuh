@@ -8,6 +8,20 @@
 #include "gpu/cuda/element.cuh"
 #include "gpu/cuda/launch.hpp"
 
+// Kernel launches and dynamic shared memory are written through these two macros so that
+// the same sources also build as C++ against the CPU emulator (emulation/emulator.hpp),
+// which the tests run where there is no GPU.
+//   TIERLAB_LAUNCH(grid, block, shared_bytes, stream, kernel)(arguments...)
+//   TIERLAB_DYNAMIC_SHARED(type, name);   // extern __shared__ type name[];
+#ifdef TIERLAB_CUDA_EMULATION
+#define TIERLAB_LAUNCH(grid, block, smem, stream, ...) \
+  ::tierlab_emu::make_launch(grid, block, smem, stream, #__VA_ARGS__, &__VA_ARGS__)
+#define TIERLAB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::tierlab_emu::dynamic_shared())
+#else
+#define TIERLAB_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define TIERLAB_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 namespace tierlab::cuda::detail {
 
 inline std::string failed(const char* call, cudaError_t e) {

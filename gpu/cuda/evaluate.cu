@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "gpu/cuda/common.cuh"
@@ -205,21 +206,31 @@ __global__ void __launch_bounds__(kRowStatsThreads) row_stats_kernel(EvalArgs a,
 
 // D (16x8, fp32) += A (16x16, fp16, row) * B (16x8, fp16, col).
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint4& a, std::uint32_t b0, std::uint32_t b1) {
+#ifdef TIERLAB_CUDA_EMULATION
+  ::tierlab_emu::mma_m16n8k16(d, a, b0, b1);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+#endif
 }
 
 // 16 bytes global -> shared without passing through registers (sm_80+), and the wait
-// for all such copies of this thread.
+// for all such copies of this thread. (The emulator copies at once.)
+#ifdef TIERLAB_CUDA_EMULATION
+inline void copy_async_16(void* smem_dst, const void* gmem_src) { std::memcpy(smem_dst, gmem_src, 16); }
+inline void copy_async_commit() {}
+inline void copy_async_wait_all() {}
+#else
 __device__ __forceinline__ void copy_async_16(void* smem_dst, const void* gmem_src) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+#endif
 
 __device__ __forceinline__ std::uint32_t as_u32(__half2 h) {
   return static_cast<std::uint32_t>(__half_as_ushort(__low2half(h))) |
@@ -271,7 +282,7 @@ __host__ __device__ constexpr int a_index(int nmt, int sel, int mt, int kb, int 
 template <int RB, int NTW>
 __global__ void __launch_bounds__(256, 2) delta_tc_kernel(EvalArgs a, const DeltaItem* __restrict__ items) {
   using Sh = TcShape<RB, NTW>;
-  extern __shared__ uint4 smem[];
+  TIERLAB_DYNAMIC_SHARED(uint4, smem);
   uint4* sA = smem;                                                   // [2][A_U4]
   uint4* sV = smem + 2 * Sh::A_U4;                                    // [2][V_U4]
   double* sLse = reinterpret_cast<double*>(sV + 2 * Sh::V_U4);        // [RB]: lse (fallback)
@@ -477,7 +488,7 @@ std::string launch_tc(const EvalArgs& a, const DeltaItem* items, int n_items, St
   const cudaError_t e =
       cudaFuncSetAttribute(delta_tc_kernel<RB, NTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::SMEM_BYTES);
   if (e != cudaSuccess) return detail::failed("cudaFuncSetAttribute (delta_tc shared memory)", e);
-  delta_tc_kernel<RB, NTW><<<static_cast<unsigned>(n_items), 256, Sh::SMEM_BYTES, raw(s)>>>(a, items);
+  TIERLAB_LAUNCH(static_cast<unsigned>(n_items), 256, Sh::SMEM_BYTES, raw(s), delta_tc_kernel<RB, NTW>)(a, items);
   return launch_status("delta_tc");
 }
 
@@ -633,7 +644,7 @@ __global__ void __launch_bounds__(256) finish_kernel(EvalArgs a) {
 
 std::string launch_row_stats(const EvalArgs& a, const RowItem* items, int n_items, Stream& s) {
   if (n_items <= 0) return {};
-  row_stats_kernel<<<static_cast<unsigned>(n_items), kRowStatsThreads, 0, raw(s)>>>(a, items);
+  TIERLAB_LAUNCH(static_cast<unsigned>(n_items), kRowStatsThreads, 0, raw(s), row_stats_kernel)(a, items);
   return launch_status("row_stats");
 }
 
@@ -670,19 +681,19 @@ int tc_blocks_per_sm(int row_block, int ntw) {
 
 std::string launch_reduce_partials(const EvalArgs& a, const RowItem* items, int n_items, Stream& s) {
   if (n_items <= 0) return {};
-  reduce_partials_kernel<<<static_cast<unsigned>(n_items), 256, 0, raw(s)>>>(a, items);
+  TIERLAB_LAUNCH(static_cast<unsigned>(n_items), 256, 0, raw(s), reduce_partials_kernel)(a, items);
   return launch_status("reduce_partials");
 }
 
 std::string launch_delta_simple(const EvalArgs& a, const RowItem* items, int n_items, Stream& s) {
   if (n_items <= 0) return {};
-  delta_simple_kernel<<<static_cast<unsigned>(n_items), kSimpleThreads, 0, raw(s)>>>(a, items);
+  TIERLAB_LAUNCH(static_cast<unsigned>(n_items), kSimpleThreads, 0, raw(s), delta_simple_kernel)(a, items);
   return launch_status("delta_simple");
 }
 
 std::string launch_finish(const EvalArgs& a, int n_sels, Stream& s) {
   if (n_sels <= 0) return {};
-  finish_kernel<<<static_cast<unsigned>(n_sels), 256, 0, raw(s)>>>(a);
+  TIERLAB_LAUNCH(static_cast<unsigned>(n_sels), 256, 0, raw(s), finish_kernel)(a);
   return launch_status("finish");
 }
 

@@ -206,7 +206,7 @@ std::string launch_logits(const float* Q, int nq, int nq_pad, const float* K, co
   const dim3 grid(blocks_for(static_cast<std::size_t>(T_pad), kLogitTile),
                   blocks_for(static_cast<std::size_t>(nq_pad), kLogitTile));
   if (grid.y > 65535u) return "launch_logits: too many query rows for one launch.";
-  logits_kernel<<<grid, 256, 0, raw(s)>>>(Q, nq, K, K_minus, T, d, 1.0 / std::sqrt(static_cast<double>(d)),
+  TIERLAB_LAUNCH(grid, 256, 0, raw(s), logits_kernel)(Q, nq, K, K_minus, T, d, 1.0 / std::sqrt(static_cast<double>(d)),
                                           visible, masked, out, nq_pad, T_pad);
   return launch_status("logits");
 }
@@ -214,7 +214,7 @@ std::string launch_logits(const float* Q, int nq, int nq_pad, const float* K, co
 std::string launch_softmax_rows(const float* S, int nq, int nq_pad, int T, int T_pad, const std::int32_t* visible,
                                 float* P, double* lse, double* psum, float* pmax, Stream& s) {
   if (nq < 1 || T < 1 || nq_pad < nq || T_pad < T) return "launch_softmax_rows: invalid sizes.";
-  softmax_rows_kernel<<<static_cast<unsigned>(nq_pad), 256, 0, raw(s)>>>(S, nq, T, T_pad, visible, P, lse, psum,
+  TIERLAB_LAUNCH(static_cast<unsigned>(nq_pad), 256, 0, raw(s), softmax_rows_kernel)(S, nq, T, T_pad, visible, P, lse, psum,
                                                                           pmax);
   return launch_status("softmax_rows");
 }
@@ -222,7 +222,7 @@ std::string launch_softmax_rows(const float* S, int nq, int nq_pad, int T, int T
 std::string launch_output_norms(const float* P, const double* psum, const float* V, int nq, int T, int T_pad, int d,
                                 double* onorm2, Stream& s) {
   if (nq < 1 || T < 1 || d < 1 || T_pad < T) return "launch_output_norms: invalid sizes.";
-  output_norms_kernel<<<blocks_for(static_cast<std::size_t>(nq), kNormRows), 128, 0, raw(s)>>>(P, psum, V, nq, T,
+  TIERLAB_LAUNCH(blocks_for(static_cast<std::size_t>(nq), kNormRows), 128, 0, raw(s), output_norms_kernel)(P, psum, V, nq, T,
                                                                                                T_pad, d, onorm2);
   return launch_status("output_norms");
 }
@@ -232,7 +232,7 @@ std::string launch_pack_values(const float* V, int T, int d, int T_pad, int d_pa
   if (T < 1 || d < 1 || T_pad < T || T_pad % 16 != 0 || d_pad < d || d_pad % 8 != 0)
     return "launch_pack_values: invalid sizes.";
   const std::size_t total = static_cast<std::size_t>(T_pad / 16) * (d_pad / 8) * 32;
-  pack_values_kernel<<<blocks_for(total, 256), 256, 0, raw(s)>>>(V, T, d, T_pad, d_pad, vscale,
+  TIERLAB_LAUNCH(blocks_for(total, 256), 256, 0, raw(s), pack_values_kernel)(V, T, d, T_pad, d_pad, vscale,
                                                                    static_cast<uint4*>(Vpk));
   return launch_status("pack_values");
 }

@@ -1,0 +1,3 @@
+#pragma once
+// The emulated cuda_fp16.h (emulator.hpp): found first on the include path of the emulated build only.
+#include "gpu/cuda/emulation/emulator.hpp"

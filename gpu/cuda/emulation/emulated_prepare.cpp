@@ -1,0 +1,2 @@
+// prepare.cu built as C++ against the CPU emulator (emulator.hpp).
+#include "gpu/cuda/prepare.cu"

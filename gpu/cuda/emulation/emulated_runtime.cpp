@@ -1,0 +1,2 @@
+// runtime.cu built as C++ against the CPU emulator (emulator.hpp).
+#include "gpu/cuda/runtime.cu"
