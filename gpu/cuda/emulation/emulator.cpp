@@ -374,6 +374,17 @@ void run_grid(const char* name, const void* key, dim3 grid, dim3 block, std::siz
          true);
 }
 
+void reset() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_last = g_sticky = cudaSuccess;
+  g_detail.clear();
+}
+
+std::string last_failure() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_detail;
+}
+
 cudaError_t set_function_attribute(const void* key, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > kMaxSmemPerBlock) {
     fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: value " + std::to_string(value) + " out of range", false);

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -91,6 +92,11 @@ void* dynamic_shared();
 // D = A B + C of mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 for this lane's
 // fragments (PTX ISA layout); d holds C on entry.
 void mma_m16n8k16(float (&d)[4], const uint4& a, std::uint32_t b0, std::uint32_t b1);
+
+// Forgets a sticky launch failure (as cudaDeviceReset would; for tests of the emulator).
+void reset();
+// The emulator's words for the first failure since the last reset ("" when none).
+std::string last_failure();
 
 using Body = std::function<void()>;
 // Runs `body` for every thread of every block; records a launch error for cudaGetLastError.
