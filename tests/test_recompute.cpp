@@ -477,3 +477,68 @@ TEST_CASE("causal limits (decode steps): each row sees only its first visible to
     CHECK_FALSE(rc.evaluate({bad}).ok);
   });
 }
+
+TEST_CASE("buffers reused in place between calls give the new numbers (the CUDA head cache)", "[recompute]") {
+  on_every_backend([](Recomputer& rc) {
+    std::mt19937 rng(41);
+    const int nq = 10, T = 700, d = 32;
+    Head h = random_head(rng, nq, T, d, {0.3f, 0.02f});
+    HeadBatch b{h.problem(), {random_selection(rng, T, 3, 0.3), random_selection(rng, T, 3, 0.6)}};
+    const EvalResult first = evaluate_ok(rc, {b});
+    for (std::size_t s = 0; s < b.selections.size(); ++s)
+      check_close(first.errors[0][s], reference_errors(b.problem, b.selections[s]));
+    // The same matrices (same storage, same shapes) now hold another head.
+    const Head other = random_head(rng, nq, T, d, {0.3f, 0.02f}, 3.0f);
+    h.q = other.q;
+    h.k = other.k;
+    h.v = other.v;
+    for (std::size_t i = 0; i < h.noisy.size(); ++i) h.noisy[i] = other.noisy[i];
+    REQUIRE(b.problem.exact_keys->data() == h.k.data());
+    const EvalResult second = evaluate_ok(rc, {b});
+    for (std::size_t s = 0; s < b.selections.size(); ++s) {
+      INFO("selection " << s);
+      check_close(second.errors[0][s], reference_errors(b.problem, b.selections[s]));
+      CHECK(second.errors[0][s].rel_error != first.errors[0][s].rel_error);
+    }
+  });
+}
+
+#ifdef TIERLAB_TEST_EMULATED_CUDA
+// Only the emulator lets a test make device memory short: 300 MiB, of which the backend
+// keeps 256 MiB in reserve, leaves room for about three of these heads at a time.
+TEST_CASE("the CUDA head cache gives memory back when the device runs short", "[recompute]") {
+  setenv("TIERLAB_CUDA_EMULATOR_MEMORY_MB", "300", 1);
+  std::string note;
+  std::unique_ptr<Recomputer> rc = make_recomputer(Backend::Cuda, &note);
+  INFO(note);
+  REQUIRE(rc);
+  std::unique_ptr<Recomputer> cpu = make_recomputer(Backend::Cpu);
+  std::mt19937 rng(5);
+  const int nq = 16, T = 8192, d = 64;
+  std::vector<Head> heads;
+  for (int i = 0; i < 8; ++i) heads.push_back(random_head(rng, nq, T, d, {0.3f, 0.05f}));
+  std::vector<Selection> sels = {random_selection(rng, T, 3, 0.3), random_selection(rng, T, 3, 0.7)};
+  auto batches_of = [&](std::vector<int> which) {
+    std::vector<HeadBatch> out;
+    for (int i : which) out.push_back(HeadBatch{heads[i].problem(), sels});
+    return out;
+  };
+  auto check_against_cpu = [&](const std::vector<HeadBatch>& batches) {
+    const EvalResult got = evaluate_ok(*rc, batches);
+    const EvalResult want = evaluate_ok(*cpu, batches);
+    for (std::size_t b = 0; b < batches.size(); ++b)
+      for (std::size_t s = 0; s < sels.size(); ++s) check_close(got.errors[b][s], want.errors[b][s]);
+  };
+  // Each call fits; together they do not: later calls release the heads of earlier ones.
+  check_against_cpu(batches_of({0, 1}));
+  check_against_cpu(batches_of({2, 3}));
+  check_against_cpu(batches_of({4, 5}));
+  check_against_cpu(batches_of({0, 1}));  // prepared again after being released
+  // One call that cannot fit is refused with a sentence, and the backend still works.
+  const EvalResult too_big = rc->evaluate(batches_of({0, 1, 2, 3, 4, 5, 6, 7}));
+  CHECK_FALSE(too_big.ok);
+  CHECK_THAT(too_big.message, Catch::Contains("free but this call needs"));
+  check_against_cpu(batches_of({6, 7}));
+  unsetenv("TIERLAB_CUDA_EMULATOR_MEMORY_MB");
+}
+#endif

@@ -43,7 +43,13 @@ cudaError_t sticky() {
 
 // ---- device memory ---------------------------------------------------------------------
 
-constexpr std::size_t kTotalBytes = std::size_t(8) << 30;  // the emulated device's memory
+// The emulated device's memory: 8 GiB, or TIERLAB_CUDA_EMULATOR_MEMORY_MB (read at each
+// call, so that a test can make memory short).
+std::size_t total_bytes() {
+  const char* env = std::getenv("TIERLAB_CUDA_EMULATOR_MEMORY_MB");
+  if (env && *env) return static_cast<std::size_t>(std::strtoull(env, nullptr, 10)) << 20;
+  return std::size_t(8) << 30;
+}
 
 struct Mapping {
   void* base;
@@ -446,14 +452,15 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->major = 9;
   p->minor = 0;
   p->multiProcessorCount = 4;
-  p->totalGlobalMem = tierlab_emu::kTotalBytes;
+  p->totalGlobalMem = tierlab_emu::total_bytes();
   return cudaSuccess;
 }
 
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   std::lock_guard<std::mutex> lock(tierlab_emu::g_mutex);
-  *free_bytes = tierlab_emu::kTotalBytes - tierlab_emu::g_used;
-  *total_bytes = tierlab_emu::kTotalBytes;
+  const std::size_t total = tierlab_emu::total_bytes();
+  *free_bytes = total > tierlab_emu::g_used ? total - tierlab_emu::g_used : 0;
+  *total_bytes = total;
   return cudaSuccess;
 }
 
@@ -464,7 +471,7 @@ cudaError_t cudaMalloc(void** out, std::size_t bytes) {
   const std::size_t rounded = (bytes + 255) / 256 * 256;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (bytes == 0 || g_used + rounded > kTotalBytes) return cudaErrorMemoryAllocation;
+    if (bytes == 0 || g_used + rounded > total_bytes()) return cudaErrorMemoryAllocation;
   }
   const std::size_t data_pages = (rounded + page - 1) / page * page;
   const std::size_t length = data_pages + page;

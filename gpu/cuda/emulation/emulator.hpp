@@ -22,6 +22,8 @@
 //     cudaFuncAttributeMaxDynamicSharedMemorySize (48 KiB unless raised) and the 227 KiB
 //     limit of sm_90;
 //   - deadlocks, and warp collectives with inactive lanes.
+// The emulated device (compute capability 9.0, 4 SMs) has 8 GiB of memory, or
+// TIERLAB_CUDA_EMULATOR_MEMORY_MB, so that a test can make memory short.
 // Numerics: float and double arithmetic are the host's (IEEE, round to nearest; expf and
 // friends from glibc, not CUDA's libdevice, so last-bit differences are expected). fp16
 // is _Float16. mma.sync m16n8k16 (fp16 in, fp32 accumulate) forms each output as the fp32
