@@ -703,6 +703,8 @@ class CudaRecomputer final : public Recomputer {
       return "The cuda backend could not normalise the kept attention of a query row: its logits are not finite "
              "after the variant's change (keys or queries far out of range).";
     if (flags[3] != 0 && plan.tc) {  // cannot happen by the bounds of launch.hpp; redo exactly if it does
+      if (!rerun_on_overflow_)  // the self-check: an overflow is a fault of the tensor-core path
+        return "the tensor-core path overflowed fp16 (its scale bound sigma_i is wrong, or delta is not finite)";
       ++overflow_reruns_;
       Plan simple = plan;
       simple.tc = false;
@@ -774,7 +776,9 @@ class CudaRecomputer final : public Recomputer {
       b.selections = {mixed, all_kept, few, noisy, mixed};
       batches.push_back(std::move(b));
     }
+    rerun_on_overflow_ = false;  // a rerun would hide a broken tensor-core path behind the simple one
     const EvalResult tc = run(batches, true);
+    rerun_on_overflow_ = true;
     const EvalResult simple = run(batches, false);
     if (!simple.ok) return simple.message;
     if (!tc.ok) {
@@ -804,6 +808,7 @@ class CudaRecomputer final : public Recomputer {
   std::string path_note_;
   std::string broken_;
   int overflow_reruns_ = 0;
+  bool rerun_on_overflow_ = true;  // false during the self-check
   int blocks_per_sm_ = 2;  // tc blocks resident per SM (occupancy of the 64-row kernel)
   std::uint64_t clock_ = 0;
   std::vector<std::unique_ptr<KvEntry>> kvs_;

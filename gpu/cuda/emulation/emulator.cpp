@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -176,6 +178,12 @@ void block_error(const std::string& what) {
   if (t_block->error.empty()) t_block->error = what;
 }
 
+// TIERLAB_CUDA_EMULATOR_ORDER: forward (default), reverse or shuffle.
+std::string schedule_order() {
+  const char* env = std::getenv("TIERLAB_CUDA_EMULATOR_ORDER");
+  return env ? env : "forward";
+}
+
 // Runs one block; returns "" or what went wrong.
 std::string run_block(dim3 grid, dim3 block_dim, dim3 block_idx, const Body& body) {
   const int n = static_cast<int>(block_dim.x * block_dim.y * block_dim.z);
@@ -204,10 +212,22 @@ std::string run_block(dim3 grid, dim3 block_dim, dim3 block_idx, const Body& bod
   Block* outer_block = t_block;
   Thread* outer_thread = t_thread;
   t_block = &b;
+  // The order in which ready threads run between synchronisations. A kernel without races
+  // gives the same bits in every order (tests compare them).
+  std::vector<int> order(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  const std::string how = schedule_order();
+  if (how == "reverse") {
+    std::reverse(order.begin(), order.end());
+  } else if (how == "shuffle") {
+    std::mt19937 rng(block_idx.x * 73856093u ^ block_idx.y * 19349663u ^ block_idx.z * 83492791u);
+    std::shuffle(order.begin(), order.end(), rng);
+  }
   int remaining = n;
   while (remaining > 0) {
     bool moved = false;
-    for (Thread& t : b.threads) {
+    for (int ti : order) {
+      Thread& t = b.threads[static_cast<std::size_t>(ti)];
       if (t.state == State::Done) continue;
       if (t.state == State::BlockWait && b.gen == t.wait_gen) continue;
       if (t.state == State::WarpWait && b.warps[static_cast<std::size_t>(t.warp)].gen == t.wait_gen) continue;

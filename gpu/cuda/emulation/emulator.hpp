@@ -22,6 +22,9 @@
 //     cudaFuncAttributeMaxDynamicSharedMemorySize (48 KiB unless raised) and the 227 KiB
 //     limit of sm_90;
 //   - deadlocks, and warp collectives with inactive lanes.
+// Races: between two synchronisations the threads of a block run one after another, in the
+// order TIERLAB_CUDA_EMULATOR_ORDER says (forward, reverse or shuffle); a kernel without races
+// gives the same bits in every order, which the tests compare.
 // The emulated device (compute capability 9.0, 4 SMs) has 8 GiB of memory, or
 // TIERLAB_CUDA_EMULATOR_MEMORY_MB, so that a test can make memory short.
 // Numerics: float and double arithmetic are the host's (IEEE, round to nearest; expf and
