@@ -16,7 +16,9 @@
 #     configure arguments (e.g. "-DEigen3_DIR=..."). No Qt or yaml-cpp there: -DTIERLAB_SCENARIOS=OFF builds model, solvers, gpu, their tests and the benches only.
 #     No Boost.Context either: the CPU emulator of the CUDA backend (which CI runs) is off here
 #     (-DTIERLAB_CUDA_EMULATION=OFF); the real device is the point of this script.
-#   - The PyTorch baseline at .devcarry/torch_recompute_ref.py (or ../shared/bench/).
+#   - The PyTorch baseline at .devcarry/torch_recompute_ref.py (or ../shared/bench/), and
+#     the ceilings probe gpu_limits_probe.py next to it (measured fp32 GEMM rate and copy
+#     bandwidth, to put the benchmark's "fraction of the fp32 peak" next to a measured one).
 # Budget: about 6 minutes in all; every step has its own timeout, optional steps are
 # skipped when the budget is spent. The exit status is 0 only if every step passed.
 set -uo pipefail
@@ -128,7 +130,14 @@ PY
   fi
 fi
 
-# ---- 5. optional: memory checker on the CUDA tests and a small benchmark --------------------
+# ---- 5. optional: the measured ceilings (fp32 GEMM with TF32 off and on, copy bandwidth) ----
+PROBE=${PROBE:-$CARRY/gpu_limits_probe.py}
+[ -f "$PROBE" ] || PROBE=$REPO/../shared/bench/gpu_limits_probe.py
+if [ -f "$PROBE" ] && [ "$(left)" -gt 60 ]; then
+  step ceilings 45 "$OUT/ceilings.json" "$PYTHON" "$PROBE"
+fi
+
+# ---- 6. optional: memory checker on the CUDA tests and a small benchmark --------------------
 if command -v compute-sanitizer > /dev/null && [ "$(left)" -gt 90 ] && [ -x "$BENCH" ]; then
   step memcheck-bench $(( $(left) > 150 ? 60 : 40 )) "$OUT/memcheck.log" compute-sanitizer --tool memcheck \
     --error-exitcode 3 "$BENCH" --tokens 3000 --kv-heads 2 --queries 16 --allocations 3 --repeats 1 \

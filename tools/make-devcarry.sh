@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the GPU check machine lacks into the git-ignored folder .devcarry/:
 # the header-only Debian dependencies (Eigen, nlohmann-json, Catch2, CLI11, Boost) as a
-# relocatable prefix, and the PyTorch peer baseline. tools/gpu-check.sh unpacks them.
+# relocatable prefix, the PyTorch peer baseline and the GPU ceilings probe. tools/gpu-check.sh unpacks them.
 # Run here (a machine where setup.sh has installed the packages), then carry .devcarry.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,5 +15,5 @@ tar -C / -cJf "$out/prefix.tar.xz" \
   usr/include/CLI usr/share/cmake/CLI11 \
   usr/include/boost "usr/lib/$multi/cmake/Boost-1.74.0" "usr/lib/$multi/cmake/boost_headers-1.74.0" \
   "usr/lib/$multi/cmake/BoostDetectToolset-1.74.0.cmake"
-cp "$repo/../shared/bench/torch_recompute_ref.py" "$out/"
+cp "$repo/../shared/bench/torch_recompute_ref.py" "$repo/../shared/bench/gpu_limits_probe.py" "$out/"
 du -sh "$out"
