@@ -83,32 +83,31 @@ T* device_array(std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("barriers and shared memory: a tree reduction per block", "[cuda-emulator]") {
-  tierlab_emu::reset();
-  int* out = device_array<int>(3);
+// Launches kernel(out) with `n` device values of T in `out` and returns them.
+template <class T>
+std::vector<T> launch_and_read(dim3 grid, dim3 block, const char* name, void (*kernel)(T*), std::size_t n) {
+  T* out = device_array<T>(n);
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-  tierlab_emu::make_launch(dim3(3), dim3(512), 0, s, "block_sum_kernel", block_sum_kernel)(out);
+  tierlab_emu::make_launch(grid, block, 0, s, name, kernel)(out);
   REQUIRE(cudaGetLastError() == cudaSuccess);
-  int host[3];
-  REQUIRE(cudaMemcpyAsync(host, out, sizeof host, cudaMemcpyDeviceToHost, s) == cudaSuccess);
-  for (int b = 0; b < 3; ++b) CHECK(host[b] == 512 * 513 / 2);
+  std::vector<T> host(n);
+  REQUIRE(cudaMemcpyAsync(host.data(), out, n * sizeof(T), cudaMemcpyDeviceToHost, s) == cudaSuccess);
   cudaFree(out);
   cudaStreamDestroy(s);
+  return host;
+}
+
+TEST_CASE("barriers and shared memory: a tree reduction per block", "[cuda-emulator]") {
+  tierlab_emu::reset();
+  for (int v : launch_and_read<int>(dim3(3), dim3(512), "block_sum_kernel", block_sum_kernel, 3))
+    CHECK(v == 512 * 513 / 2);
 }
 
 TEST_CASE("warp shuffles: a tree sum per warp", "[cuda-emulator]") {
   tierlab_emu::reset();
-  double* out = device_array<double>(4);
-  cudaStream_t s = nullptr;
-  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-  tierlab_emu::make_launch(dim3(1), dim3(128), 0, s, "warp_sum_kernel", warp_sum_kernel)(out);
-  REQUIRE(cudaGetLastError() == cudaSuccess);
-  double host[4];
-  REQUIRE(cudaMemcpyAsync(host, out, sizeof host, cudaMemcpyDeviceToHost, s) == cudaSuccess);
-  for (double v : host) CHECK(v == 31.0 * 32.0 * 63.0 / 6.0);  // sum of l^2, l < 32
-  cudaFree(out);
-  cudaStreamDestroy(s);
+  for (double v : launch_and_read<double>(dim3(1), dim3(128), "warp_sum_kernel", warp_sum_kernel, 4))
+    CHECK(v == 31.0 * 32.0 * 63.0 / 6.0);  // sum of l^2, l < 32
 }
 
 TEST_CASE("mma.sync m16n8k16: the fragments of the PTX layout multiply like matrices", "[cuda-emulator]") {
