@@ -22,6 +22,7 @@
 #include "model/llama2c.hpp"
 #include "model/quantizer.hpp"
 #include "scenarios/evaluation.hpp"
+#include "scenarios/figures/figures.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/interior.hpp"
 #include "scenarios/runner.hpp"
@@ -1195,38 +1196,17 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
     }
     {
       const auto cols = read_table_csv(dir + "/tables/heads.csv");
-      Figure f;
-      f.title = "Per-head interior advantage vs budget";
-      f.xlabel = "budget B (bits per key element)";
-      f.ylabel = "interior advantage A (" + verdict + ")";
-      Series pts{"heads (one point per head and cell)", Rgb{31, 119, 180, 90}, Style::Points, {}, {}, 6};
-      const auto& bs = cols.at("budget");
-      const auto& as = cols.at("A");
+      std::vector<std::size_t> rows;
+      const Figure f = advantage_vs_budget_figure(in, cols, &rows);
       std::vector<HoverPoint> hv;
-      for (std::size_t i = 0; i < bs.size() && i < as.size(); ++i) {
-        const double a = std::strtod(as[i].c_str(), nullptr), b = std::strtod(bs[i].c_str(), nullptr);
-        if (!std::isfinite(a)) continue;
-        const double jitter = (static_cast<double>(i % 9) - 4) * 0.012;  // deterministic, in bits
-        pts.x.push_back(b + jitter), pts.y.push_back(std::max(a, -2.0));
-        std::string txt = "B = " + format_label(b) + ", A = " + format_label(a, "%.4g");
+      const Series& pts = f.series.at(0);
+      for (std::size_t k = 0; k < rows.size() && k < pts.x.size(); ++k) {
+        const std::size_t i = rows[k];
+        std::string txt = "B = " + cols.at("budget")[i] + ", A = " + format_label(std::strtod(cols.at("A")[i].c_str(), nullptr), "%.4g");
         for (const char* c : {"cell", "layer", "kv_head", "winner"})
           if (cols.count(c) && i < cols.at(c).size()) txt += std::string("\n") + c + " " + cols.at(c)[i];
-        hv.push_back({b + jitter, std::max(a, -2.0), txt});
+        hv.push_back({pts.x[k], pts.y[k], txt});
       }
-      Series med{"median over heads", Rgb{214, 39, 40}, Style::Line, {}, {}, 6};
-      double xlo = INFINITY, xhi = -INFINITY;
-      for (const auto& b : in.value("budgets", nlohmann::json::array())) {
-        const double bb = val(b, "budget");
-        xlo = std::min(xlo, bb), xhi = std::max(xhi, bb);
-        if (std::isfinite(val(b, "median_A_heads"))) med.x.push_back(bb), med.y.push_back(val(b, "median_A_heads"));
-      }
-      double ylo = -0.2, yhi = 1;
-      for (double y : pts.y) ylo = std::min(ylo, y);
-      pad_range(ylo, yhi, 0.08);
-      pad_range(xlo, xhi, 0.08);
-      f.series = {pts, med, {"A = 0", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}};
-      f.xmin = xlo, f.xmax = xhi, f.ymin = ylo, f.ymax = yhi;
-      f.title += " (A < -2 drawn at -2)";
       v.figures.push_back(f);
       v.hover.push_back(hv);
     }

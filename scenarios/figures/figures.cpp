@@ -17,6 +17,54 @@
 
 namespace tierlab {
 
+Figure advantage_vs_budget_figure(const nlohmann::json& interior,
+                                  const std::map<std::string, std::vector<std::string>>& heads,
+                                  std::vector<std::size_t>* rows) {
+  if (rows) rows->clear();
+  Figure f;
+  f.title = "Per-head interior advantage vs budget";
+  f.xlabel = "budget B (bits per key element)";
+  f.ylabel = "interior advantage A (" + interior.value("queries", std::string("decode")) + " queries)";
+  Series pts{"heads (one point per head and cell)", Rgb{31, 119, 180, 90}, Style::Points, {}, {}, 6};
+  const auto& bs = heads.at("budget");
+  const auto& as = heads.at("A");
+  std::vector<double> budgets;
+  for (const auto& b : interior["budgets"]) budgets.push_back(b["budget"].get<double>());
+  double bspan = budgets.size() > 1 ? (*std::max_element(budgets.begin(), budgets.end()) - *std::min_element(budgets.begin(), budgets.end())) : 1;
+  double ylo = 0, yhi = 1;
+  for (std::size_t i = 0; i < bs.size() && i < as.size(); ++i) {
+    const double a = std::strtod(as[i].c_str(), nullptr), b = std::strtod(bs[i].c_str(), nullptr);
+    if (!std::isfinite(a)) continue;
+    pts.x.push_back(b + (static_cast<double>(i % 9) - 4) * 0.006 * bspan);  // deterministic jitter
+    pts.y.push_back(a);
+    if (rows) rows->push_back(i);
+  }
+  Series mean{"median over heads", Rgb{214, 39, 40}, Style::Line, {}, {}, 6};
+  for (const auto& b : interior["budgets"])
+    if (std::isfinite(double_or_nan(b, "median_A_heads")))
+      mean.x.push_back(double_or_nan(b, "budget")), mean.y.push_back(double_or_nan(b, "median_A_heads"));
+  // A is unbounded below (err(M*) >> the endpoints): clip the axis at the 5th percentile.
+  std::vector<double> sorted = pts.y;
+  std::sort(sorted.begin(), sorted.end());
+  int below = 0;
+  if (!sorted.empty()) {
+    const double p5 = sorted[sorted.size() / 20];
+    ylo = std::min(0.0, std::max(p5, -2.0));
+    for (double& y : pts.y)
+      if (y < ylo) y = ylo, ++below;
+  }
+  if (below > 0)
+    f.title +=
+        " (" + std::to_string(below) + " heads with A < " + format_label(ylo, "%.2g") + " drawn at the bottom edge)";
+  f.series = {pts, mean, {"", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}};
+  pad_range(ylo, yhi, 0.08);
+  double xlo = budgets.empty() ? 0 : *std::min_element(budgets.begin(), budgets.end());
+  double xhi = budgets.empty() ? 1 : *std::max_element(budgets.begin(), budgets.end());
+  pad_range(xlo, xhi, 0.08);
+  f.xmin = xlo, f.xmax = xhi, f.ymin = ylo, f.ymax = yhi;
+  return f;
+}
+
 std::vector<std::string> render_figures(const std::string& dir) {
   namespace fs = std::filesystem;
   const nlohmann::json in = read_table_json(dir + "/tables/interior.json");
@@ -58,47 +106,7 @@ std::vector<std::string> render_figures(const std::string& dir) {
 
   // 2. per-head advantage vs budget.
   {
-    const auto cols = read_table_csv(dir + "/tables/heads.csv");
-    Figure f;
-    f.title = "Per-head interior advantage vs budget";
-    f.xlabel = "budget B (bits per key element)";
-    f.ylabel = "interior advantage A (" + verdict + " queries)";
-    Series pts{"heads (one point per head and cell)", Rgb{31, 119, 180, 90}, Style::Points, {}, {}, 6};
-    const auto& bs = cols.at("budget");
-    const auto& as = cols.at("A");
-    std::vector<double> budgets;
-    for (const auto& b : in["budgets"]) budgets.push_back(b["budget"].get<double>());
-    double bspan = budgets.size() > 1 ? (*std::max_element(budgets.begin(), budgets.end()) - *std::min_element(budgets.begin(), budgets.end())) : 1;
-    double ylo = 0, yhi = 1;
-    for (std::size_t i = 0; i < bs.size() && i < as.size(); ++i) {
-      const double a = std::strtod(as[i].c_str(), nullptr), b = std::strtod(bs[i].c_str(), nullptr);
-      if (!std::isfinite(a)) continue;
-      pts.x.push_back(b + (static_cast<double>(i % 9) - 4) * 0.006 * bspan);  // deterministic jitter
-      pts.y.push_back(a);
-    }
-    Series mean{"median over heads", Rgb{214, 39, 40}, Style::Line, {}, {}, 6};
-    for (const auto& b : in["budgets"])
-      if (std::isfinite(double_or_nan(b, "median_A_heads")))
-        mean.x.push_back(double_or_nan(b, "budget")), mean.y.push_back(double_or_nan(b, "median_A_heads"));
-    // A is unbounded below (err(M*) >> the endpoints): clip the axis at the 5th percentile.
-    std::vector<double> sorted = pts.y;
-    std::sort(sorted.begin(), sorted.end());
-    int below = 0;
-    if (!sorted.empty()) {
-      const double p5 = sorted[sorted.size() / 20];
-      ylo = std::min(0.0, std::max(p5, -2.0));
-      for (double& y : pts.y)
-        if (y < ylo) y = ylo, ++below;
-    }
-    if (below > 0)
-      f.title +=
-          " (" + std::to_string(below) + " heads with A < " + format_label(ylo, "%.2g") + " drawn at the bottom edge)";
-    f.series = {pts, mean, {"", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}};
-    pad_range(ylo, yhi, 0.08);
-    double xlo = budgets.empty() ? 0 : *std::min_element(budgets.begin(), budgets.end());
-    double xhi = budgets.empty() ? 1 : *std::max_element(budgets.begin(), budgets.end());
-    pad_range(xlo, xhi, 0.08);
-    f.xmin = xlo, f.xmax = xhi, f.ymin = ylo, f.ymax = yhi;
+    const Figure f = advantage_vs_budget_figure(in, read_table_csv(dir + "/tables/heads.csv"));
     for (auto& x : render_figure(f, dir + "/figures/advantage_vs_budget")) files.push_back(x);
   }
 

@@ -17,10 +17,23 @@
 //
 // Headless: when neither DISPLAY nor WAYLAND_DISPLAY nor QT_QPA_PLATFORM is set, the
 // platform is set to "offscreen" before the QApplication is created.
+#include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "scenarios/figures/figure.hpp"
+
 namespace tierlab {
+
+// advantage_vs_budget from a run's tables: `interior` (tables/interior.json) and `heads`
+// (tables/heads.csv by column). Shared by `tierlab figure` and tierlab-explorer. *rows, when
+// given, receives for each point of the first series its row in `heads`.
+Figure advantage_vs_budget_figure(const nlohmann::json& interior,
+                                  const std::map<std::string, std::vector<std::string>>& heads,
+                                  std::vector<std::size_t>* rows = nullptr);
 
 // Renders every figure whose tables exist; returns the files written. Throws InputError
 // when DIR/tables/interior.json is missing or unreadable.

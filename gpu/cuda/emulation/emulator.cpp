@@ -76,6 +76,17 @@ const Mapping* find_device(const void* p, std::size_t n) {
   return &it->second;
 }
 
+// Whether [p, p + n) lies in one device allocation; if not, says so (an error value, not sticky).
+bool inside_device(const void* p, std::size_t n, const char* call) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (find_device(p, n)) return true;
+  }
+  fail(cudaErrorInvalidValue, std::string(call) + " of " + std::to_string(n) + " bytes outside a device allocation",
+       false);
+  return false;
+}
+
 // ---- launches and the kernel that is running (for the fault message) ---------------------
 
 std::map<const void*, int> g_max_dynamic_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
@@ -185,7 +196,7 @@ std::string schedule_order() {
 }
 
 // Runs one block; returns "" or what went wrong.
-std::string run_block(dim3 grid, dim3 block_dim, dim3 block_idx, const Body& body) {
+std::string run_block(dim3 grid, dim3 block_dim, dim3 block_idx, const std::string& how, const Body& body) {
   const int n = static_cast<int>(block_dim.x * block_dim.y * block_dim.z);
   Block b;
   b.threads.resize(static_cast<std::size_t>(n));
@@ -216,7 +227,6 @@ std::string run_block(dim3 grid, dim3 block_dim, dim3 block_idx, const Body& bod
   // gives the same bits in every order (tests compare them).
   std::vector<int> order(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
-  const std::string how = schedule_order();
   if (how == "reverse") {
     std::reverse(order.begin(), order.end());
   } else if (how == "shuffle") {
@@ -375,6 +385,7 @@ void run_grid(const char* name, const void* key, dim3 grid, dim3 block, std::siz
   }
   std::snprintf(g_running, sizeof g_running, "%s", name);
   const long n_blocks = static_cast<long>(grid.x) * grid.y * grid.z;
+  const std::string order = schedule_order();
   std::string first_error;
   long first_block = -1;
 #pragma omp parallel
@@ -385,7 +396,7 @@ void run_grid(const char* name, const void* key, dim3 grid, dim3 block, std::siz
       std::memset(t_dynamic_smem.data(), 0xff, t_dynamic_smem.size());
       const dim3 idx(static_cast<unsigned>(i % grid.x), static_cast<unsigned>((i / grid.x) % grid.y),
                      static_cast<unsigned>(i / (static_cast<long>(grid.x) * grid.y)));
-      std::string e = run_block(grid, block, idx, body);
+      std::string e = run_block(grid, block, idx, order, body);
       if (!e.empty()) {
         std::lock_guard<std::mutex> lock(g_mutex);
         if (first_block < 0 || i < first_block) {
@@ -434,7 +445,6 @@ cudaError_t occupancy(int* blocks, const void* /*key*/, int block_size, std::siz
 }  // namespace tierlab_emu
 
 using tierlab_emu::fail;
-using tierlab_emu::find_device;
 
 const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
@@ -551,28 +561,15 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   if (!s) return cudaErrorInvalidResourceHandle;
-  const void* dev = kind == cudaMemcpyHostToDevice ? dst : src;
-  {
-    std::lock_guard<std::mutex> lock(tierlab_emu::g_mutex);
-    if (!find_device(dev, bytes)) {
-      tierlab_emu::g_detail = "cudaMemcpyAsync of " + std::to_string(bytes) + " bytes outside a device allocation";
-      std::fprintf(stderr, "tierlab CUDA emulator: %s\n", tierlab_emu::g_detail.c_str());
-      return cudaErrorInvalidValue;
-    }
-  }
+  if (!tierlab_emu::inside_device(kind == cudaMemcpyHostToDevice ? dst : src, bytes, "cudaMemcpyAsync"))
+    return cudaErrorInvalidValue;
   std::memcpy(dst, src, bytes);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t s) {
   if (!s) return cudaErrorInvalidResourceHandle;
-  {
-    std::lock_guard<std::mutex> lock(tierlab_emu::g_mutex);
-    if (!find_device(dst, bytes)) {
-      std::fprintf(stderr, "tierlab CUDA emulator: cudaMemsetAsync of %zu bytes outside a device allocation\n", bytes);
-      return cudaErrorInvalidValue;
-    }
-  }
+  if (!tierlab_emu::inside_device(dst, bytes, "cudaMemsetAsync")) return cudaErrorInvalidValue;
   std::memset(dst, value, bytes);
   return cudaSuccess;
 }
