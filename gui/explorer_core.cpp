@@ -21,12 +21,14 @@
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
 #include "model/quantizer.hpp"
-#include "scenarios/evaluation.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/analyses/interior.hpp"
+#include "scenarios/analyses/waterfill.hpp"
 #include "scenarios/figures/figures.hpp"
 #include "scenarios/figures/tables_io.hpp"
-#include "scenarios/interior.hpp"
-#include "scenarios/runner.hpp"
-#include "scenarios/staleness.hpp"
+#include "scenarios/pipeline/advantage.hpp"
+#include "scenarios/run/runner.hpp"
+#include "scenarios/pipeline/staleness_head.hpp"
 #include "solvers/smoothing.hpp"
 
 namespace tierlab::explorer {
@@ -265,10 +267,11 @@ std::shared_ptr<Source> Source::open(const SourceSpec& spec, const Progress& pro
       if (s->run_dir_.empty()) s->run_dir_ = spec.run_dir.empty() ? "out/" + sc.name : spec.run_dir;
       if (sc.cells.empty()) throw InputError("explorer: the scenario '" + yaml + "' has no cells.");
       const ScenarioCell* cell = &sc.cells.front();
-      if (sc.waterfill.enabled && !sc.waterfill.cell.empty())
+      if (const WaterfillAnalysis* w = sc.find<WaterfillAnalysis>()) {
         for (const auto& c : sc.cells)
-          if (c.id == sc.waterfill.cell) cell = &c;
-      if (sc.waterfill.enabled) s->initial_layer_ = sc.waterfill.layer, s->initial_kv_head_ = sc.waterfill.kv_head;
+          if (c.id == w->spec.cell) cell = &c;
+        s->initial_layer_ = w->spec.layer, s->initial_kv_head_ = w->spec.kv_head;
+      }
       s->cell_id_ = cell->id;
       check(cancel);
       if (cell->source == "synthetic") {

@@ -10,7 +10,7 @@
 //   model      a llama2.c checkpoint (e.g. data/stories260K/stories260K.bin) captured on the
 //              fly (model/capture.hpp): a prompt of T tokens sampled by the model from BOS,
 //              then S greedy decode steps
-//   scenario   a scenario YAML (scenarios/scenario.hpp) or a run folder holding
+//   scenario   a scenario YAML (scenarios/scenario/scenario.hpp) or a run folder holding
 //              scenario.yaml: its trace views use the scenario's water-filling cell (else its
 //              first cell); its tables (RUN/tables) feed the interior, phase-map and
 //              staleness views; without tables the scenario can be run (run_scenario).
@@ -35,13 +35,13 @@
 //   (b) head map: per head, R_h(2-bit) = sum_t c_t(2-bit) / sum_t c_t(0)
 //       (model/dominance.hpp; dominated when >= 1) and the routed family (Q, E or M,
 //       solvers/families.hpp, head scope) at B.
-//   (c) interior advantage A = 1 - err(M*) / min(err(Q*), err(E*)) (scenarios/interior.hpp):
+//   (c) interior advantage A = 1 - err(M*) / min(err(Q*), err(E*)) (scenarios/pipeline/advantage.hpp):
 //       from a run's tables (per cell vs dominated share; per head vs budget), else live for
 //       the selected head vs budget and for every head at B.
 //   (d) dominance: a run's phase map (winner per logit scale x budget, surrogate boundary
 //       median R_h(2) = 1 dashed), else the selected head's R_h(tau) vs rate with its lower
 //       convex hull.
-//   (e) staleness (scenarios/staleness.hpp): a run's per-step medians, else the selected
+//   (e) staleness (scenarios/pipeline/staleness_head.hpp): a run's per-step medians, else the selected
 //       head's err_stale/err_fresh, Jaccard of evicted sets and tier agreement per step.
 //
 // Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
@@ -69,9 +69,9 @@
 #include "model/synthetic.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
-#include "scenarios/evaluation.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/figures/figure.hpp"
-#include "scenarios/scenario.hpp"
+#include "scenarios/scenario/scenario.hpp"
 #include "solvers/families.hpp"
 #include "solvers/waterfill.hpp"
 

@@ -22,7 +22,7 @@
 #include "model/surrogate.hpp"
 #include "model/synthetic.hpp"
 #include "model/trace.hpp"
-#include "scenarios/evaluation.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
 #include "solvers/waterfill.hpp"
 
 namespace fs = std::filesystem;
@@ -131,7 +131,7 @@ TEST_CASE("explorer core: a budget change moves the water level and the allocati
     const ContinuousWaterfill cw = waterfill_continuous(wp);
     CHECK(close_rel(cw.theta, hi.theta, 1e-6));
 
-    // The same tiers evaluated by `tierlab eval --allocation`'s path (scenarios/evaluation.hpp
+    // The same tiers evaluated by `tierlab eval --allocation`'s path (scenarios/pipeline/evaluation.hpp
     // evaluate_trace with a HeadAllocator: model/quantizer.hpp materialize with tier-local
     // groups, its own recomputation of the observation queries and of every decode step).
     const RateLadder ladder = RateLadder::parse(s.ladder);

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "model/error.hpp"
-#include "scenarios/atomic_file.hpp"
+#include "scenarios/run/atomic_file.hpp"
 #include "scenarios/figures/figures.hpp"
 #include "support.hpp"
 

@@ -1,4 +1,4 @@
-// Distortion-model mismatch (scenarios/mismatch.hpp): the exact per-head bit allocation
+// Distortion-model mismatch (scenarios/analyses/mismatch.hpp): the exact per-head bit allocation
 // against exhaustive enumeration, the fitted beta against an independent least-squares fit
 // of independently measured noise, and the allocation invariants on a tiny synthetic trace.
 #include <catch2/catch.hpp>
@@ -14,7 +14,7 @@
 #include "gpu/recompute.hpp"
 #include "model/key_quantizer.hpp"
 #include "model/synthetic.hpp"
-#include "scenarios/mismatch.hpp"
+#include "scenarios/analyses/mismatch.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -108,7 +108,7 @@ TEST_CASE("mismatch on a tiny synthetic trace: fits, allocations and their invar
   const Scenario sc = parse_scenario(kScenario, "mm.yaml");
   TraceReader trace(tiny.path);
   auto backend = cpu();
-  const nlohmann::json j = mismatch_cell(sc, trace, *backend);
+  const nlohmann::json j = mismatch_cell(sc, sc.find<MismatchAnalysis>()->spec, trace, *backend);
   const std::vector<std::string> labels = j["quantizers"].get<std::vector<std::string>>();
   REQUIRE(labels == std::vector<std::string>{"kivi residual=0", "token", "turboquant"});
   REQUIRE(j["heads"].size() == 4);
@@ -118,9 +118,9 @@ TEST_CASE("mismatch on a tiny synthetic trace: fits, allocations and their invar
     for (const auto& jh : j["heads"]) {
       const HeadData head = trace.head(jh["layer"].get<int>(), jh["kv_head"].get<int>());
       for (std::size_t q = 0; q < labels.size(); ++q) {
-        const MethodSpec& spec = sc.mismatch.quantizers[q];
+        const MethodSpec& spec = sc.find<MismatchAnalysis>()->spec.quantizers[q];
         std::vector<double> xs, ys;
-        for (const int b : sc.mismatch.bits) {
+        for (const int b : sc.find<MismatchAnalysis>()->spec.bits) {
           MethodParams p = spec.params;
           p["bits"] = std::to_string(b);
           const QuantizedHeadKeys k = make_key_quantizer(spec.name, p)->quantize(head, meta.rope);
@@ -181,7 +181,7 @@ TEST_CASE("mismatch on a tiny synthetic trace: fits, allocations and their invar
     fs::remove_all(dir);
     fs::create_directories(dir);
     const std::vector<nlohmann::json> cells{{{"id", "c0"}, {"mismatch", j}}};
-    const std::string summary = write_mismatch_tables(sc, cells, dir);
+    const std::string summary = write_mismatch_tables(sc, sc.find<MismatchAnalysis>()->spec, cells, dir);
     CHECK_THAT(summary, Catch::Contains("## Distortion-model mismatch"));
     std::ifstream in(dir + "/mismatch_beta.json");
     const nlohmann::json bt = nlohmann::json::parse(in);
@@ -195,7 +195,7 @@ TEST_CASE("mismatch on a tiny synthetic trace: fits, allocations and their invar
     }
     REQUIRE(fs::exists(dir + "/mismatch.csv"));
     REQUIRE(fs::exists(dir + "/mismatch_fits.csv"));
-    const nlohmann::json again = mismatch_cell(sc, trace, *backend);
+    const nlohmann::json again = mismatch_cell(sc, sc.find<MismatchAnalysis>()->spec, trace, *backend);
     CHECK(again.dump() == j.dump());
   }
 }

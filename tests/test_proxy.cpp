@@ -1,4 +1,4 @@
-// Proxy vs end task (scenarios/proxy.hpp): rank correlations on hand-computed cases, the
+// Proxy vs end task (scenarios/analyses/proxy.hpp): rank correlations on hand-computed cases, the
 // generic-compressor replay path against the ladder path, and a whole run (tables, figures,
 // summary, determinism) on a tiny synthetic scenario with the methods and mismatch keys.
 #include <catch2/catch.hpp>
@@ -8,11 +8,12 @@
 #include <filesystem>
 
 #include "model/error.hpp"
-#include "scenarios/analyses.hpp"
+#include "scenarios/analyses/stats.hpp"
+#include "scenarios/run/tables.hpp"
 #include "scenarios/figures/figures.hpp"
-#include "scenarios/proxy.hpp"
-#include "scenarios/replay.hpp"
-#include "scenarios/runner.hpp"
+#include "scenarios/analyses/proxy.hpp"
+#include "scenarios/pipeline/replay.hpp"
+#include "scenarios/run/runner.hpp"
 #include "support.hpp"
 
 using namespace tierlab;

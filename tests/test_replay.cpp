@@ -7,7 +7,7 @@
 #include "model/allocation.hpp"
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
-#include "scenarios/replay.hpp"
+#include "scenarios/pipeline/replay.hpp"
 #include "solvers/policy.hpp"
 
 using namespace tierlab;

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/runner.hpp"
-#include "scenarios/scenario.hpp"
+#include "scenarios/run/runner.hpp"
+#include "scenarios/scenario/scenario.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;

@@ -4,8 +4,10 @@
 #include <string>
 
 #include "model/error.hpp"
-#include "scenarios/analyses.hpp"
-#include "scenarios/scenario.hpp"
+#include "scenarios/analyses/stats.hpp"
+#include "scenarios/analyses/waterfill.hpp"
+#include "scenarios/run/tables.hpp"
+#include "scenarios/scenario/scenario.hpp"
 
 using namespace tierlab;
 
@@ -39,7 +41,7 @@ TEST_CASE("a scenario expands to presets x seeds x context lengths") {
   CHECK(s.cells[2].synth.seed == 1);
   CHECK(s.budgets == std::vector<double>{2, 4});
   CHECK(s.primary_budget == 2);
-  CHECK_FALSE(s.phase_map);
+  CHECK_FALSE(s.sweeps_logit_scales);
 }
 
 TEST_CASE("logit scales make a phase map and fix each cell's scale") {
@@ -48,7 +50,7 @@ TEST_CASE("logit scales make a phase map and fix each cell's scale") {
       "name: p\ntraces:\n  synthetic:\n    presets: tiny\n    logit_scales: [0.5, 2]\n    overrides: {n_layers: 1}\n",
       "p.yaml");
   REQUIRE(p.cells.size() == 2);
-  CHECK(p.phase_map);
+  CHECK(p.sweeps_logit_scales);
   CHECK(p.cells[1].synth.logit_scale_min == 2.0);
   CHECK(p.cells[1].synth.logit_scale_max == 2.0);
   CHECK(p.cells[1].synth.n_layers == 1);
@@ -135,10 +137,10 @@ TEST_CASE("model cells: the shipped checkpoint, seeds x context lengths") {
 
 TEST_CASE("the water-filling head names a cell of the scenario") {
   const Scenario s = parse_scenario(std::string(kGood) + "waterfill:\n  cell: tiny-s1-T32\n  layer: 1\n  budget: 3\n", "w.yaml");
-  CHECK(s.waterfill.enabled);
-  CHECK(s.waterfill.cell == "tiny-s1-T32");
-  CHECK(s.waterfill.layer == 1);
-  CHECK(s.waterfill.budget == 3);
+  REQUIRE(s.find<WaterfillAnalysis>() != nullptr);
+  CHECK(s.find<WaterfillAnalysis>()->spec.cell == "tiny-s1-T32");
+  CHECK(s.find<WaterfillAnalysis>()->spec.layer == 1);
+  CHECK(s.find<WaterfillAnalysis>()->spec.budget == 3);
   const std::string e = error_of(std::string(kGood) + "waterfill:\n  cell: tiny-s9-T32\n");
   CHECK_THAT(e, Catch::Contains("bad.yaml:10:"));
   CHECK_THAT(e, Catch::Contains("tiny-s0-T32, tiny-s0-T64"));

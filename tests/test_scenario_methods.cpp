@@ -5,7 +5,9 @@
 #include <string>
 
 #include "model/error.hpp"
-#include "scenarios/scenario.hpp"
+#include "scenarios/analyses/mismatch.hpp"
+#include "scenarios/analyses/proxy.hpp"
+#include "scenarios/scenario/scenario.hpp"
 
 using namespace tierlab;
 
@@ -51,8 +53,8 @@ TEST_CASE("method entries resolve through the registries; list values expand in 
                                                   "proxy: {mode: free-running}\n"),
                                     "m.yaml");
   REQUIRE(s.methods.size() == 10);
-  CHECK(s.proxy.enabled);
-  CHECK(s.proxy.mode == "free-running");
+  REQUIRE(s.find<ProxyAnalysis>() != nullptr);
+  CHECK(s.find<ProxyAnalysis>()->spec.mode == "free-running");
   CHECK(s.methods[0].kind == MethodSpec::Kind::Quantizer);
   CHECK(s.methods[0].label == "kivi bits=2");
   CHECK(s.methods[1].label == "kivi bits=4");
@@ -150,12 +152,12 @@ TEST_CASE("the mismatch key") {
   const Scenario s = parse_scenario(
       scenario_with("mismatch:\n  quantizers: [kivi, {quantizer: quarot, group: 16}]\n  bits: [2, 4, 8]\n  budgets: [4]\n"),
       "m.yaml");
-  REQUIRE(s.mismatch.enabled);
-  REQUIRE(s.mismatch.quantizers.size() == 2);
-  CHECK(s.mismatch.quantizers[0].name == "kivi");
-  CHECK(s.mismatch.quantizers[1].params.at("group") == "16");
-  CHECK(s.mismatch.bits == std::vector<int>{2, 4, 8});
-  CHECK(s.mismatch.budgets == std::vector<double>{4});
+  REQUIRE(s.find<MismatchAnalysis>() != nullptr);
+  REQUIRE(s.find<MismatchAnalysis>()->spec.quantizers.size() == 2);
+  CHECK(s.find<MismatchAnalysis>()->spec.quantizers[0].name == "kivi");
+  CHECK(s.find<MismatchAnalysis>()->spec.quantizers[1].params.at("group") == "16");
+  CHECK(s.find<MismatchAnalysis>()->spec.bits == std::vector<int>{2, 4, 8});
+  CHECK(s.find<MismatchAnalysis>()->spec.budgets == std::vector<double>{4});
 
   auto err = [](const std::string& body) { return error_of(scenario_with("mismatch:\n" + body)); };
   CHECK_THAT(err("  quantizers: [kivi]\n  bits: [2, 4]\n  budgets: [3]\n"),

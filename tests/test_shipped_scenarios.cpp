@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <set>
 
-#include "scenarios/scenario.hpp"
+#include "scenarios/scenario/scenario.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
-// The smoothing study (scenarios/smoothing_study.hpp) and the entropy phase map
-// (scenarios/entropy_phase.hpp): span truncation and split counts on hand-made allocations,
+// The smoothing study (scenarios/analyses/smoothing.hpp) and the entropy phase map
+// (scenarios/analyses/entropy_phase.hpp): span truncation and split counts on hand-made allocations,
 // kernel 1 equal to the raw scores, the attention entropy and its binning on hand-computed
 // cases, the phase table of a hand-made set of cells, the scenario keys' validation errors,
 // and a tiny run whose tables are identical on a rerun and whose figures are produced.
@@ -13,11 +13,11 @@
 
 #include "model/error.hpp"
 #include "model/synthetic.hpp"
-#include "scenarios/entropy_phase.hpp"
+#include "scenarios/analyses/entropy_phase.hpp"
 #include "scenarios/figures/figures.hpp"
-#include "scenarios/runner.hpp"
-#include "scenarios/scenario.hpp"
-#include "scenarios/smoothing_study.hpp"
+#include "scenarios/run/runner.hpp"
+#include "scenarios/scenario/scenario.hpp"
+#include "scenarios/analyses/smoothing.hpp"
 #include "support.hpp"
 
 using namespace tierlab;
@@ -134,10 +134,8 @@ TEST_CASE("the entropy phase table of hand-made cells") {
   const char* b4[2] = {"M", "Q"};
   const std::vector<nlohmann::json> cells{cell("a", 1, 2, 2, 1.5, a2, a4), cell("b", 3, 4, 0.5, 0.25, b2, b4)};
   Scenario sc;
-  sc.entropy_phase = true;
-  sc.entropy_bins = 2;
   TempDir dir("entropy-phase");
-  const std::string summary = write_entropy_phase_tables(sc, cells, dir.path.string());
+  const std::string summary = write_entropy_phase_tables(sc, 2, cells, dir.path.string());
   const nlohmann::json t = nlohmann::json::parse(slurp(dir.file("phase_entropy.json")));
   REQUIRE(t["rows"].size() == 4);  // 2 bins x 2 budgets
   // Bin 0: H 1, 2 (median 1.5, median R2 1.75); bin 1: H 3, 4 (median 3.5, median R2 0.375).
@@ -163,18 +161,18 @@ TEST_CASE("the entropy phase table of hand-made cells") {
 TEST_CASE("smoothing and entropy_bins keys: defaults, and errors with the line and the choices") {
   const std::string head = "name: s\ntraces:\n  synthetic:\n    presets: [tiny]\n";
   const Scenario d = parse_scenario(head + "smoothing: {budgets: 1}\n", "s.yaml");
-  CHECK(d.smoothing.enabled);
-  CHECK(d.smoothing.kernels == std::vector<int>{1, 3, 5, 7});
-  CHECK(d.smoothing.pooling.size() == 2);
-  CHECK(d.smoothing.budgets == std::vector<double>{1.0});
-  CHECK(d.smoothing.families.size() == 2);
-  CHECK_FALSE(d.entropy_phase);
+  REQUIRE(d.find<SmoothingAnalysis>() != nullptr);
+  CHECK(d.find<SmoothingAnalysis>()->spec.kernels == std::vector<int>{1, 3, 5, 7});
+  CHECK(d.find<SmoothingAnalysis>()->spec.pooling.size() == 2);
+  CHECK(d.find<SmoothingAnalysis>()->spec.budgets == std::vector<double>{1.0});
+  CHECK(d.find<SmoothingAnalysis>()->spec.families.size() == 2);
+  CHECK(d.find<EntropyPhaseAnalysis>() == nullptr);
   const Scenario e = parse_scenario(head + "entropy_bins: 5\nsmoothing:\n  families: [E]\n  padding: zero\n", "s.yaml");
-  CHECK(e.entropy_phase);
-  CHECK(e.entropy_bins == 5);
-  CHECK(e.smoothing.families == std::vector<Family>{Family::Evict});
-  CHECK(e.smoothing.padding == Padding::Zero);
-  CHECK(parse_scenario(head + "    logit_scales: [1, 2]\n", "s.yaml").entropy_phase);
+  REQUIRE(e.find<EntropyPhaseAnalysis>() != nullptr);
+  CHECK(e.find<EntropyPhaseAnalysis>()->bins == 5);
+  CHECK(e.find<SmoothingAnalysis>()->spec.families == std::vector<Family>{Family::Evict});
+  CHECK(e.find<SmoothingAnalysis>()->spec.padding == Padding::Zero);
+  CHECK(parse_scenario(head + "    logit_scales: [1, 2]\n", "s.yaml").find<EntropyPhaseAnalysis>() != nullptr);
 
   auto err = [&](const std::string& tail) {
     return error_of<InputError>([&] { parse_scenario(head + tail, "bad.yaml"); });

@@ -1,4 +1,4 @@
-// Trace-level solving (scenarios/allocate.hpp, scenarios/interior.hpp) on a `tiny` synthetic
+// Trace-level solving (scenarios/pipeline/allocate.hpp, scenarios/pipeline/advantage.hpp) on a `tiny` synthetic
 // trace, and the `tierlab solve --write-allocation` -> `tierlab eval --allocation` round trip
 // through the built binary.
 #include <catch2/catch.hpp>
@@ -19,8 +19,8 @@
 #include "model/allocation.hpp"
 #include "model/error.hpp"
 #include "model/synthetic.hpp"
-#include "scenarios/allocate.hpp"
-#include "scenarios/interior.hpp"
+#include "scenarios/pipeline/allocate.hpp"
+#include "scenarios/pipeline/advantage.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// Allocation staleness over decode steps (scenarios/staleness.hpp, MODEL.md section 7):
+// Allocation staleness over decode steps (scenarios/pipeline/staleness_head.hpp, MODEL.md section 7):
 // the overlap measures on hand-computed cases, the identity case (a decode step whose query
 // set is the observation set gives the stale allocation back: ratio 1, Jaccard 1, tier
 // agreement 1, same family), the scenario key's validation, and a tiny run's tables and figure.
@@ -12,10 +12,11 @@
 
 #include "model/error.hpp"
 #include "model/synthetic.hpp"
+#include "scenarios/analyses/staleness.hpp"
 #include "scenarios/figures/figures.hpp"
-#include "scenarios/runner.hpp"
-#include "scenarios/scenario.hpp"
-#include "scenarios/staleness.hpp"
+#include "scenarios/run/runner.hpp"
+#include "scenarios/scenario/scenario.hpp"
+#include "scenarios/pipeline/staleness_head.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -93,10 +94,10 @@ TEST_CASE("the staleness key is validated with the file and line") {
   CHECK(error_of("staleness:\n  step: [1]\n").rfind("s.yaml:6:", 0) == 0);
   CHECK(error_of("staleness: 3\n").rfind("s.yaml:5:", 0) == 0);
   const Scenario s = parse_scenario(head + "staleness: {steps: [1, 2, 8], budget: 3}\n", "s.yaml");
-  CHECK(s.staleness.enabled);
-  CHECK(s.staleness.steps == std::vector<int>{1, 2, 8});
-  CHECK(s.staleness.budget == 3.0);
-  CHECK_FALSE(parse_scenario(head, "s.yaml").staleness.enabled);
+  REQUIRE(s.find<StalenessAnalysis>() != nullptr);
+  CHECK(s.find<StalenessAnalysis>()->spec.steps == std::vector<int>{1, 2, 8});
+  CHECK(s.find<StalenessAnalysis>()->spec.budget == 3.0);
+  CHECK(parse_scenario(head, "s.yaml").find<StalenessAnalysis>() == nullptr);
 }
 
 TEST_CASE("a run with staleness writes its tables, summary section and figure") {

@@ -11,12 +11,12 @@
 #include "model/error.hpp"
 #include "model/surrogate.hpp"
 #include "model/synthetic.hpp"
-#include "scenarios/atomic_file.hpp"
+#include "scenarios/run/atomic_file.hpp"
 #include "scenarios/cli/commands.hpp"
-#include "scenarios/evaluation.hpp"
-#include "scenarios/interior.hpp"
-#include "scenarios/progress.hpp"
-#include "scenarios/report.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/pipeline/advantage.hpp"
+#include "scenarios/run/progress.hpp"
+#include "scenarios/pipeline/report.hpp"
 #include "solvers/policy.hpp"
 
 namespace tierlab::cli {

@@ -10,7 +10,7 @@
 #include "model/llama2c.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/prompt_options.hpp"
-#include "scenarios/replay.hpp"
+#include "scenarios/pipeline/replay.hpp"
 #include "solvers/policy.hpp"
 
 namespace tierlab::cli {

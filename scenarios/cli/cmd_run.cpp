@@ -1,5 +1,5 @@
 // tierlab run [SCENARIO...]: computes each scenario's cells (resumable), then its tables,
-// figures and summary.md (scenarios/runner.hpp, scenarios/figures/figures.hpp). Without a
+// figures and summary.md (scenarios/run/runner.hpp, scenarios/figures/figures.hpp). Without a
 // scenario it runs the default set: every scenarios/files/*.yaml of the source tree.
 #include <algorithm>
 #include <cstdio>
@@ -11,11 +11,11 @@
 #include <thread>
 
 #include "model/error.hpp"
-#include "scenarios/atomic_file.hpp"
+#include "scenarios/run/atomic_file.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/figures/figures.hpp"
-#include "scenarios/runner.hpp"
-#include "scenarios/scenario.hpp"
+#include "scenarios/run/runner.hpp"
+#include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab::cli {
 

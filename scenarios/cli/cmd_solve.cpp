@@ -6,12 +6,12 @@
 
 #include "model/allocation.hpp"
 #include "model/error.hpp"
-#include "scenarios/allocate.hpp"
+#include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/cli/commands.hpp"
-#include "scenarios/evaluation.hpp"
-#include "scenarios/interior.hpp"
-#include "scenarios/progress.hpp"
-#include "scenarios/report.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/pipeline/advantage.hpp"
+#include "scenarios/run/progress.hpp"
+#include "scenarios/pipeline/report.hpp"
 
 namespace tierlab::cli {
 

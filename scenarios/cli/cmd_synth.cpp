@@ -6,7 +6,7 @@
 #include "model/error.hpp"
 #include "model/synthetic.hpp"
 #include "scenarios/cli/commands.hpp"
-#include "scenarios/progress.hpp"
+#include "scenarios/run/progress.hpp"
 
 namespace tierlab::cli {
 namespace {

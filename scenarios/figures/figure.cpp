@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
-#include "scenarios/atomic_file.hpp"
+#include "scenarios/run/atomic_file.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
 namespace tierlab {
@@ -67,11 +67,6 @@ std::string extension(const std::string& path) {
 }
 
 }  // namespace
-
-Rgb palette(int i) {
-  static const Rgb p[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44}, {214, 39, 40}, {148, 103, 189}, {140, 86, 75}};
-  return p[((i % 6) + 6) % 6];
-}
 
 QColor to_qcolor(const Rgb& c) { return QColor(c.r, c.g, c.b, c.a); }
 
@@ -234,22 +229,6 @@ std::string figure_svg(const Figure& fig, const QCustomPlot& plot) {
     ly += 20;
   }
   s << "</svg>\n";
-  return s.str();
-}
-
-std::string figure_csv(const Figure& fig) {
-  std::ostringstream s;
-  s.precision(10);
-  s << "series,x,y\n";
-  for (std::size_t k = 0; k < fig.series.size(); ++k) {
-    const Series& se = fig.series[k];
-    std::string name = se.name.empty() ? "series " + std::to_string(k + 1) : se.name;
-    // CSV quoting (RFC 4180): names may hold commas.
-    std::string q = "\"";
-    for (char c : name) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    q += '"';
-    for (std::size_t i = 0; i < se.x.size() && i < se.y.size(); ++i) s << q << ',' << se.x[i] << ',' << se.y[i] << '\n';
-  }
   return s.str();
 }
 

@@ -19,6 +19,8 @@ struct Rgb {
 
 // The figures' colour cycle (matplotlib's "tab10" first six).
 Rgb palette(int i);
+// c with alpha `alpha` (0..255).
+Rgb faded(Rgb c, int alpha);
 
 enum class Style { Points, Line, Dashed, Squares };
 
@@ -35,6 +37,11 @@ struct Tick {
   double at = 0;
   std::string label;
 };
+// Ticks 1..n labelled with names (a categorical axis).
+std::vector<Tick> category_ticks(const std::vector<std::string>& names);
+// A logarithmic range [a, b] = [lo / 2, hi * 2] around data in [lo, hi] ([1e-6, 1] when lo
+// is not positive or hi not finite; hi = 10 lo when hi <= lo).
+void log_range(double lo, double hi, double& a, double& b);
 
 struct Figure {
   std::string title, xlabel, ylabel;

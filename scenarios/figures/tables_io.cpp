@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
-#include "scenarios/table_numbers.hpp"
+#include "scenarios/run/table_numbers.hpp"
 
 namespace tierlab {
 

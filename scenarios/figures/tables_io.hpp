@@ -1,9 +1,9 @@
 #pragma once
-// What the figure renderers (figures.cpp, figures_methods.cpp, figures_smoothing.cpp) share:
+// What the figure builders (each analysis's figures, scenarios/analyses/*.cpp) share:
 // reading a saved table of a scenario run (DIR/tables/*.json, *.csv), the number labels,
 // the padding of an axis range and the points of a phase map. Used by tierlab_figures and by
 // tierlab-explorer's core (gui/explorer_core.cpp), which reads the same tables. A number missing from a
-// table reads as NaN: double_or_nan (scenarios/table_numbers.hpp).
+// table reads as NaN: double_or_nan (scenarios/run/table_numbers.hpp).
 #include <cmath>
 #include <map>
 #include <string>

@@ -1,0 +1,29 @@
+// The analysis registry (analysis.hpp): one line per analysis.
+#include "scenarios/analyses/analysis.hpp"
+
+#include "scenarios/analyses/entropy_phase.hpp"
+#include "scenarios/analyses/interior.hpp"
+#include "scenarios/analyses/mismatch.hpp"
+#include "scenarios/analyses/phase_map.hpp"
+#include "scenarios/analyses/proxy.hpp"
+#include "scenarios/analyses/smoothing.hpp"
+#include "scenarios/analyses/staleness.hpp"
+#include "scenarios/analyses/waterfill.hpp"
+
+namespace tierlab {
+
+const std::vector<AnalysisType>& analysis_types() {
+  static const std::vector<AnalysisType> types = {
+      InteriorAnalysis::type(),      // always; first: the others read its cell keys
+      PhaseMapAnalysis::type(),      // traces.synthetic.logit_scales
+      WaterfillAnalysis::type(),     // waterfill
+      StalenessAnalysis::type(),     // staleness
+      EntropyPhaseAnalysis::type(),  // entropy_bins (or logit_scales)
+      SmoothingAnalysis::type(),     // smoothing
+      MismatchAnalysis::type(),      // mismatch
+      ProxyAnalysis::type(),         // proxy (with methods)
+  };
+  return types;
+}
+
+}  // namespace tierlab

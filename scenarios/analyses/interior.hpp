@@ -1,0 +1,50 @@
+#pragma once
+// The interior analysis (MODEL.md sections 5 and 8(a)); every scenario has it.
+//
+// Per cell, for each budget B of the scenario: interior_advantage (pipeline/advantage.hpp)
+// per head: A on the decode and observation queries and by the surrogate, each family's
+// recomputed error, and the winning family (the least error on the verdict query set; ties
+// go to the endpoint, Q before E); the cell's winner (most heads); the dominated share and
+// R_h(2-bit tier) = sum_t c_t(2-bit) / sum_t c_t(evict) per head (model/dominance.hpp).
+// Cell JSON keys: R2, R2_median, budgets, dominated_share.
+//
+// Across cells at the primary budget: Spearman rho = Pearson correlation of the mid-ranks
+// (ties averaged) of the cells' dominated share and median A over the cell's heads (A is
+// unbounded below: one head where an endpoint is nearly exact dominates a mean; cells where
+// either is NaN left out), a percentile bootstrap interval (analyses/stats.hpp) seeded by the
+// scenario's seed; controlling for the model: the mid-ranks minus each preset's mean rank,
+// then their Pearson correlation. Per budget: A over heads (mean, median, share with A > 0,
+// family wins); the interior "stops paying" at the smallest budget from which the median A
+// over heads <= 0 for every larger budget; per context length T: the median of the cells'
+// median A and the share of E wins.
+//
+// Tables: cells.csv/.json (cell x budget), heads.csv (cell x budget x head), budgets.csv,
+// interior.json. Figures: interior_vs_dominated, advantage_vs_budget.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "scenarios/analyses/analysis.hpp"
+
+namespace tierlab {
+
+class InteriorAnalysis final : public Analysis {
+ public:
+  std::string name() const override { return "interior"; }
+  void compute_cell(const CellContext&, nlohmann::json& cell) const override;
+  std::string write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
+                           const std::string& dir) const override;
+  static AnalysisType type();
+};
+
+// The median over a cell's heads of A at one budget (NaN when no head has A defined).
+double cell_median_advantage(const nlohmann::json& budget);
+
+// advantage_vs_budget from a run's tables: `interior` (tables/interior.json) and `heads`
+// (tables/heads.csv by column). Shared by `tierlab figure` and tierlab-explorer. *rows, when
+// given, receives for each point of the first series its row in `heads`.
+Figure advantage_vs_budget_figure(const nlohmann::json& interior,
+                                  const std::map<std::string, std::vector<std::string>>& heads,
+                                  std::vector<std::size_t>* rows = nullptr);
+
+}  // namespace tierlab

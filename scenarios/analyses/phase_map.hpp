@@ -1,0 +1,20 @@
+#pragma once
+// The dominance phase map over logit scale x budget (MODEL.md section 8(b)); on when the
+// scenario sweeps traces.synthetic.logit_scales. From the interior analysis's cell keys: for
+// each (logit scale, budget), the winning family by exact recomputation (most heads) and the
+// share of heads won by each family; the surrogate's boundary is the logit scale where the
+// median over heads of R_h(2-bit tier) crosses 1 (linear interpolation between the swept
+// scales). Tables: phase.csv/.json. Figure: phase_map.
+#include "scenarios/analyses/analysis.hpp"
+
+namespace tierlab {
+
+class PhaseMapAnalysis final : public Analysis {
+ public:
+  std::string name() const override { return "phase_map"; }
+  std::string write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
+                           const std::string& dir) const override;
+  static AnalysisType type();
+};
+
+}  // namespace tierlab

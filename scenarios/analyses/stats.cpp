@@ -1,0 +1,65 @@
+// Rank statistics of the analyses (stats.hpp).
+#include "scenarios/analyses/stats.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "scenarios/run/table_numbers.hpp"
+
+namespace tierlab {
+
+double pearson(const std::vector<double>& x, const std::vector<double>& y) {
+  const std::size_t n = x.size();
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / n, my = std::accumulate(y.begin(), y.end(), 0.0) / n;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (std::size_t i = 0; i < n; ++i) sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx), syy += (y[i] - my) * (y[i] - my);
+  if (sxx <= 0 || syy <= 0) return std::numeric_limits<double>::quiet_NaN();
+  return sxy / std::sqrt(sxx * syy);
+}
+
+std::vector<double> mid_ranks(const std::vector<double>& x) {
+  std::vector<std::size_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return x[a] < x[b]; });
+  std::vector<double> r(x.size());
+  for (std::size_t i = 0; i < idx.size();) {
+    std::size_t j = i;
+    while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
+    const double rank = 0.5 * (static_cast<double>(i) + static_cast<double>(j)) + 1.0;
+    for (std::size_t k = i; k <= j; ++k) r[idx[k]] = rank;
+    i = j + 1;
+  }
+  return r;
+}
+
+double spearman(const std::vector<double>& x, const std::vector<double>& y) {
+  return pearson(mid_ranks(x), mid_ranks(y));
+}
+
+Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y, int resamples, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::size_t n = x.size();
+  std::vector<double> rhos;
+  if (n >= 2) {
+    std::uniform_int_distribution<std::size_t> pick(0, n - 1);
+    std::vector<double> bx(n), by(n);
+    for (int r = 0; r < resamples; ++r) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t k = pick(rng);
+        bx[i] = x[k], by[i] = y[k];
+      }
+      const double rho = spearman(bx, by);
+      if (std::isfinite(rho)) rhos.push_back(rho);
+    }
+  }
+  Interval iv;
+  iv.used = static_cast<int>(rhos.size());
+  iv.lo = quantile_or_nan(rhos, 0.025);
+  iv.hi = quantile_or_nan(rhos, 0.975);
+  return iv;
+}
+
+}  // namespace tierlab

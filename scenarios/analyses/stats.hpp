@@ -1,0 +1,26 @@
+#pragma once
+// Rank statistics shared by the analyses (scenarios/analyses/*).
+//   pearson(x, y)   sum (x - mx)(y - my) / sqrt(sum (x - mx)^2 sum (y - my)^2); NaN when n < 2
+//                   or either sample is constant
+//   mid_ranks(x)    1-based ranks, ties given the mean of their ranks
+//   spearman(x, y)  pearson(mid_ranks(x), mid_ranks(y))
+//   bootstrap_spearman  percentile interval [2.5%, 97.5%] of rho over `resamples` resamples
+//                   of the pairs with replacement (std::mt19937_64 seeded by `seed`);
+//                   resamples whose ranks are constant are skipped (`used` counts the rest)
+#include <cstdint>
+#include <vector>
+
+namespace tierlab {
+
+double pearson(const std::vector<double>& x, const std::vector<double>& y);
+std::vector<double> mid_ranks(const std::vector<double>& x);
+double spearman(const std::vector<double>& x, const std::vector<double>& y);  // NaN when n < 2 or constant
+
+struct Interval {
+  double lo = 0, hi = 0;
+  int used = 0;  // resamples with a defined rho
+};
+Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y, int resamples,
+                            std::uint64_t seed);
+
+}  // namespace tierlab

@@ -1,0 +1,554 @@
+// Trace-level solving for one budget (allocate.hpp).
+#include "scenarios/pipeline/allocate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include "model/error.hpp"
+#include "model/quantizer.hpp"
+#include "model/surrogate.hpp"
+#include "scenarios/run/table_numbers.hpp"
+#include "model/clock.hpp"
+
+namespace tierlab {
+
+std::string_view to_string(AllocSolver s) {
+  switch (s) {
+    case AllocSolver::Exact: return "exact";
+    case AllocSolver::Greedy: return "greedy";
+    case AllocSolver::Waterfill: return "waterfill";
+    case AllocSolver::Smoothed: return "smoothed";
+  }
+  return "unknown";
+}
+
+AllocSolver parse_alloc_solver(std::string_view s) {
+  if (s == "exact") return AllocSolver::Exact;
+  if (s == "greedy") return AllocSolver::Greedy;
+  if (s == "waterfill") return AllocSolver::Waterfill;
+  if (s == "smoothed") return AllocSolver::Smoothed;
+  throw InputError("solver '" + std::string(s) + "' is unknown; valid choices: exact, greedy, waterfill, smoothed.");
+}
+
+namespace {
+
+std::string num(double v, int precision = 6) {
+  std::ostringstream os;
+  os.precision(precision);
+  os << v;
+  return os.str();
+}
+
+FamilySolver family_solver(AllocSolver s) {
+  switch (s) {
+    case AllocSolver::Greedy: return FamilySolver::Greedy;
+    case AllocSolver::Waterfill: return FamilySolver::Waterfill;
+    default: return FamilySolver::Exact;
+  }
+}
+
+// What is kept of one head after its costs are computed.
+struct KeptHead {
+  int layer = 0, kv_head = 0;
+  MatrixRMd cost;      // true costs, ladder.size() x T
+  MatrixRMd smoothed;  // pooled costs (smoothed solver), else empty
+  VectorD a;           // a_t
+  DistortionModel noise;
+  double output_norm2 = 0;
+  std::vector<Span> spans;
+};
+
+// n_h(b) = alpha beta^(-b) fitted on the finite tiers' mean noise against their rates in the
+// budget's kind. When the fit is impossible (fewer than two usable tiers) or not decreasing
+// (beta <= 1), beta = 4 (6 dB per bit) through the lowest finite tier's noise.
+DistortionModel fit_head_noise(const SurrogateCosts& sc, const std::vector<double>& rates) {
+  std::vector<double> bits, noise;
+  for (int j = 1; j + 1 < sc.ladder.size(); ++j) {
+    bits.push_back(rates[static_cast<std::size_t>(j)]);
+    noise.push_back(sc.noise.row(j).mean());
+  }
+  try {
+    const NoiseFit f = fit_noise(bits, noise);
+    if (std::isfinite(f.alpha) && f.alpha > 0 && std::isfinite(f.beta) && f.beta > 1.0 + 1e-9) return {f.alpha, f.beta};
+  } catch (const InputError&) {
+  }
+  DistortionModel d{1e-30, 4.0};
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    if (noise[i] > 0) {
+      d.alpha = noise[i] * std::pow(4.0, bits[i]);
+      break;
+    }
+  return d;
+}
+
+double sum_cost(const MatrixRMd& c, const std::vector<std::uint8_t>& tiers) {
+  long double s = 0.0L;
+  for (std::size_t t = 0; t < tiers.size(); ++t) s += c(tiers[t], static_cast<Eigen::Index>(t));
+  return static_cast<double>(s);
+}
+
+SolveStatus worse(SolveStatus a, SolveStatus b) {
+  auto rank = [](SolveStatus s) {
+    switch (s) {
+      case SolveStatus::Trivial: return 0;
+      case SolveStatus::Optimal: return 1;
+      case SolveStatus::Feasible: return 2;
+      case SolveStatus::Infeasible: return 3;
+    }
+    return 3;
+  };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+}  // namespace
+
+void AllocateOptions::validate() const {
+  if (!std::isfinite(budget) || budget < 0)
+    throw InputError("budget = " + num(budget) + " bits per element; it must be a finite number >= 0.");
+  ladder.validate();
+  smoothing.validate();
+  if (!(route_tolerance >= 0) || !std::isfinite(route_tolerance))
+    throw InputError("route tolerance = " + num(route_tolerance) + "; it must be finite and >= 0.");
+  exact.validate();
+  if (solver == AllocSolver::Waterfill && ladder.size() < 3)
+    throw InputError("ladder '" + ladder.name() + "' has no finite tier; waterfill fits n_h(b) on the finite tiers.");
+}
+
+std::string AllocateOptions::name() const {
+  std::string s = std::string(to_string(solver)) + " " + std::string(to_string(family)) + " " +
+                  std::string(to_string(scope)) + " B=" + num(budget) + " " + std::string(to_string(rate_kind));
+  if (solver == AllocSolver::Smoothed) s += " " + smoothing.name();
+  return s;
+}
+
+AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& opt, const AllocateProgress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  opt.validate();
+  const TraceMeta& meta = trace.meta();
+  AllocationReport rep;
+  rep.options = opt;
+  rep.trace_path = trace.path();
+  const RateLadder& ladder = opt.ladder;
+  const int m = ladder.size();
+  std::vector<double> rates;
+  for (const Tier& t : ladder.tiers) rates.push_back(rate_of(t.nominal_rate(meta.head_dim), opt.rate_kind));
+  const std::vector<TierOption> options = family_options(ladder, opt.family);
+  const bool smoothed = opt.solver == AllocSolver::Smoothed;
+
+  // 1. Costs, one head at a time.
+  const int H = meta.n_heads();
+  std::vector<KeptHead> kept(static_cast<std::size_t>(H));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) {
+      const int i = l * meta.n_kv_heads + h;
+      KeptHead& k = kept[static_cast<std::size_t>(i)];
+      {
+        const HeadData head = trace.head(l, h);
+        SurrogateCosts sc = surrogate_costs(head.keys, head.values, head.obs_queries, ladder);
+        k.layer = l;
+        k.kv_head = h;
+        k.output_norm2 = sc.output_norm2;
+        k.spans = head.spans;
+        if (opt.solver == AllocSolver::Waterfill) k.noise = fit_head_noise(sc, rates);
+        k.a = std::move(sc.weights.a);
+        k.cost = std::move(sc.cost);
+      }
+      if (smoothed) k.smoothed = smooth_costs(k.cost, opt.smoothing);
+      if (progress) progress(i + 1, H);
+    }
+  rep.seconds_costs = seconds_since(t0);
+
+  // 2. Scopes: groups of heads sharing one budget.
+  std::vector<std::vector<int>> groups;
+  std::vector<std::string> group_names;
+  if (opt.scope == Scope::Head) {
+    for (int i = 0; i < H; ++i) {
+      groups.push_back({i});
+      group_names.push_back("L" + std::to_string(kept[i].layer) + ".H" + std::to_string(kept[i].kv_head));
+    }
+  } else if (opt.scope == Scope::Layer) {
+    for (int l = 0; l < meta.n_layers; ++l) {
+      groups.emplace_back();
+      for (int h = 0; h < meta.n_kv_heads; ++h) groups.back().push_back(l * meta.n_kv_heads + h);
+      group_names.push_back("layer " + std::to_string(l));
+    }
+  } else {
+    groups.emplace_back();
+    for (int i = 0; i < H; ++i) groups.back().push_back(i);
+    group_names.push_back("model");
+  }
+
+  FamilyOptions fo;
+  fo.solver = family_solver(opt.solver);
+  fo.route_tolerance = opt.route_tolerance;
+  fo.exact = opt.exact;
+  FamilyOptions fo_exact = fo;
+  fo_exact.solver = FamilySolver::Exact;
+
+  auto make_problem = [&](const std::vector<int>& members, bool use_smoothed) {
+    FamilyProblem p;
+    p.rates = rates;
+    p.budget = opt.budget;
+    for (int i : members) {
+      const KeptHead& k = kept[static_cast<std::size_t>(i)];
+      p.heads.push_back(FamilyHead{use_smoothed ? &k.smoothed : &k.cost, &k.a, k.noise});
+    }
+    return p;
+  };
+  auto solve = [&](const FamilyProblem& p, const FamilyOptions& o) {
+    return opt.scope == Scope::Head ? solve_families_per_head(p, options, o) : solve_families_pooled(p, options, o);
+  };
+
+  const auto t_solve = std::chrono::steady_clock::now();
+  rep.status = SolveStatus::Trivial;
+  rep.heads.resize(static_cast<std::size_t>(H));
+  std::vector<std::vector<std::uint8_t>> tiers(static_cast<std::size_t>(H));
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto tg = std::chrono::steady_clock::now();
+    const FamilyResult r = solve(make_problem(groups[g], smoothed), fo);
+    FamilyResult r_true;
+    if (smoothed && r.has_solution()) {
+      r_true = solve(make_problem(groups[g], false), fo_exact);
+      if (!r_true.has_solution())
+        throw std::logic_error("the exact solve on the true costs found no allocation where the smoothed one did (" +
+                         group_names[g] + "); the two share one budget and ladder, so this is a bug.");
+    }
+    ScopeReport sr;
+    sr.name = group_names[g];
+    sr.status = r.status;
+    sr.message = r.message;
+    sr.method = r.method;
+    sr.lambda = r.lambda;
+    sr.rate_budget = r.rate_budget;
+    sr.seconds = seconds_since(tg);
+    if (!r.has_solution()) {
+      rep.scopes.push_back(sr);
+      rep.status = SolveStatus::Infeasible;
+      rep.message = sr.name + ": " + r.message;
+      continue;
+    }
+    sr.rate_used = r.rate_used;
+    double objective = 0.0;
+    for (std::size_t k = 0; k < groups[g].size(); ++k) {
+      const int i = groups[g][k];
+      const KeptHead& kh = kept[static_cast<std::size_t>(i)];
+      const FamilyHeadResult& fr = r.heads[k];
+      HeadSolveReport& hr = rep.heads[static_cast<std::size_t>(i)];
+      hr.layer = kh.layer;
+      hr.kv_head = kh.kv_head;
+      hr.tokens = static_cast<int>(kh.cost.cols());
+      hr.option = r.options[static_cast<std::size_t>(fr.option)].name;
+      hr.family = r.options[static_cast<std::size_t>(fr.option)].family;
+      hr.histogram.assign(static_cast<std::size_t>(m), 0);
+      for (auto j : fr.tiers) ++hr.histogram[j];
+      hr.rate = allocation_rate(hr.tokens, meta.head_dim, ladder, fr.tiers);
+      hr.budget_rate = fr.rate_bits / hr.tokens;
+      hr.objective = sum_cost(kh.cost, fr.tiers);
+      hr.relative_objective = kh.output_norm2 > 0 ? hr.objective / kh.output_norm2 : 0.0;
+      hr.decision_objective = fr.objective;
+      if (opt.scope == Scope::Head) {
+        hr.bound = smoothed ? r_true.heads[k].bound : fr.bound;
+        hr.gap = std::max(0.0, hr.objective - hr.bound);
+        hr.seconds = sr.seconds;
+      }
+      if (!kh.spans.empty()) hr.spans = span_truncation(kh.spans, fr.tiers);
+      if (smoothed) {
+        hr.unsmoothed_objective = r_true.heads[k].objective;
+        if (!kh.spans.empty()) hr.spans_unsmoothed = span_truncation(kh.spans, r_true.heads[k].tiers);
+      }
+      if (opt.solver == AllocSolver::Waterfill) {
+        hr.noise_alpha = kh.noise.alpha;
+        hr.noise_beta = kh.noise.beta;
+      }
+      objective += hr.objective;
+      tiers[static_cast<std::size_t>(i)] = fr.tiers;
+    }
+    sr.objective = objective;
+    sr.bound = smoothed ? r_true.lower_bound : r.lower_bound;
+    sr.gap = std::max(0.0, objective - sr.bound);
+    if (smoothed) sr.status = sr.gap <= 1e-12 * std::max(std::fabs(objective), 1e-300) ? SolveStatus::Optimal
+                                                                                        : SolveStatus::Feasible;
+    if (smoothed)
+      sr.method = "exact on costs pooled by " + opt.smoothing.name() + "; bound from the exact solve on the true costs";
+    rep.status = worse(rep.status, sr.status);
+    rep.scopes.push_back(std::move(sr));
+  }
+  rep.seconds_solve = seconds_since(t_solve);
+
+  if (rep.status == SolveStatus::Infeasible) {
+    rep.heads.clear();
+    rep.seconds = seconds_since(t0);
+    return rep;
+  }
+
+  // 3. The allocation and the totals.
+  rep.allocation.ladder = ladder;
+  rep.allocation.n_layers = meta.n_layers;
+  rep.allocation.n_kv_heads = meta.n_kv_heads;
+  rep.allocation.prompt_len = meta.prompt_len;
+  rep.allocation.tiers = std::move(tiers);
+  rep.allocation.validate();
+
+  rep.histogram.assign(static_cast<std::size_t>(m), 0);
+  long double obj = 0.0L, rel = 0.0L, bound = 0.0L, unsm = 0.0L;
+  for (const auto& h : rep.heads) {
+    for (int j = 0; j < m; ++j) rep.histogram[static_cast<std::size_t>(j)] += h.histogram[static_cast<std::size_t>(j)];
+    rep.rate.code_bits += h.rate.code_bits / H;
+    rep.rate.total_bits += h.rate.total_bits / H;
+    rep.budget_rate += h.budget_rate / H;
+    obj += h.objective;
+    rel += h.relative_objective / H;
+    rep.family_share[static_cast<std::size_t>(h.family)] += 1.0 / H;
+    ++rep.option_counts[h.option];
+    rep.spans += h.spans;
+    rep.spans_unsmoothed += h.spans_unsmoothed;
+    unsm += std::isnan(h.unsmoothed_objective) ? 0.0L : static_cast<long double>(h.unsmoothed_objective);
+  }
+  for (const auto& s : rep.scopes) bound += s.bound;
+  rep.objective = static_cast<double>(obj);
+  rep.relative_objective = static_cast<double>(rel);
+  rep.bound = static_cast<double>(bound);
+  rep.gap = std::max(0.0, rep.objective - rep.bound);
+  rep.relative_gap = rep.gap / std::max(std::fabs(rep.objective), 1e-300);
+  rep.has_spans = rep.spans.spans > 0;
+  if (smoothed) rep.unsmoothed_objective = static_cast<double>(unsm);
+  rep.message = std::to_string(groups.size()) + " " + std::string(to_string(opt.scope)) + " scope(s) solved";
+  if (!rep.scopes.empty()) rep.message += "; " + rep.scopes.front().method;
+  rep.seconds = seconds_since(t0);
+  return rep;
+}
+
+// ---- reports ----------------------------------------------------------------------
+
+namespace {
+
+nlohmann::json spans_json(const SpanTruncation& s) {
+  return {{"spans", s.spans}, {"truncated", s.truncated}, {"fully_evicted", s.fully_evicted}, {"rate", s.rate()}};
+}
+
+nlohmann::json histogram_json(const RateLadder& ladder, const std::vector<int>& hist) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int i = 0; i < ladder.size() && i < static_cast<int>(hist.size()); ++i)
+    j[ladder.tiers[static_cast<std::size_t>(i)].name()] = hist[static_cast<std::size_t>(i)];
+  return j;
+}
+
+nlohmann::json rate_json(const Rate& r) { return {{"code_bits", r.code_bits}, {"total_bits", r.total_bits}}; }
+
+// One row's aggregate over some heads.
+struct RowSum {
+  std::vector<int> hist;
+  Rate rate;
+  double budget_rate = 0, objective = 0, rel = 0;
+  int n = 0;
+  std::array<int, 3> fam{0, 0, 0};
+  SpanTruncation spans;
+  void add(const HeadSolveReport& h) {
+    if (hist.empty()) hist.assign(h.histogram.size(), 0);
+    for (std::size_t j = 0; j < hist.size(); ++j) hist[j] += h.histogram[j];
+    rate.code_bits += h.rate.code_bits;
+    rate.total_bits += h.rate.total_bits;
+    budget_rate += h.budget_rate;
+    objective += h.objective;
+    rel += h.relative_objective;
+    ++fam[static_cast<std::size_t>(h.family)];
+    spans += h.spans;
+    ++n;
+  }
+};
+
+// Text reports print an undefined number as "-".
+std::string fmt(double v, const char* f) { return format_or_nan(v, f, "-"); }
+
+}  // namespace
+
+nlohmann::json to_json(const AllocationReport& r) {
+  const AllocateOptions& o = r.options;
+  nlohmann::json opts = {{"budget", o.budget},
+                         {"rate", std::string(to_string(o.rate_kind))},
+                         {"solver", std::string(to_string(o.solver))},
+                         {"family", std::string(to_string(o.family))},
+                         {"scope", std::string(to_string(o.scope))},
+                         {"ladder", o.ladder.name()},
+                         {"route_tolerance", o.route_tolerance}};
+  if (o.solver == AllocSolver::Smoothed)
+    opts["smoothing"] = {{"pool", std::string(to_string(o.smoothing.pool))},
+                         {"kernel", o.smoothing.kernel},
+                         {"padding", std::string(to_string(o.smoothing.padding))}};
+  nlohmann::json heads = nlohmann::json::array();
+  for (const auto& h : r.heads) {
+    nlohmann::json j = {{"layer", h.layer},
+                        {"kv_head", h.kv_head},
+                        {"tokens", h.tokens},
+                        {"option", h.option},
+                        {"family", std::string(1, family_letter(h.family))},
+                        {"histogram", histogram_json(o.ladder, h.histogram)},
+                        {"rate", rate_json(h.rate)},
+                        {"budget_rate", h.budget_rate},
+                        {"objective", h.objective},
+                        {"relative_objective", h.relative_objective},
+                        {"decision_objective", h.decision_objective},
+                        {"bound", h.bound},
+                        {"gap", h.gap},
+                        {"seconds", h.seconds}};
+    if (h.spans.spans > 0) j["span_truncation"] = spans_json(h.spans);
+    if (o.solver == AllocSolver::Smoothed) {
+      j["unsmoothed_objective"] = h.unsmoothed_objective;
+      if (h.spans_unsmoothed.spans > 0) j["span_truncation_unsmoothed"] = spans_json(h.spans_unsmoothed);
+    }
+    if (o.solver == AllocSolver::Waterfill) j["noise_fit"] = {{"alpha", h.noise_alpha}, {"beta", h.noise_beta}};
+    heads.push_back(std::move(j));
+  }
+  nlohmann::json scopes = nlohmann::json::array();
+  for (const auto& s : r.scopes)
+    scopes.push_back({{"name", s.name},
+                      {"status", std::string(to_string(s.status))},
+                      {"message", s.message},
+                      {"method", s.method},
+                      {"objective", s.objective},
+                      {"bound", s.bound},
+                      {"gap", s.gap},
+                      {"lambda", s.lambda},
+                      {"rate_used_bits", s.rate_used},
+                      {"rate_budget_bits", s.rate_budget},
+                      {"seconds", s.seconds}});
+  nlohmann::json model = {{"histogram", histogram_json(o.ladder, r.histogram)},
+                          {"rate", rate_json(r.rate)},
+                          {"budget_rate", r.budget_rate},
+                          {"objective", r.objective},
+                          {"relative_objective", r.relative_objective},
+                          {"bound", r.bound},
+                          {"gap", r.gap},
+                          {"relative_gap", r.relative_gap},
+                          {"family_share", {{"Q", r.family_share[0]}, {"E", r.family_share[1]}, {"M", r.family_share[2]}}},
+                          {"option_counts", r.option_counts}};
+  if (r.has_spans) model["span_truncation"] = spans_json(r.spans);
+  if (o.solver == AllocSolver::Smoothed) {
+    model["unsmoothed_objective"] = r.unsmoothed_objective;
+    if (r.has_spans) model["span_truncation_unsmoothed"] = spans_json(r.spans_unsmoothed);
+  }
+  return {{"trace", r.trace_path},
+          {"options", opts},
+          {"status", std::string(to_string(r.status))},
+          {"message", r.message},
+          {"model", model},
+          {"scopes", scopes},
+          {"heads", heads},
+          {"seconds", {{"costs", r.seconds_costs}, {"solve", r.seconds_solve}, {"total", r.seconds}}}};
+}
+
+std::string text_report(const AllocationReport& r, bool per_head) {
+  const AllocateOptions& o = r.options;
+  std::ostringstream os;
+  os << "solve " << o.name() << ", ladder " << o.ladder.name() << " on " << r.trace_path << "\n";
+  os << "status " << to_string(r.status) << ": " << r.message << "\n";
+  if (!r.has_solution()) {
+    for (const auto& s : r.scopes)
+      if (s.status == SolveStatus::Infeasible) os << "  " << s.name << ": " << s.message << "\n";
+    return os.str();
+  }
+  // Header: tier histogram columns, then rates and objectives.
+  char buf[512];
+  std::string head = "scope        family ";
+  for (const Tier& t : o.ladder.tiers) {
+    std::snprintf(buf, sizeof buf, "%7s", t.name().c_str());
+    head += buf;
+  }
+  head += "   code  total budget   objective   rel obj       bound         gap  spans";
+  os << head << "\n";
+  auto row = [&](const std::string& label, const std::string& family, const RowSum& s, double bound, double gap) {
+    std::string line;
+    std::snprintf(buf, sizeof buf, "%-12s %-6s ", label.c_str(), family.c_str());
+    line += buf;
+    for (int v : s.hist) {
+      std::snprintf(buf, sizeof buf, "%7d", v);
+      line += buf;
+    }
+    const double n = std::max(1, s.n);
+    std::snprintf(buf, sizeof buf, " %6.3f %6.3f %6.3f %11.4e %9.3e %11s %11s", s.rate.code_bits / n,
+                  s.rate.total_bits / n, s.budget_rate / n, s.objective, s.rel / n, fmt(bound, "%.4e").c_str(),
+                  fmt(gap, "%.3e").c_str());
+    line += buf;
+    line += s.spans.spans > 0 ? "  " + fmt(s.spans.rate(), "%.3f") : "  -";
+    return line + "\n";
+  };
+  auto fam_label = [](const RowSum& s) {
+    return std::to_string(s.fam[0]) + "/" + std::to_string(s.fam[1]) + "/" + std::to_string(s.fam[2]);
+  };
+  int n_layers = 0;
+  for (const auto& h : r.heads) n_layers = std::max(n_layers, h.layer + 1);
+  for (int l = 0; l < n_layers; ++l) {
+    RowSum s;
+    double lb = 0.0;
+    bool have_lb = o.scope == Scope::Head;
+    for (const auto& h : r.heads) {
+      if (h.layer != l) continue;
+      s.add(h);
+      if (o.scope == Scope::Head) lb += h.bound;
+      if (per_head) {
+        RowSum one;
+        one.add(h);
+        std::string fam = h.option;
+        if (fam.size() > 6) fam = fam.substr(0, 6);
+        os << row("  L" + std::to_string(h.layer) + ".H" + std::to_string(h.kv_head), fam, one, h.bound, h.gap);
+      }
+    }
+    if (o.scope == Scope::Layer)
+      for (const auto& sc : r.scopes)
+        if (sc.name == "layer " + std::to_string(l)) {
+          lb = sc.bound;
+          have_lb = true;
+        }
+    const double bound = have_lb ? lb : std::numeric_limits<double>::quiet_NaN();
+    os << row("layer " + std::to_string(l), fam_label(s), s, bound,
+              have_lb ? std::max(0.0, s.objective - lb) : std::numeric_limits<double>::quiet_NaN());
+  }
+  RowSum all;
+  for (const auto& h : r.heads) all.add(h);
+  os << row("model", fam_label(all), all, r.bound, r.gap);
+  os << "family column: heads routed Q/E/M. rates: bits per key element (code, total with the groups formed, "
+        "and the nominal "
+     << to_string(o.rate_kind) << " rate the budget " << o.budget << " counted)\n";
+  std::snprintf(buf, sizeof buf, "family shares: Q %.3f  E %.3f  M %.3f   (", r.family_share[0], r.family_share[1],
+                r.family_share[2]);
+  os << buf;
+  bool first = true;
+  for (const auto& [name, count] : r.option_counts) {
+    os << (first ? "" : ", ") << name << " " << count;
+    first = false;
+  }
+  os << ")\n";
+  std::snprintf(buf, sizeof buf, "objective %.6e (relative %.4e), bound %.6e, gap %.3e (relative %.3e)\n", r.objective,
+                r.relative_objective, r.bound, r.gap, r.relative_gap);
+  os << buf;
+  if (o.solver == AllocSolver::Smoothed) {
+    std::snprintf(buf, sizeof buf, "unsmoothed exact objective %.6e (smoothing costs %+.3e on the surrogate)\n",
+                  r.unsmoothed_objective, r.objective - r.unsmoothed_objective);
+    os << buf;
+  }
+  if (r.has_spans) {
+    std::snprintf(buf, sizeof buf, "span truncation %.4f (%d of %d spans truncated, %d fully evicted)", r.spans.rate(),
+                  r.spans.truncated, r.spans.spans, r.spans.fully_evicted);
+    os << buf;
+    if (o.solver == AllocSolver::Smoothed) {
+      std::snprintf(buf, sizeof buf, "; without smoothing %.4f (%d of %d)", r.spans_unsmoothed.rate(),
+                    r.spans_unsmoothed.truncated, r.spans_unsmoothed.spans);
+      os << buf;
+    }
+    os << "\n";
+  }
+  for (const auto& s : r.scopes)
+    if (o.scope != Scope::Head || per_head)
+      os << "  " << s.name << ": " << to_string(s.status) << ", " << s.method << " (" << fmt(s.seconds, "%.3f")
+         << " s)\n";
+  std::snprintf(buf, sizeof buf, "time: costs %.3f s, solve %.3f s, total %.3f s\n", r.seconds_costs, r.seconds_solve,
+                r.seconds);
+  os << buf;
+  return os.str();
+}
+
+}  // namespace tierlab

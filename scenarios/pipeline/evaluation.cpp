@@ -1,0 +1,209 @@
+#include "scenarios/pipeline/evaluation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "model/error.hpp"
+#include "model/quantizer.hpp"
+#include "model/surrogate.hpp"
+
+namespace tierlab {
+namespace {
+
+void accumulate(ErrorMetrics& sum, const ErrorMetrics& e, double w) {
+  sum.rel_error += w * e.rel_error;
+  sum.abs_error += w * e.abs_error;
+  sum.attn_tv += w * e.attn_tv;
+  sum.logit_error += w * e.logit_error;
+}
+
+void accumulate(Aggregate& sum, const HeadEvaluation& h, double w) {
+  sum.rate.code_bits += w * h.rate.code_bits;
+  sum.rate.total_bits += w * h.rate.total_bits;
+  accumulate(sum.obs, h.obs, w);
+  accumulate(sum.decode, h.decode, w);
+  sum.predicted_abs += w * h.predicted_abs;
+  sum.predicted_rel += w * h.predicted_rel;
+}
+
+ErrorMetrics single(Recomputer& backend, HeadBatch batch) {
+  std::vector<HeadBatch> batches{std::move(batch)};
+  EvalResult r = backend.evaluate(batches);
+  if (!r.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + r.message);
+  return r.errors.at(0).at(0);
+}
+
+}  // namespace
+
+ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocated_keys,
+                                   const std::vector<std::uint8_t>& kept, Recomputer& backend) {
+  const int S = static_cast<int>(head.decode_keys.rows());
+  const int T = static_cast<int>(head.keys.rows());
+  const int d = static_cast<int>(head.keys.cols());
+  if (S == 0 || head.decode_queries.rows() == 0) return {};
+  const int g = static_cast<int>(head.decode_queries.rows() / S);
+  // One problem over the T + S tokens; the query of step s sees the first T + s of them.
+  MatrixRM exact(T + S, d), approx(T + S, d), values(T + S, d);
+  exact.topRows(T) = head.keys;
+  exact.bottomRows(S) = head.decode_keys;
+  approx.topRows(T) = allocated_keys;
+  approx.bottomRows(S) = head.decode_keys;
+  values.topRows(T) = head.values;
+  values.bottomRows(S) = head.decode_values;
+  HeadBatch b;
+  b.problem.queries = &head.decode_queries;
+  b.problem.exact_keys = &exact;
+  b.problem.values = &values;
+  b.problem.variants = {&approx};
+  b.problem.visible.resize(static_cast<std::size_t>(g) * S);
+  for (int j = 0; j < g; ++j)
+    for (int s = 1; s <= S; ++s) b.problem.visible[static_cast<std::size_t>(j) * S + (s - 1)] = T + s;
+  Selection sel(static_cast<std::size_t>(T + S), 1);
+  std::copy(kept.begin(), kept.end(), sel.begin());
+  b.selections.push_back(std::move(sel));
+  return single(backend, std::move(b));
+}
+
+ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, const std::vector<std::uint8_t>& kept,
+                                  Recomputer& backend) {
+  HeadBatch obs;
+  obs.problem.queries = &head.obs_queries;
+  obs.problem.exact_keys = &head.keys;
+  obs.problem.values = &head.values;
+  obs.problem.variants = {&keys};
+  obs.selections.push_back(Selection(kept.begin(), kept.end()));
+  return single(backend, std::move(obs));
+}
+
+std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::vector<MaterializedKeys>& mats,
+                                               Recomputer& backend) {
+  if (mats.empty()) return {};
+  HeadBatch obs;
+  obs.problem.queries = &head.obs_queries;
+  obs.problem.exact_keys = &head.keys;
+  obs.problem.values = &head.values;
+  for (std::size_t k = 0; k < mats.size(); ++k) {
+    obs.problem.variants.push_back(&mats[k].keys);
+    Selection sel(mats[k].kept.size());
+    for (std::size_t t = 0; t < sel.size(); ++t) sel[t] = mats[k].kept[t] ? static_cast<std::uint8_t>(k + 1) : 0;
+    obs.selections.push_back(std::move(sel));
+  }
+  std::vector<HeadBatch> batches{std::move(obs)};
+  const EvalResult er = backend.evaluate(batches);
+  if (!er.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + er.message);
+  return er.errors.at(0);
+}
+
+namespace {
+
+// Recomputes one compressed head on both query sets and fills the bookkeeping.
+HeadEvaluation evaluate_head(const HeadData& head, const CompressedHead& c, double predicted_abs,
+                             double output_norm2, Recomputer& backend) {
+  HeadEvaluation he;
+  he.layer = head.layer;
+  he.kv_head = head.kv_head;
+  he.rate = c.rate;
+  int evicted = 0;
+  for (const std::uint8_t k : c.kept) evicted += k ? 0 : 1;
+  he.evicted_fraction = c.kept.empty() ? 0.0 : static_cast<double>(evicted) / static_cast<double>(c.kept.size());
+  he.predicted_abs = predicted_abs;
+  he.predicted_rel = output_norm2 > 0 ? predicted_abs / output_norm2 : 0.0;
+  he.obs = evaluate_obs_queries(head, c.keys, c.kept, backend);
+  he.decode = evaluate_decode_steps(head, c.keys, c.kept, backend);
+  return he;
+}
+
+// Runs `one_head` over every head of the trace and aggregates.
+template <class OneHead>
+TraceEvaluation evaluate_heads(const TraceReader& trace, Recomputer& backend, const EvalProgress& progress,
+                               OneHead&& one_head) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const TraceMeta& meta = trace.meta();
+  TraceEvaluation out;
+  out.trace_path = trace.path();
+  out.backend = backend.description();
+  out.layers.resize(static_cast<std::size_t>(meta.n_layers));
+  const int total = meta.n_heads();
+  int done = 0;
+  for (int l = 0; l < meta.n_layers; ++l) {
+    for (int h = 0; h < meta.n_kv_heads; ++h) {
+      const HeadData head = trace.head(l, h);
+      const HeadEvaluation he = one_head(head);
+      accumulate(out.layers[static_cast<std::size_t>(l)], he, 1.0 / meta.n_kv_heads);
+      accumulate(out.model, he, 1.0 / total);
+      out.heads.push_back(he);
+      if (progress) progress(++done, total);
+    }
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace
+
+double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                          const MatrixRM& approx, const std::vector<std::uint8_t>& kept, double* output_norm2) {
+  const int T = static_cast<int>(keys.rows()), d = static_cast<int>(keys.cols());
+  const int nq = static_cast<int>(queries.rows());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const MatrixRMd K = keys.cast<double>(), V = values.cast<double>();
+  const MatrixRMd dK = approx.cast<double>() - K;
+  double total = 0, on2 = 0;
+  for (int i = 0; i < nq; ++i) {
+    const VectorD q = queries.row(i).transpose().cast<double>();
+    VectorD s = K * q * scale;
+    const double m = s.maxCoeff();
+    VectorD p = (s.array() - m).exp().matrix();
+    p /= p.sum();
+    const VectorD o = V.transpose() * p;
+    on2 += o.squaredNorm();
+    const VectorD noise = dK * q;  // q.(k^_t - k_t)
+    for (int t = 0; t < T; ++t) {
+      const double w = p[t] * p[t] * (V.row(t).transpose() - o).squaredNorm();
+      if (kept[static_cast<std::size_t>(t)])
+        total += w * noise[t] * noise[t] / d;
+      else
+        total += p[t] < 1.0 ? w / ((1.0 - p[t]) * (1.0 - p[t])) : w;
+    }
+  }
+  if (output_norm2) *output_norm2 = nq > 0 ? on2 / nq : 0.0;
+  return nq > 0 ? total / nq : 0.0;
+}
+
+TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& compress, Recomputer& backend,
+                               const EvalProgress& progress) {
+  const int T = trace.meta().prompt_len;
+  return evaluate_heads(trace, backend, progress, [&](const HeadData& head) {
+    const CompressedHead c = compress(head);
+    if (c.keys.rows() != T || c.keys.cols() != head.keys.cols() || static_cast<int>(c.kept.size()) != T)
+      throw InputError("the compressed keys of layer " + std::to_string(head.layer) + " head " +
+                       std::to_string(head.kv_head) + " have the wrong shape");
+    double on2 = 0;
+    const double predicted = surrogate_abs_cost(head.keys, head.values, head.obs_queries, c.keys, c.kept, &on2);
+    return evaluate_head(head, c, predicted, on2, backend);
+  });
+}
+
+TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladder,
+                               const HeadAllocator& allocate, Recomputer& backend,
+                               const EvalProgress& progress) {
+  const TraceMeta& meta = trace.meta();
+  TraceEvaluation out = evaluate_heads(trace, backend, progress, [&](const HeadData& head) {
+    const SurrogateCosts costs = surrogate_costs(head.keys, head.values, head.obs_queries, ladder);
+    const std::vector<std::uint8_t> tiers = allocate(head, costs.weights);
+    if (static_cast<int>(tiers.size()) != meta.prompt_len)
+      throw InputError("allocation for layer " + std::to_string(head.layer) + " head " +
+                       std::to_string(head.kv_head) + " has " + std::to_string(tiers.size()) +
+                       " tiers, the trace has " + std::to_string(meta.prompt_len) + " prompt tokens");
+    MaterializedKeys mk = materialize(head.keys, ladder, tiers);
+    double predicted = 0;
+    for (std::size_t t = 0; t < tiers.size(); ++t) predicted += costs.cost(tiers[t], static_cast<Eigen::Index>(t));
+    const CompressedHead c{std::move(mk.keys), std::move(mk.kept), mk.rate};
+    return evaluate_head(head, c, predicted, costs.output_norm2, backend);
+  });
+  out.ladder = ladder;
+  return out;
+}
+
+}  // namespace tierlab

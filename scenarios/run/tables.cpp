@@ -1,0 +1,29 @@
+// The tables and summary of a scenario run (tables.hpp).
+#include "scenarios/run/tables.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/table_numbers.hpp"
+
+namespace tierlab {
+
+void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells, const std::string& out) {
+  const std::string dir = out + "/tables";
+  std::filesystem::create_directories(dir);
+  std::ostringstream s;
+  s << "# " << sc.name << "\n\n";
+  if (!sc.description.empty()) s << sc.description << "\n\n";
+  s << "Scenario `" << sc.file << "`: " << cells.size() << " cells, budgets";
+  for (double b : sc.budgets) s << ' ' << format_or_nan(b);
+  s << " bits per key element (" << (sc.rate_kind == RateKind::Code ? "code" : "total") << "), ladder `"
+    << sc.ladder.name() << "`, verdict on the " << (sc.queries == QuerySet::Decode ? "decode" : "obs")
+    << " queries; backend " << (cells.empty() ? "" : cells.front()["backend"].get<std::string>()) << ".\n\n";
+  for (const auto& a : sc.analyses) s << a->write_tables(sc, cells, dir);
+  s << "\nTables: `tables/` (CSV and JSON). Figures: `figures/` (PNG, SVG, PDF); re-render with `tierlab figure " << out
+    << "`.\n";
+  write_file_atomically(out + "/summary.md", s.str());
+}
+
+}  // namespace tierlab

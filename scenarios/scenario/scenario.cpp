@@ -1,0 +1,235 @@
+#include "scenarios/scenario/scenario.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "model/error.hpp"
+#include "model/text.hpp"
+#include "scenarios/scenario/yaml_reader.hpp"
+
+namespace tierlab {
+
+QuerySet parse_query_set(const std::string& s) {
+  if (s == "decode") return QuerySet::Decode;
+  if (s == "obs") return QuerySet::Obs;
+  throw InputError("query set '" + s + "' is unknown; the choices are decode, obs.");
+}
+
+namespace {
+
+// Synthetic parameter overrides: name -> setter with its range.
+void apply_override(const YamlReader& c, SynthParams& p, const std::string& k, const YAML::Node& v) {
+  const std::string key = "synthetic.overrides." + k;
+  auto i = [&](int& f, long long lo, long long hi) { f = static_cast<int>(c.integer(v, key, lo, hi)); };
+  auto d = [&](double& f, double lo, double hi) { f = c.num(v, key, lo, hi); };
+  if (k == "n_layers") i(p.n_layers, 1, 256);
+  else if (k == "n_kv_heads") i(p.n_kv_heads, 1, 256);
+  else if (k == "group_size") i(p.group_size, 1, 64);
+  else if (k == "head_dim") i(p.head_dim, 8, 1024);
+  else if (k == "prompt_len") i(p.prompt_len, 2, 1 << 20);
+  else if (k == "obs_window") i(p.obs_window, 1, 4096);
+  else if (k == "decode_steps") i(p.decode_steps, 0, 4096);
+  else if (k == "mix_sink") d(p.mix_sink, 0, 1e6);
+  else if (k == "mix_local") d(p.mix_local, 0, 1e6);
+  else if (k == "mix_retrieval") d(p.mix_retrieval, 0, 1e6);
+  else if (k == "mix_diffuse") d(p.mix_diffuse, 0, 1e6);
+  else if (k == "logit_scale_min") d(p.logit_scale_min, 1e-3, 1e3);
+  else if (k == "logit_scale_max") d(p.logit_scale_max, 1e-3, 1e3);
+  else if (k == "outlier_channels") i(p.outlier_channels, 0, 1024);
+  else if (k == "outlier_strength") d(p.outlier_strength, 0, 1e4);
+  else if (k == "spans_per_head") i(p.spans_per_head, 0, 1024);
+  else if (k == "span_len") i(p.span_len, 1, 4096);
+  else if (k == "query_drift") d(p.query_drift, 0, 10);
+  else if (k == "rope_theta") d(p.rope_theta, 1, 1e9);
+  else
+    c.fail(v, "unknown key '" + k + "' in synthetic.overrides; the valid keys are n_layers, n_kv_heads, group_size, "
+              "head_dim, prompt_len, obs_window, decode_steps, mix_sink, mix_local, mix_retrieval, mix_diffuse, "
+              "logit_scale_min, logit_scale_max, outlier_channels, outlier_strength, spans_per_head, span_len, "
+              "query_drift, rope_theta.");
+}
+
+}  // namespace
+
+Scenario parse_scenario(const std::string& text, const std::string& file_name) {
+  const YamlReader c{file_name};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(file_name + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML (" + e.msg + ").");
+  }
+  if (!root.IsMap()) throw InputError(file_name + ":1: a scenario file must be a mapping of keys.");
+  std::vector<std::string> allowed = {"name",    "description", "traces", "ladder", "rate_kind", "budgets",
+                                       "primary_budget", "queries", "decode_steps", "backend", "seed",
+                                       "bootstrap", "methods"};
+  for (const AnalysisType& t : analysis_types()) allowed.insert(allowed.end(), t.yaml_keys.begin(), t.yaml_keys.end());
+  for (const auto& kv : root) {
+    const std::string k = kv.first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
+      c.fail(kv.first, "unknown key '" + k + "' in the scenario; the valid keys are " + join(allowed) + ".");
+  }
+  Scenario s;
+  s.file = file_name;
+  const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
+  if (!root["name"]) throw InputError(file_name + ":1: the key 'name' is missing.");
+  s.name = c.str(root["name"], "name");
+  for (char ch : s.name)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_'))
+      c.fail(root["name"], "key 'name' is '" + s.name + "'; use letters, digits, '-' and '_' only.");
+  if (root["description"]) s.description = c.str(root["description"], "description");
+  if (root["ladder"]) s.ladder = c.wrap(root["ladder"], "ladder", [&] { return RateLadder::parse(c.str(root["ladder"], "ladder")); });
+  if (root["rate_kind"])
+    s.rate_kind = c.wrap(root["rate_kind"], "rate_kind", [&] { return parse_rate_kind(c.str(root["rate_kind"], "rate_kind")); });
+  if (root["queries"])
+    s.queries = c.wrap(root["queries"], "queries", [&] { return parse_query_set(c.str(root["queries"], "queries")); });
+  if (root["backend"])
+    s.backend = c.wrap(root["backend"], "backend", [&] { return parse_backend(c.str(root["backend"], "backend")); });
+  if (root["seed"]) s.seed = static_cast<std::uint64_t>(c.integer(root["seed"], "seed", 0, 1LL << 53));
+  if (root["bootstrap"]) s.bootstrap = static_cast<int>(c.integer(root["bootstrap"], "bootstrap", 100, 100000));
+  if (root["budgets"]) {
+    s.budgets.clear();
+    for (const auto& b : c.list(root["budgets"], "budgets")) s.budgets.push_back(c.num(b, "budgets", 0.01, 16.0));
+  }
+  s.primary_budget = s.budgets.front();
+  if (root["primary_budget"]) {
+    s.primary_budget = c.num(root["primary_budget"], "primary_budget", 0.01, 16.0);
+    bool found = false;
+    std::string choices;
+    for (double b : s.budgets) found = found || b == s.primary_budget, choices += (choices.empty() ? "" : ", ") + format_number(b);
+    if (!found) c.fail(root["primary_budget"], "key 'primary_budget' is " + format_number(s.primary_budget) + "; it must be one of the budgets " + choices + ".");
+  }
+  int decode_steps = -1;
+  if (root["decode_steps"]) decode_steps = static_cast<int>(c.integer(root["decode_steps"], "decode_steps", 1, 4096));
+
+  const YAML::Node traces = root["traces"];
+  if (!traces) throw InputError(file_name + ":1: the key 'traces' is missing (give 'synthetic' and/or 'files').");
+  c.keys(traces, "traces", {"synthetic", "model", "files"});
+  std::set<std::string> ids;
+  if (const YAML::Node syn = traces["synthetic"]) {
+    c.keys(syn, "traces.synthetic", {"presets", "seeds", "context_lengths", "logit_scales", "overrides"});
+    if (!syn["presets"]) c.fail(syn, "traces.synthetic needs the key 'presets' (one of " + [] {
+      std::string l;
+      for (const auto& n : synth_preset_names()) l += (l.empty() ? "" : ", ") + n;
+      return l;
+    }() + ").");
+    std::vector<SynthParams> presets;
+    for (const auto& p : c.list(syn["presets"], "traces.synthetic.presets"))
+      presets.push_back(c.wrap(p, "traces.synthetic.presets", [&] { return synth_preset(c.str(p, "presets")); }));
+    std::vector<std::uint64_t> seeds{0};
+    if (syn["seeds"]) {
+      seeds.clear();
+      for (const auto& x : c.list(syn["seeds"], "traces.synthetic.seeds"))
+        seeds.push_back(static_cast<std::uint64_t>(c.integer(x, "traces.synthetic.seeds", 0, 1LL << 53)));
+    }
+    std::vector<int> lengths{-1};
+    if (syn["context_lengths"]) {
+      lengths.clear();
+      for (const auto& x : c.list(syn["context_lengths"], "traces.synthetic.context_lengths"))
+        lengths.push_back(static_cast<int>(c.integer(x, "traces.synthetic.context_lengths", 16, 1 << 20)));
+    }
+    std::vector<double> scales{0};
+    if (syn["logit_scales"]) {
+      scales.clear();
+      for (const auto& x : c.list(syn["logit_scales"], "traces.synthetic.logit_scales"))
+        scales.push_back(c.num(x, "traces.synthetic.logit_scales", 0.01, 100));
+      s.sweeps_logit_scales = true;
+    }
+    for (SynthParams& p : presets) {
+      if (const YAML::Node ov = syn["overrides"]) {
+        if (!ov.IsMap()) c.fail(ov, "traces.synthetic.overrides must be a mapping of parameter: value.");
+        for (const auto& kv : ov) apply_override(c, p, kv.first.as<std::string>(), kv.second);
+      }
+      if (decode_steps > 0) p.decode_steps = decode_steps;
+      for (const std::uint64_t seed : seeds)
+        for (const int T : lengths)
+          for (const double ls : scales) {
+            ScenarioCell cell;
+            cell.source = "synthetic";
+            cell.synth = p;
+            cell.synth.seed = seed;
+            if (T > 0) cell.synth.prompt_len = T;
+            if (cell.synth.obs_window > cell.synth.prompt_len) cell.synth.obs_window = cell.synth.prompt_len;
+            if (ls > 0) cell.synth.logit_scale_min = cell.synth.logit_scale_max = ls, cell.logit_scale = ls;
+            c.wrap(syn, "traces.synthetic", [&] { cell.synth.validate(); return 0; });
+            cell.id = p.preset + "-s" + std::to_string(seed) + "-T" + std::to_string(cell.synth.prompt_len);
+            if (ls > 0) cell.id += "-ls" + format_number(ls);
+            if (!ids.insert(cell.id).second) c.fail(syn, "traces.synthetic gives the cell '" + cell.id + "' twice (repeated value in a list).");
+            s.cells.push_back(cell);
+          }
+    }
+  }
+  if (const YAML::Node mod = traces["model"]) {
+    c.keys(mod, "traces.model", {"checkpoint", "seeds", "context_lengths", "temperature", "decode_steps"});
+    if (!mod["checkpoint"]) c.fail(mod, "traces.model needs the key 'checkpoint' (a llama2.c .bin file, e.g. data/stories260K/stories260K.bin).");
+    std::filesystem::path ck = c.str(mod["checkpoint"], "traces.model.checkpoint");
+    if (ck.is_relative() && !std::filesystem::exists(ck)) ck = base / ck;
+    if (!std::filesystem::exists(ck)) c.fail(mod["checkpoint"], "key 'traces.model.checkpoint': the checkpoint '" + ck.string() + "' does not exist.");
+    std::vector<std::uint64_t> seeds{0};
+    if (mod["seeds"]) {
+      seeds.clear();
+      for (const auto& x : c.list(mod["seeds"], "traces.model.seeds"))
+        seeds.push_back(static_cast<std::uint64_t>(c.integer(x, "traces.model.seeds", 0, 1LL << 53)));
+    }
+    if (!mod["context_lengths"]) c.fail(mod, "traces.model needs the key 'context_lengths' (prompt lengths T).");
+    std::vector<int> lengths;
+    for (const auto& x : c.list(mod["context_lengths"], "traces.model.context_lengths"))
+      lengths.push_back(static_cast<int>(c.integer(x, "traces.model.context_lengths", 8, 1 << 20)));
+    double temperature = 0.8;
+    if (mod["temperature"]) temperature = c.num(mod["temperature"], "traces.model.temperature", 0, 10);
+    int steps = decode_steps > 0 ? decode_steps : 16;
+    if (mod["decode_steps"]) steps = static_cast<int>(c.integer(mod["decode_steps"], "traces.model.decode_steps", 1, 4096));
+    const std::string mname = ck.stem().string();
+    for (const std::uint64_t seed : seeds)
+      for (const int T : lengths) {
+        ScenarioCell cell;
+        cell.source = "model";
+        cell.checkpoint = ck.string();
+        cell.model_name = mname;
+        cell.prompt_len = T;
+        cell.decode_steps = steps;
+        cell.temperature = temperature;
+        cell.seed = seed;
+        cell.id = mname + "-s" + std::to_string(seed) + "-T" + std::to_string(T);
+        if (!ids.insert(cell.id).second) c.fail(mod, "traces.model gives the cell '" + cell.id + "' twice (repeated value in a list).");
+        s.cells.push_back(cell);
+      }
+  }
+  if (const YAML::Node files = traces["files"]) {
+    for (const auto& f : c.list(files, "traces.files")) {
+      ScenarioCell cell;
+      cell.source = "file";
+      std::filesystem::path p = c.str(f, "traces.files");
+      if (p.is_relative()) p = base / p;
+      if (!std::filesystem::exists(p)) c.fail(f, "key 'traces.files': the trace '" + p.string() + "' does not exist.");
+      cell.path = p.string();
+      cell.id = "file-" + p.stem().string();
+      if (!ids.insert(cell.id).second) c.fail(f, "traces.files gives the cell '" + cell.id + "' twice.");
+      s.cells.push_back(cell);
+    }
+  }
+  if (s.cells.empty()) c.fail(traces, "traces gives no cell.");
+  if (const YAML::Node m = root["methods"]) s.methods = parse_method_specs(m, file_name, "methods", s.ladder);
+  for (const AnalysisType& t : analysis_types())
+    if (auto a = t.parse(root, c, s)) s.analyses.push_back(std::move(a));
+  if (!s.methods.empty() &&
+      std::none_of(s.analyses.begin(), s.analyses.end(), [](const auto& a) { return a->uses_methods(); }))
+    c.fail(root["methods"], "key 'methods' is given but no analysis uses it; add the key 'proxy' (proxy vs end task).");
+  return s;
+}
+
+Scenario load_scenario(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("scenario file '" + path + "' cannot be opened.");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_scenario(ss.str(), path);
+}
+
+}  // namespace tierlab

@@ -1,0 +1,62 @@
+#include "scenarios/scenario/yaml_reader.hpp"
+
+#include <cmath>
+
+#include "model/text.hpp"
+
+namespace tierlab {
+
+std::string YamlReader::at(const YAML::Node& n) const {
+  const int line = n.IsDefined() && n.Mark().line >= 0 ? n.Mark().line + 1 : 0;
+  return file_ + ":" + std::to_string(line);
+}
+
+void YamlReader::fail(const YAML::Node& n, const std::string& what) const { throw InputError(at(n) + ": " + what); }
+
+std::string YamlReader::str(const YAML::Node& n, const std::string& key) const {
+  if (!n.IsScalar()) fail(n, "key '" + key + "' must be a single value.");
+  return n.as<std::string>();
+}
+
+double YamlReader::num(const YAML::Node& n, const std::string& key, double lo, double hi) const {
+  if (!n.IsScalar()) fail(n, "key '" + key + "' must be a number.");
+  double v = 0;
+  try {
+    v = n.as<double>();
+  } catch (const YAML::Exception&) {
+    fail(n, "key '" + key + "' is '" + n.as<std::string>() + "', not a number.");
+  }
+  if (!std::isfinite(v) || v < lo || v > hi)
+    fail(n, "key '" + key + "' is " + format_number(v) + ", out of range; it must be in [" + format_number(lo) + ", " +
+                format_number(hi) + "].");
+  return v;
+}
+
+long long YamlReader::integer(const YAML::Node& n, const std::string& key, long long lo, long long hi) const {
+  const double v = num(n, key, static_cast<double>(lo), static_cast<double>(hi));
+  if (v != std::floor(v)) fail(n, "key '" + key + "' must be an integer, not " + n.as<std::string>() + ".");
+  return static_cast<long long>(v);
+}
+
+std::vector<YAML::Node> YamlReader::list(const YAML::Node& n, const std::string& key) const {
+  if (n.IsScalar()) return {n};
+  if (!n.IsSequence() || n.size() == 0) fail(n, "key '" + key + "' must be a value or a non-empty list of values.");
+  std::vector<YAML::Node> out;
+  for (const auto& x : n) {
+    if (!x.IsScalar()) fail(x, "key '" + key + "': every list entry must be a single value.");
+    out.push_back(x);
+  }
+  return out;
+}
+
+void YamlReader::keys(const YAML::Node& map, const std::string& where, const std::vector<std::string>& allowed) const {
+  if (!map.IsMap()) fail(map, "key '" + where + "' must be a mapping with the keys " + join(allowed) + ".");
+  for (const auto& kv : map) {
+    const std::string k = kv.first.as<std::string>();
+    bool ok = false;
+    for (const auto& a : allowed) ok = ok || a == k;
+    if (!ok) fail(kv.first, "unknown key '" + k + "' in " + where + "; the valid keys are " + join(allowed) + ".");
+  }
+}
+
+}  // namespace tierlab
