@@ -93,6 +93,12 @@ bool cuda_available(std::string* reason) {
 #endif
 }
 
+std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches) {
+  EvalResult r = backend.evaluate(batches);
+  if (!r.ok) throw RecomputeError("recomputation failed on backend " + backend.description() + ": " + r.message);
+  return std::move(r.errors);
+}
+
 std::unique_ptr<Recomputer> make_recomputer(Backend backend, std::string* note) {
   if (note) note->clear();
   if (backend == Backend::Cpu) return make_cpu_recomputer();

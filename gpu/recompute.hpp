@@ -66,6 +66,12 @@ class Recomputer {
   virtual EvalResult evaluate(const std::vector<HeadBatch>& batches) = 0;
 };
 
+// The one seam between the backends' call status and the rest of the library: evaluates the
+// batches on `backend` and returns errors[batch][selection]; a failed call (EvalResult.ok
+// false: a device error, bad shapes) throws RecomputeError (model/error.hpp) naming the
+// backend and the reason. Every recomputation outside gpu/ goes through it.
+std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches);
+
 enum class Backend { Auto, Cpu, Cuda };
 Backend parse_backend(const std::string&);  // "auto" | "cpu" | "cuda"; throws InputError
 

@@ -114,9 +114,7 @@ ErrorMetrics recompute_one(Recomputer& backend, const MatrixRM& queries, const M
   batches[0].problem.values = &values;
   batches[0].problem.variants = {&variant};
   batches[0].selections = {sel};
-  const EvalResult r = backend.evaluate(batches);
-  if (!r.ok) throw InputError("explorer: recomputation failed on backend " + backend.name() + ": " + r.message);
-  return r.errors.at(0).at(0);
+  return recompute(backend, batches).at(0).at(0);
 }
 
 }  // namespace

@@ -1,4 +1,7 @@
 // tierlab: the command-line tool. `tierlab --help` lists the commands.
+// Exit status: 0 done; 1 a command-line error (CLI11); 2 bad input (InputError: the message
+// names the file, field and value); 3 an internal error (a defect: please report it);
+// 4 the exact recomputation failed on its backend (RecomputeError, model/error.hpp).
 #include <cstdio>
 #include <exception>
 
@@ -26,6 +29,9 @@ int main(int argc, char** argv) {
   } catch (const tierlab::InputError& e) {
     std::fprintf(stderr, "tierlab: error: %s\n", e.what());
     return 2;
+  } catch (const tierlab::RecomputeError& e) {
+    std::fprintf(stderr, "tierlab: recomputation error: %s\n", e.what());
+    return 4;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tierlab: internal error: %s\n", e.what());
     return 3;

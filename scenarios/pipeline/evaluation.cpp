@@ -29,9 +29,7 @@ void accumulate(Aggregate& sum, const HeadEvaluation& h, double w) {
 
 ErrorMetrics single(Recomputer& backend, HeadBatch batch) {
   std::vector<HeadBatch> batches{std::move(batch)};
-  EvalResult r = backend.evaluate(batches);
-  if (!r.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + r.message);
-  return r.errors.at(0).at(0);
+  return recompute(backend, batches).at(0).at(0);
 }
 
 }  // namespace
@@ -90,9 +88,7 @@ std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::
     obs.selections.push_back(std::move(sel));
   }
   std::vector<HeadBatch> batches{std::move(obs)};
-  const EvalResult er = backend.evaluate(batches);
-  if (!er.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + er.message);
-  return er.errors.at(0);
+  return recompute(backend, batches).at(0);
 }
 
 namespace {

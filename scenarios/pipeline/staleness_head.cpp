@@ -118,10 +118,9 @@ StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, 
         b.selections.push_back(std::move(sel));
       }
       std::vector<HeadBatch> batches{std::move(b)};
-      const EvalResult er = backend.evaluate(batches);
-      if (!er.ok) throw InputError("recomputation failed on backend " + backend.name() + ": " + er.message);
-      st.err_stale = er.errors.at(0).at(0).rel_error;
-      st.err_fresh = er.errors.at(0).at(1).rel_error;
+      const auto errors = recompute(backend, batches);
+      st.err_stale = errors.at(0).at(0).rel_error;
+      st.err_fresh = errors.at(0).at(1).rel_error;
       st.ratio = st.err_fresh > 0 ? st.err_stale / st.err_fresh : st.err_stale == 0 ? 1.0 : kNaN;
     }
     out.steps.push_back(std::move(st));

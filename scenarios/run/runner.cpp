@@ -134,18 +134,19 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
   std::mutex mu;
   std::atomic<std::size_t> next{0};
   int done = 0;
-  std::string first_error;
+  std::exception_ptr first_error;
+  std::string first_error_context;
   TerminalProgress bar("run " + sc.name);
   if (opt.progress) bar.update(res.cells_skipped, res.cells_total);
   auto worker = [&]() {
     std::string note;
     std::unique_ptr<Recomputer> be;
     try {
-      be = make_recomputer(backend_kind, &note);
-      if (!be) throw InputError("run: backend unavailable: " + note);
-    } catch (const std::exception& e) {
+      be = opt.backend_factory ? opt.backend_factory() : make_recomputer(backend_kind, &note);
+      if (!be) throw InputError("backend unavailable: " + note);
+    } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
-      if (first_error.empty()) first_error = e.what();
+      if (!first_error) first_error = std::current_exception(), first_error_context = "run";
       stop.store(true);
       return;
     }
@@ -166,9 +167,9 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
         if (opt.progress) bar.update(res.cells_skipped + done, res.cells_total);
       } catch (const Cancelled&) {
         break;
-      } catch (const std::exception& e) {
+      } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
-        if (first_error.empty()) first_error = "cell '" + cell.id + "': " + e.what();
+        if (!first_error) first_error = std::current_exception(), first_error_context = "cell '" + cell.id + "'";
         stop.store(true);
       }
     }
@@ -184,7 +185,7 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
   bar.finish();
   std::error_code ec;
   fs::remove(opt.out + "/traces", ec);  // only when empty
-  if (!first_error.empty()) throw InputError(first_error);
+  if (first_error) rethrow_with_context(first_error, first_error_context);  // keeps the error's category
   if (stop.load()) {
     res.interrupted = true;
     return res;

@@ -31,6 +31,9 @@ struct RunOptions {
   int jobs = 1;                    // cells computed in parallel (each with its own backend)
   bool force = false;              // recompute finished cells
   bool progress = true;            // progress line on a terminal
+  // Makes each worker's backend (default: make_recomputer of the backend asked for). For
+  // embedders and tests (a backend that fails on purpose).
+  std::function<std::unique_ptr<Recomputer>()> backend_factory;
   // Called after each cell (tests): cell id, computed (false = skipped).
   std::function<void(const std::string&, bool)> on_cell;
 };
