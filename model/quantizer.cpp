@@ -88,16 +88,6 @@ void token_row_quantize(const float* x, float* y, int d, int g, int bits) {
   }
 }
 
-void check_tier_for_quantizer(const Tier& tier, const char* where) {
-  const bool finite = tier.kind == QuantizerKind::KiviPerChannel || tier.kind == QuantizerKind::PerToken;
-  if (finite && (tier.bits < 1 || tier.bits > 15))
-    throw InputError(std::string(where) + ": tier " + tier.name() + " has bits = " + std::to_string(tier.bits) +
-                     "; a finite tier needs 1 <= bits <= 15.");
-  if (finite && tier.group < 0)
-    throw InputError(std::string(where) + ": tier " + tier.name() + " has group = " + std::to_string(tier.group) +
-                     "; the group size must be >= 0.");
-}
-
 // Destination of row i of a block: row i of a block matrix (scatter false) or row
 // tokens[i] of a T x d matrix (scatter true).
 struct RowSink {
@@ -252,14 +242,12 @@ std::unique_ptr<TierQuantizer> make_kivi_tier(const Tier& t) { return std::make_
 std::unique_ptr<TierQuantizer> make_token_tier(const Tier& t) { return std::make_unique<TokenTier>(t); }
 
 QuantizedBlock quantize_block(const MatrixRM& keys, const std::vector<int>& tokens, const Tier& tier) {
-  check_tier_for_quantizer(tier, "quantize_block");
+  auto q = make_tier_quantizer(tier);  // checks the tier
   check_tokens(keys, tokens);
-  return make_tier_quantizer(tier)->quantize(TierInput::keys_only(keys), tokens);
+  return q->quantize(TierInput::keys_only(keys), tokens);
 }
 
 MatrixRM dense_tier_keys(const MatrixRM& keys, const Tier& tier) {
-  check_tier_for_quantizer(tier, "dense_tier_keys");
-  if (tier.kind == QuantizerKind::Exact) return keys;
   return dense_tier(TierInput::keys_only(keys), tier).keys;
 }
 

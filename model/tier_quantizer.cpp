@@ -199,21 +199,12 @@ std::unique_ptr<TierQuantizer> make_published_tier(const Tier& tier) {
 
 DenseTier dense_tier(const TierInput& in, const Tier& tier) {
   const auto q = make_tier_quantizer(tier);
-  DenseTier out;
   const int T = in.n_tokens(), d = in.head_dim();
-  if (tier.kind == QuantizerKind::Exact) {
-    out.keys = *in.keys;
-  } else {
-    out.keys.resize(T, d);
-    const TierBits b = q->quantize_into(in, all_tokens(T), out.keys);
-    if (const std::optional<Rate> r = q->closed_nominal_rate(d)) {
-      out.nominal = *r;
-      return out;
-    }
-    out.nominal = per_element(b.code_bits, b.meta_bits, T, d);
-    return out;
-  }
-  out.nominal = *q->closed_nominal_rate(d);
+  DenseTier out;
+  out.keys.resize(T, d);
+  const TierBits b = q->quantize_into(in, all_tokens(T), out.keys);
+  const std::optional<Rate> closed = q->closed_nominal_rate(d);
+  out.nominal = closed ? *closed : per_element(b.code_bits, b.meta_bits, T, d);
   return out;
 }
 
