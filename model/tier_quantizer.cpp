@@ -171,8 +171,9 @@ std::string tier_forms_list() {
   for (const TierForm& f : tier_forms()) {
     if (!s.empty()) s += ", ";
     s += f.form;
+    const std::string b = f.form.find("<B>") != std::string::npos ? "B" : "b";  // kvcobra's B is a budget
     if (f.has_bits)
-      s += " (" + std::to_string(f.min_bits) + " <= b <= " + std::to_string(f.max_bits) + ", e.g. " + f.example + ")";
+      s += " (" + std::to_string(f.min_bits) + " <= " + b + " <= " + std::to_string(f.max_bits) + ", e.g. " + f.example + ")";
   }
   return s;
 }
