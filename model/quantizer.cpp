@@ -13,6 +13,7 @@
 #include <string>
 
 #include "model/error.hpp"
+#include "model/tier_quantizer.hpp"
 
 namespace tierlab {
 
@@ -28,24 +29,17 @@ struct BlockBits {
   double code = 0.0, meta = 0.0;
 };
 
-// Bits spent by n tokens of dimension d quantized together at `tier` as one block.
-BlockBits block_bits(long long n, int d, const Tier& tier) {
+// Bits of n tokens of dimension d quantized together as one block:
+// KIVI (groups of g tokens, a partial last group counts) and per token (channel groups of g).
+BlockBits kivi_block_bits(long long n, int d, int bits, long long g) {
   const double elems = double(n) * d;
-  switch (tier.kind) {
-    case QuantizerKind::Evict: return {0.0, 0.0};
-    case QuantizerKind::Exact: return {16.0 * elems, 0.0};
-    case QuantizerKind::KiviPerChannel: {
-      const long long g = kivi_group(tier);
-      const long long groups = (n + g - 1) / g;  // a partial last group counts as a group
-      return {tier.bits * elems, kMetaBitsPerGroup * double(groups) * d};
-    }
-    case QuantizerKind::PerToken: {
-      const int g = token_group(tier, d);
-      const long long groups_per_token = (d + g - 1) / g;
-      return {tier.bits * elems, kMetaBitsPerGroup * double(n) * double(groups_per_token)};
-    }
-  }
-  return {};
+  const long long groups = (n + g - 1) / g;
+  return {bits * elems, kMetaBitsPerGroup * double(groups) * d};
+}
+BlockBits token_block_bits(long long n, int d, int bits, int g) {
+  const double elems = double(n) * d;
+  const long long groups_per_token = (d + g - 1) / g;
+  return {bits * elems, kMetaBitsPerGroup * double(n) * double(groups_per_token)};
 }
 
 // Asymmetric min/max quantize-dequantize of one value given its group's mn and scale.
@@ -94,60 +88,133 @@ void token_row_quantize(const float* x, float* y, int d, int g, int bits) {
   }
 }
 
-void check_tier_for_quantizer(const Tier& tier, const char* where) {
-  const bool finite = tier.kind == QuantizerKind::KiviPerChannel || tier.kind == QuantizerKind::PerToken;
-  if (finite && (tier.bits < 1 || tier.bits > 15))
-    throw InputError(std::string(where) + ": tier " + tier.name() + " has bits = " + std::to_string(tier.bits) +
-                     "; a finite tier needs 1 <= bits <= 15.");
-  if (finite && tier.group < 0)
-    throw InputError(std::string(where) + ": tier " + tier.name() + " has group = " + std::to_string(tier.group) +
-                     "; the group size must be >= 0.");
-}
+// Destination of row i of a block: row i of a block matrix (scatter false) or row
+// tokens[i] of a T x d matrix (scatter true).
+struct RowSink {
+  MatrixRM& out;
+  const std::vector<int>& tokens;
+  bool scatter;
+  float* operator()(long long i) const { return out.row(scatter ? tokens[i] : i).data(); }
+};
 
-// Quantize the listed rows of `keys` into the same rows of `out` (row order of `tokens`
-// inside `out` when `scatter` is false, else out.row(tokens[i])). Returns the bits.
-BlockBits quantize_rows(const MatrixRM& keys, const std::vector<int>& tokens, const Tier& tier, MatrixRM& out,
-                        bool scatter) {
+// KIVI per channel: consecutive groups of g of the listed rows.
+void kivi_rows(const MatrixRM& keys, const std::vector<int>& tokens, int bits, int g, const RowSink& out_row) {
   const int d = static_cast<int>(keys.cols());
   const long long n = static_cast<long long>(tokens.size());
-  auto out_row = [&](long long i) -> float* { return out.row(scatter ? tokens[i] : i).data(); };
-  switch (tier.kind) {
-    case QuantizerKind::Evict:
-      for (long long i = 0; i < n; ++i) std::fill(out_row(i), out_row(i) + d, 0.0f);
-      break;
-    case QuantizerKind::Exact:
-      for (long long i = 0; i < n; ++i) std::copy(keys.row(tokens[i]).data(), keys.row(tokens[i]).data() + d, out_row(i));
-      break;
-    case QuantizerKind::KiviPerChannel: {
-      const int g = kivi_group(tier);
-      const long long n_groups = (n + g - 1) / g;
+  const long long n_groups = (n + g - 1) / g;
 #pragma omp parallel
-      {
-        std::vector<float> mn(d), mx(d);
-        std::vector<const float*> src(g);
-        std::vector<float*> dst(g);
+  {
+    std::vector<float> mn(d), mx(d);
+    std::vector<const float*> src(g);
+    std::vector<float*> dst(g);
 #pragma omp for schedule(static)
-        for (long long grp = 0; grp < n_groups; ++grp) {
-          const long long i0 = grp * g;
-          const int m = static_cast<int>(std::min<long long>(g, n - i0));
-          for (int i = 0; i < m; ++i) {
-            src[i] = keys.row(tokens[i0 + i]).data();
-            dst[i] = out_row(i0 + i);
-          }
-          kivi_group_quantize(src.data(), dst.data(), m, d, tier.bits, mn.data(), mx.data());
-        }
+    for (long long grp = 0; grp < n_groups; ++grp) {
+      const long long i0 = grp * g;
+      const int m = static_cast<int>(std::min<long long>(g, n - i0));
+      for (int i = 0; i < m; ++i) {
+        src[i] = keys.row(tokens[i0 + i]).data();
+        dst[i] = out_row(i0 + i);
       }
-      break;
-    }
-    case QuantizerKind::PerToken: {
-      const int g = token_group(tier, d);
-#pragma omp parallel for schedule(static)
-      for (long long i = 0; i < n; ++i) token_row_quantize(keys.row(tokens[i]).data(), out_row(i), d, g, tier.bits);
-      break;
+      kivi_group_quantize(src.data(), dst.data(), m, d, bits, mn.data(), mx.data());
     }
   }
-  return block_bits(n, d, tier);
 }
+
+// The built-in tiers. Each quantizes into a RowSink; quantize() and quantize_into() are
+// the two sinks (a block matrix, or the rows of the head).
+class BuiltinTier : public TierQuantizer {
+ public:
+  QuantizedBlock quantize(const TierInput& in, const std::vector<int>& tokens) const override {
+    QuantizedBlock block;
+    block.dequant.resize(static_cast<Eigen::Index>(tokens.size()), in.keys->cols());
+    const TierBits b = rows(*in.keys, tokens, RowSink{block.dequant, tokens, false});
+    block.code_bits = b.code_bits;
+    block.meta_bits = b.meta_bits;
+    return block;
+  }
+  TierBits quantize_into(const TierInput& in, const std::vector<int>& tokens, MatrixRM& out) const override {
+    return rows(*in.keys, tokens, RowSink{out, tokens, true});
+  }
+ protected:
+  using TierQuantizer::TierQuantizer;
+  virtual void write_rows(const MatrixRM& keys, const std::vector<int>& tokens, const RowSink& out_row) const = 0;
+
+ private:
+  TierBits rows(const MatrixRM& keys, const std::vector<int>& tokens, const RowSink& out_row) const {
+    write_rows(keys, tokens, out_row);
+    return *bits_of_count(static_cast<long long>(tokens.size()), static_cast<int>(keys.cols()));
+  }
+};
+
+class EvictTier final : public BuiltinTier {
+ public:
+  explicit EvictTier(const Tier& t) : BuiltinTier(t) {}
+  std::optional<Rate> closed_nominal_rate(int) const override { return Rate{0.0, 0.0}; }
+  std::optional<TierBits> bits_of_count(long long, int) const override { return TierBits{0.0, 0.0}; }
+
+ private:
+  void write_rows(const MatrixRM& keys, const std::vector<int>& tokens, const RowSink& out_row) const override {
+    const int d = static_cast<int>(keys.cols());
+    for (std::size_t i = 0; i < tokens.size(); ++i) std::fill(out_row(i), out_row(i) + d, 0.0f);
+  }
+};
+
+class ExactTier final : public BuiltinTier {
+ public:
+  explicit ExactTier(const Tier& t) : BuiltinTier(t) {}
+  std::optional<Rate> closed_nominal_rate(int) const override { return Rate{16.0, 16.0}; }
+  std::optional<TierBits> bits_of_count(long long n, int d) const override { return TierBits{16.0 * (double(n) * d), 0.0}; }
+
+ private:
+  void write_rows(const MatrixRM& keys, const std::vector<int>& tokens, const RowSink& out_row) const override {
+    const int d = static_cast<int>(keys.cols());
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      const float* k = keys.row(tokens[i]).data();
+      std::copy(k, k + d, out_row(i));
+    }
+  }
+};
+
+class KiviTier final : public BuiltinTier {
+ public:
+  explicit KiviTier(const Tier& t) : BuiltinTier(t) {}
+  std::optional<Rate> closed_nominal_rate(int) const override {
+    return Rate{double(tier().bits), tier().bits + kMetaBitsPerGroup / kivi_group(tier())};
+  }
+  std::optional<TierBits> bits_of_count(long long n, int d) const override {
+    const BlockBits b = kivi_block_bits(n, d, tier().bits, kivi_group(tier()));
+    return TierBits{b.code, b.meta};
+  }
+
+ private:
+  void write_rows(const MatrixRM& keys, const std::vector<int>& tokens, const RowSink& out_row) const override {
+    kivi_rows(keys, tokens, tier().bits, kivi_group(tier()), out_row);
+  }
+};
+
+class TokenTier final : public BuiltinTier {
+ public:
+  explicit TokenTier(const Tier& t) : BuiltinTier(t) {}
+  std::optional<Rate> closed_nominal_rate(int d) const override {
+    if (d <= 0) throw InputError("Tier " + name() + ": head_dim = " + std::to_string(d) + " must be positive.");
+    const int n = tier().group > 0 ? tier().group : d;
+    const int groups_per_token = (d + n - 1) / n;  // a partial last channel group counts
+    return Rate{double(tier().bits), tier().bits + kMetaBitsPerGroup * groups_per_token / d};
+  }
+  std::optional<TierBits> bits_of_count(long long n, int d) const override {
+    const BlockBits b = token_block_bits(n, d, tier().bits, token_group(tier(), d));
+    return TierBits{b.code, b.meta};
+  }
+
+ private:
+  void write_rows(const MatrixRM& keys, const std::vector<int>& tokens, const RowSink& out_row) const override {
+    const int d = static_cast<int>(keys.cols());
+    const int g = token_group(tier(), d);
+    const long long n = static_cast<long long>(tokens.size());
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < n; ++i) token_row_quantize(keys.row(tokens[i]).data(), out_row(i), d, g, tier().bits);
+  }
+};
 
 void check_tokens(const MatrixRM& keys, const std::vector<int>& tokens) {
   const long long T = keys.rows();
@@ -161,24 +228,6 @@ void check_tokens(const MatrixRM& keys, const std::vector<int>& tokens) {
   }
 }
 
-// Tokens of each ladder tier, in position order (convention 9); validates the allocation.
-std::vector<std::vector<int>> tokens_by_tier(long long T, const RateLadder& ladder,
-                                             const std::vector<std::uint8_t>& tier_of_token, const char* where) {
-  ladder.validate();
-  if (static_cast<long long>(tier_of_token.size()) != T)
-    throw InputError(std::string(where) + ": the allocation has " + std::to_string(tier_of_token.size()) +
-                     " tiers but the head has " + std::to_string(T) + " tokens.");
-  std::vector<std::vector<int>> by_tier(ladder.size());
-  for (long long t = 0; t < T; ++t) {
-    const int i = tier_of_token[t];
-    if (i >= ladder.size())
-      throw InputError(std::string(where) + ": token " + std::to_string(t) + " has tier index " + std::to_string(i) +
-                       " but ladder '" + ladder.name() + "' has " + std::to_string(ladder.size()) + " tiers.");
-    by_tier[i].push_back(static_cast<int>(t));
-  }
-  return by_tier;
-}
-
 Rate per_element(double code, double meta, long long T, int d) {
   const double elems = double(T) * d;
   if (elems <= 0) return {};
@@ -187,62 +236,19 @@ Rate per_element(double code, double meta, long long T, int d) {
 
 }  // namespace
 
+std::unique_ptr<TierQuantizer> make_evict_tier(const Tier& t) { return std::make_unique<EvictTier>(t); }
+std::unique_ptr<TierQuantizer> make_exact_tier(const Tier& t) { return std::make_unique<ExactTier>(t); }
+std::unique_ptr<TierQuantizer> make_kivi_tier(const Tier& t) { return std::make_unique<KiviTier>(t); }
+std::unique_ptr<TierQuantizer> make_token_tier(const Tier& t) { return std::make_unique<TokenTier>(t); }
+
 QuantizedBlock quantize_block(const MatrixRM& keys, const std::vector<int>& tokens, const Tier& tier) {
-  check_tier_for_quantizer(tier, "quantize_block");
+  auto q = make_tier_quantizer(tier);  // checks the tier
   check_tokens(keys, tokens);
-  QuantizedBlock block;
-  block.dequant.resize(static_cast<Eigen::Index>(tokens.size()), keys.cols());
-  const BlockBits bits = quantize_rows(keys, tokens, tier, block.dequant, /*scatter=*/false);
-  block.code_bits = bits.code;
-  block.meta_bits = bits.meta;
-  return block;
+  return q->quantize(TierInput::keys_only(keys), tokens);
 }
 
 MatrixRM dense_tier_keys(const MatrixRM& keys, const Tier& tier) {
-  check_tier_for_quantizer(tier, "dense_tier_keys");
-  if (tier.kind == QuantizerKind::Exact) return keys;
-  std::vector<int> all(static_cast<std::size_t>(keys.rows()));
-  for (std::size_t t = 0; t < all.size(); ++t) all[t] = static_cast<int>(t);
-  MatrixRM out(keys.rows(), keys.cols());
-  quantize_rows(keys, all, tier, out, /*scatter=*/true);
-  return out;
-}
-
-MaterializedKeys materialize(const MatrixRM& keys, const RateLadder& ladder,
-                             const std::vector<std::uint8_t>& tier_of_token) {
-  const long long T = keys.rows();
-  const int d = static_cast<int>(keys.cols());
-  const auto by_tier = tokens_by_tier(T, ladder, tier_of_token, "materialize");
-  MaterializedKeys m;
-  m.keys = MatrixRM::Zero(T, d);
-  m.kept.assign(static_cast<std::size_t>(T), 1);
-  double code = 0.0, meta = 0.0;
-  for (int i = 0; i < ladder.size(); ++i) {
-    const Tier& tier = ladder.tiers[i];
-    if (by_tier[i].empty()) continue;
-    if (tier.kind == QuantizerKind::Evict) {
-      for (int t : by_tier[i]) m.kept[t] = 0;
-      continue;  // rows stay zero, no bits
-    }
-    const BlockBits b = quantize_rows(keys, by_tier[i], tier, m.keys, /*scatter=*/true);
-    code += b.code;
-    meta += b.meta;
-  }
-  m.rate = per_element(code, meta, T, d);
-  return m;
-}
-
-Rate allocation_rate(int n_tokens, int head_dim, const RateLadder& ladder,
-                     const std::vector<std::uint8_t>& tier_of_token) {
-  if (head_dim <= 0) throw InputError("allocation_rate: head_dim = " + std::to_string(head_dim) + " must be positive.");
-  const auto by_tier = tokens_by_tier(n_tokens, ladder, tier_of_token, "allocation_rate");
-  double code = 0.0, meta = 0.0;
-  for (int i = 0; i < ladder.size(); ++i) {
-    const BlockBits b = block_bits(static_cast<long long>(by_tier[i].size()), head_dim, ladder.tiers[i]);
-    code += b.code;
-    meta += b.meta;
-  }
-  return per_element(code, meta, n_tokens, head_dim);
+  return dense_tier(TierInput::keys_only(keys), tier).keys;
 }
 
 // ---- KiviKeyCache -----------------------------------------------------------
@@ -270,9 +276,9 @@ void KiviKeyCache::prefill(const MatrixRM& keys) {
   const long long n_q = T - T % residual_;  // the reference quantizes all but T mod R tokens
   std::vector<int> rows(static_cast<std::size_t>(n_q));
   for (long long t = 0; t < n_q; ++t) rows[t] = static_cast<int>(t);
-  const Tier tier{QuantizerKind::KiviPerChannel, bits_, group_};
   quantized_.resize(n_q, d_);
-  const BlockBits b = quantize_rows(keys, rows, tier, quantized_, /*scatter=*/false);
+  kivi_rows(keys, rows, bits_, group_, RowSink{quantized_, rows, false});
+  const BlockBits b = kivi_block_bits(n_q, d_, bits_, group_);
   code_bits_ += b.code;
   meta_bits_ += b.meta;
   n_quantized_ = static_cast<int>(n_q);
@@ -289,9 +295,9 @@ void KiviKeyCache::append(const float* key) {
 void KiviKeyCache::flush_() {
   std::vector<int> rows(static_cast<std::size_t>(n_full_));
   for (int i = 0; i < n_full_; ++i) rows[i] = i;
-  const Tier tier{QuantizerKind::KiviPerChannel, bits_, group_};
   MatrixRM block(n_full_, d_);
-  const BlockBits b = quantize_rows(full_, rows, tier, block, /*scatter=*/false);
+  kivi_rows(full_, rows, bits_, group_, RowSink{block, rows, false});
+  const BlockBits b = kivi_block_bits(n_full_, d_, bits_, group_);
   quantized_.conservativeResize(n_quantized_ + n_full_, d_);
   quantized_.bottomRows(n_full_) = block;
   code_bits_ += b.code;

@@ -13,11 +13,18 @@
 // Mixed allocations follow MODEL.md convention 9: the tokens assigned to one tier are
 // grouped among themselves in position order, G at a time, and metadata is counted
 // for the groups actually formed (a partial last group counts as a group).
+//
+// Every tier goes through TierQuantizer (tier_quantizer.hpp). The functions below come in
+// two forms: on a key matrix alone (evict, exact, kivi, token, and the published tiers
+// that read keys only: turboquant, quarot), and on the head with the trace's RoPE
+// (HeadData + RopeParams from TraceMeta::rope), which every tier accepts; a tier that
+// needs the head (kvquant, kvcobra) throws InputError from the key-only form.
 #include <cstdint>
 #include <vector>
 
 #include "model/linalg.hpp"
 #include "model/tier.hpp"
+#include "model/trace.hpp"
 
 namespace tierlab {
 
@@ -34,6 +41,11 @@ QuantizedBlock quantize_block(const MatrixRM& keys, const std::vector<int>& toke
 
 // Every token at `tier`, grouped by position (the dense endpoint). Exact returns keys.
 MatrixRM dense_tier_keys(const MatrixRM& keys, const Tier& tier);
+MatrixRM dense_tier_keys(const HeadData& head, const RopeParams& rope, const Tier& tier);
+
+// r(tau) of `tier` for this head: the rate of its dense quantization (tier_quantizer.hpp);
+// Tier::nominal_rate(d) where that has a closed form.
+Rate nominal_rate(const HeadData& head, const RopeParams& rope, const Tier& tier);
 
 // The keys an allocation yields for one head (tier index per token into ladder):
 // evicted rows are left as zeros and flagged in `kept`.
@@ -44,9 +56,15 @@ struct MaterializedKeys {
 };
 MaterializedKeys materialize(const MatrixRM& keys, const RateLadder& ladder,
                              const std::vector<std::uint8_t>& tier_of_token);
+MaterializedKeys materialize(const HeadData& head, const RopeParams& rope, const RateLadder& ladder,
+                             const std::vector<std::uint8_t>& tier_of_token);
 
-// Rate of an allocation without materialising it (same accounting as materialize).
+// Rate of an allocation without materialising it (same accounting as materialize). The
+// count-only form needs tiers whose bits depend on the counts alone (not kvquant, kvcobra);
+// the head-aware form quantizes the blocks of the tiers whose bits depend on the data.
 Rate allocation_rate(int n_tokens, int head_dim, const RateLadder& ladder,
+                     const std::vector<std::uint8_t>& tier_of_token);
+Rate allocation_rate(const HeadData& head, const RopeParams& rope, const RateLadder& ladder,
                      const std::vector<std::uint8_t>& tier_of_token);
 
 }  // namespace tierlab

@@ -18,6 +18,7 @@
 
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
+#include "model/tier_quantizer.hpp"
 
 namespace tierlab {
 
@@ -204,26 +205,34 @@ TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const M
   return accumulate(keys, values, queries, {}).weights;
 }
 
-SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
-                               const RateLadder& ladder) {
+namespace {
+
+// Costs of every tier against `queries`, the tiers quantized densely through the interface.
+SurrogateCosts costs_of(const TierInput& in, const MatrixRM& values, const MatrixRM& queries,
+                        const RateLadder& ladder) {
+  const MatrixRM& keys = *in.keys;
   check_shapes(keys, values, queries, "surrogate_costs");
   ladder.validate();
   const int n_tiers = ladder.size();
   const Eigen::Index T = keys.rows();
   const int d = static_cast<int>(keys.cols());
 
+  SurrogateCosts out;
+  out.ladder = ladder;
+  out.rates.resize(n_tiers);
+  out.rates.front() = ladder.tiers.front().nominal_rate(d);
+  out.rates.back() = ladder.tiers.back().nominal_rate(d);
   std::vector<MatrixRMd> key_errors;
   key_errors.reserve(n_tiers - 2);
   const MatrixRMd K = keys.cast<double>();
-  for (int i = 1; i + 1 < n_tiers; ++i)
-    key_errors.push_back(dense_tier_keys(keys, ladder.tiers[i]).cast<double>() - K);
+  for (int i = 1; i + 1 < n_tiers; ++i) {
+    DenseTier dense = dense_tier(in, ladder.tiers[i]);
+    key_errors.push_back(dense.keys.cast<double>() - K);
+    out.rates[i] = dense.nominal;
+  }
 
   Accumulated acc = accumulate(keys, values, queries, key_errors);
 
-  SurrogateCosts out;
-  out.ladder = ladder;
-  out.rates.reserve(n_tiers);
-  for (const Tier& t : ladder.tiers) out.rates.push_back(t.nominal_rate(d));
   out.cost = MatrixRMd::Zero(n_tiers, T);
   out.noise = MatrixRMd::Zero(n_tiers, T);
   out.cost.row(0) = acc.weights.evict_cost.transpose();
@@ -234,6 +243,18 @@ SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, con
   out.weights = std::move(acc.weights);
   out.output_norm2 = acc.output_norm2;
   return out;
+}
+
+}  // namespace
+
+SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                               const RateLadder& ladder) {
+  return costs_of(TierInput::keys_only(keys), values, queries, ladder);
+}
+
+SurrogateCosts surrogate_costs(const HeadData& head, const RopeParams& rope, const MatrixRM& queries,
+                               const RateLadder& ladder) {
+  return costs_of(TierInput::of_head(head, rope), head.values, queries, ladder);
 }
 
 double NoiseFit::operator()(double bits) const { return alpha * std::pow(beta, -bits); }
@@ -275,19 +296,32 @@ NoiseFit fit_noise(const std::vector<double>& bits, const std::vector<double>& m
   return fit;
 }
 
-NoiseFit fit_noise(const SurrogateCosts& costs, QuantizerKind kind) {
+namespace {
+
+// The fit over the finite tiers that `same` selects; `what` names them in the message.
+template <class Same>
+NoiseFit fit_tiers(const SurrogateCosts& costs, Same same, const std::string& what) {
   const RateLadder& ladder = costs.ladder;
   std::vector<double> bits, noise;
   for (int i = 1; i + 1 < ladder.size(); ++i) {
-    if (ladder.tiers[i].kind != kind) continue;
+    if (!same(ladder.tiers[i])) continue;
     bits.push_back(ladder.tiers[i].bits);
     noise.push_back(costs.noise.cols() > 0 ? costs.noise.row(i).mean() : 0.0);
   }
   if (bits.size() < 2)
     throw InputError("fit_noise: ladder '" + ladder.name() + "' has " + std::to_string(bits.size()) +
-                     " finite tiers of quantizer '" + std::string(to_string(kind)) +
-                     "'; the noise fit needs at least two.");
+                     " finite tiers of quantizer '" + what + "'; the noise fit needs at least two.");
   return fit_noise(bits, noise);
+}
+
+}  // namespace
+
+NoiseFit fit_noise(const SurrogateCosts& costs, QuantizerKind kind) {
+  return fit_tiers(costs, [kind](const Tier& t) { return t.kind == kind; }, std::string(to_string(kind)));
+}
+
+NoiseFit fit_noise(const SurrogateCosts& costs, const std::string& quantizer) {
+  return fit_tiers(costs, [&quantizer](const Tier& t) { return t.quantizer() == quantizer; }, quantizer);
 }
 
 }  // namespace tierlab

@@ -11,14 +11,18 @@
 // c_t(0) is exact for one removed token: removing t alone gives
 // ||o^ - o||^2 = p_t^2 ||v_t - o||^2 / (1 - p_t)^2. Costs are absolute squared-output
 // units (divide by ||o||^2 for a relative error). k^_t(tau) is the dense quantization
-// of the head's keys at tau (quantizer.hpp dense_tier_keys).
+// of the head's keys at tau (every token at tau; tier_quantizer.hpp dense_tier), for every
+// tier kind, published quantizers included, and the tier's rate is its nominal r(tau) for
+// this head (the same dense quantization's rate where it has no closed form).
 //
 // Per-head noise model (fitted by least squares on log n over b):
 //   n_h(b) = alpha_h * beta_h^(-b),  n_h(b) = mean_t n_t(tau_b)
+#include <string>
 #include <vector>
 
 #include "model/linalg.hpp"
 #include "model/tier.hpp"
+#include "model/trace.hpp"
 
 namespace tierlab {
 
@@ -33,14 +37,19 @@ TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const M
 // Costs of every tier of a ladder for every token: cost(i, t) = c_t(ladder.tiers[i]).
 struct SurrogateCosts {
   RateLadder ladder;
-  std::vector<Rate> rates;  // nominal rate of each tier at this head dim
+  std::vector<Rate> rates;  // nominal rate r(tau) of each tier for this head (tier_quantizer.hpp)
   MatrixRMd cost;           // ladder.size() x T; row 0 = c_t(0), last row = 0
   MatrixRMd noise;          // ladder.size() x T; n_t(tau) (row 0 and last row unused = 0)
   TokenWeights weights;
   double output_norm2 = 0;  // mean_q ||o_q||^2, to turn costs into relative errors
 };
 
+// On keys alone: every tier but those that need the head (kvquant, kvcobra: InputError).
 SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+                               const RateLadder& ladder);
+// On the head (keys, values, and what published quantizers calibrate on) with the trace's
+// RoPE; `queries` is the query set (head.obs_queries, or decode queries).
+SurrogateCosts surrogate_costs(const HeadData& head, const RopeParams& rope, const MatrixRM& queries,
                                const RateLadder& ladder);
 
 // n_h(b) = alpha * beta^(-b); residual = RMS of log n - log n_h over the fitted points.
@@ -52,5 +61,8 @@ struct NoiseFit {
 NoiseFit fit_noise(const std::vector<double>& bits, const std::vector<double>& mean_noise);
 // Convenience: fit over the finite tiers of a ladder that share one quantizer kind.
 NoiseFit fit_noise(const SurrogateCosts& costs, QuantizerKind kind);
+// The same over the finite tiers of one quantizer family (Tier::quantizer(): "kivi",
+// "token", "turboquant", ...), so two published quantizers on one ladder fit apart.
+NoiseFit fit_noise(const SurrogateCosts& costs, const std::string& quantizer);
 
 }  // namespace tierlab

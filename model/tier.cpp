@@ -5,13 +5,11 @@
 #include <string>
 
 #include "model/error.hpp"
+#include "model/tier_quantizer.hpp"
 
 namespace tierlab {
 
 namespace {
-
-constexpr int kDefaultKiviGroup = 32;
-constexpr int kMaxFiniteBits = 15;  // 16 bits is the exact tier
 
 // Parses a non-empty run of decimal digits at the front of `s`; advances `s`.
 bool take_int(std::string_view& s, int& out) {
@@ -30,32 +28,38 @@ std::string_view trim(std::string_view s) {
 }
 
 [[noreturn]] void bad_tier_name(std::string_view name) {
-  throw InputError("Tier name '" + std::string(name) +
-                   "' is not valid; valid forms are evict, exact, kivi<b>[g<G>] (e.g. kivi2, kivi4g64) "
-                   "and token<b>[g<n>] (e.g. token4, token4g64), with 1 <= b <= 15.");
+  throw InputError("Tier name '" + std::string(name) + "' is not valid; valid forms are " + tier_forms_list() + ".");
 }
 
-// Checks one tier on its own (bits and group in range); `where` names it in messages.
-void validate_tier(const Tier& t, const std::string& where) {
-  switch (t.kind) {
-    case QuantizerKind::Evict:
-      if (t.bits != 0) throw InputError(where + " is evict but has bits = " + std::to_string(t.bits) + " (must be 0).");
-      return;
-    case QuantizerKind::Exact:
-      if (t.bits != 16) throw InputError(where + " is exact but has bits = " + std::to_string(t.bits) + " (must be 16).");
-      return;
-    case QuantizerKind::KiviPerChannel:
-    case QuantizerKind::PerToken:
-      if (t.bits < 1 || t.bits > kMaxFiniteBits)
-        throw InputError(where + " has bits = " + std::to_string(t.bits) + "; a finite tier needs 1 <= bits <= 15.");
-      if (t.group < 0)
-        throw InputError(where + " has group = " + std::to_string(t.group) + "; the group size must be >= 0 (0 = default).");
-      return;
-  }
-  throw InputError(where + " has an unknown quantizer kind.");
+// The registry row of a tier, or null (name() must not throw: it builds messages).
+const TierForm* find_form(const Tier& t) {
+  for (const TierForm& f : tier_forms())
+    if (f.kind == t.kind && (t.kind != QuantizerKind::Published || f.prefix == t.method)) return &f;
+  return nullptr;
 }
 
 }  // namespace
+
+// Checks one tier on its own (bits and group in the range of its form); `where` names it.
+void Tier::validate(const std::string& where) const {
+  const TierForm* f = find_form(*this);
+  if (!f)
+    throw InputError(where + " has quantizer '" + (method.empty() ? std::string(to_string(kind)) : method) +
+                     "', which is no tier form; valid forms are " + tier_forms_list() + ".");
+  if (!f->has_bits) {
+    if (bits != f->min_bits)
+      throw InputError(where + " is " + f->prefix + " but has bits = " + std::to_string(bits) + " (must be " +
+                       std::to_string(f->min_bits) + ").");
+    return;
+  }
+  if (bits < f->min_bits || bits > f->max_bits)
+    throw InputError(where + " has bits = " + std::to_string(bits) + "; a " + f->prefix + " tier needs " +
+                     std::to_string(f->min_bits) + " <= bits <= " + std::to_string(f->max_bits) + ".");
+  if (group < 0)
+    throw InputError(where + " has group = " + std::to_string(group) + "; the group size must be >= 0 (0 = default).");
+  if (!f->has_group && group != 0)
+    throw InputError(where + " has group = " + std::to_string(group) + "; the form " + f->form + " takes no group.");
+}
 
 std::string_view to_string(QuantizerKind k) {
   switch (k) {
@@ -63,6 +67,7 @@ std::string_view to_string(QuantizerKind k) {
     case QuantizerKind::Exact: return "exact";
     case QuantizerKind::KiviPerChannel: return "kivi";
     case QuantizerKind::PerToken: return "token";
+    case QuantizerKind::Published: return "published";
   }
   return "unknown";
 }
@@ -84,44 +89,32 @@ RateKind parse_rate_kind(std::string_view s) {
 }
 
 std::string Tier::name() const {
-  switch (kind) {
-    case QuantizerKind::Evict: return "evict";
-    case QuantizerKind::Exact: return "exact";
-    case QuantizerKind::KiviPerChannel: {
-      std::string s = "kivi";
-      s += std::to_string(bits);
-      if (group > 0 && group != kDefaultKiviGroup) (s += 'g') += std::to_string(group);
-      return s;
-    }
-    case QuantizerKind::PerToken: {
-      std::string s = "token";
-      s += std::to_string(bits);
-      if (group > 0) (s += 'g') += std::to_string(group);
-      return s;
-    }
-  }
-  return "unknown";
+  const TierForm* f = find_form(*this);
+  if (!f) return method.empty() ? "unknown" : method + "?";
+  std::string s = f->prefix;
+  if (!f->has_bits) return s;
+  s += std::to_string(bits);
+  if (f->has_group && group > 0 && group != f->default_group) (s += 'g') += std::to_string(group);
+  return s;
 }
+
+std::string Tier::quantizer() const { return kind == QuantizerKind::Published ? method : std::string(to_string(kind)); }
 
 Tier Tier::parse(std::string_view name) {
   const std::string_view full = name;
-  if (name == "evict") return Tier{QuantizerKind::Evict, 0, 0};
-  if (name == "exact") return Tier{QuantizerKind::Exact, 16, 0};
-  Tier t;
-  if (name.starts_with("kivi")) {
-    t.kind = QuantizerKind::KiviPerChannel;
-    t.group = kDefaultKiviGroup;
-    name.remove_prefix(4);
-  } else if (name.starts_with("token")) {
-    t.kind = QuantizerKind::PerToken;
-    t.group = 0;
-    name.remove_prefix(5);
-  } else {
-    bad_tier_name(full);
+  const TierForm* form = nullptr;
+  for (const TierForm& f : tier_forms()) {
+    const bool match = f.has_bits ? name.starts_with(f.prefix) : name == f.prefix;
+    if (match && (!form || f.prefix.size() > form->prefix.size())) form = &f;
   }
-  if (!take_int(name, t.bits) || t.bits < 1 || t.bits > kMaxFiniteBits) bad_tier_name(full);
+  if (!form) bad_tier_name(full);
+  Tier t(form->kind, form->min_bits, form->default_group,
+         form->kind == QuantizerKind::Published ? form->prefix : std::string());
+  if (!form->has_bits) return t;
+  name.remove_prefix(form->prefix.size());
+  if (!take_int(name, t.bits) || t.bits < form->min_bits || t.bits > form->max_bits) bad_tier_name(full);
   if (!name.empty()) {
-    if (name.front() != 'g') bad_tier_name(full);
+    if (!form->has_group || name.front() != 'g') bad_tier_name(full);
     name.remove_prefix(1);
     if (!take_int(name, t.group) || t.group < 1 || !name.empty()) bad_tier_name(full);
   }
@@ -129,22 +122,11 @@ Tier Tier::parse(std::string_view name) {
 }
 
 Rate Tier::nominal_rate(int head_dim) const {
-  switch (kind) {
-    case QuantizerKind::Evict: return {0.0, 0.0};
-    case QuantizerKind::Exact: return {16.0, 16.0};
-    case QuantizerKind::KiviPerChannel: {
-      const int g = group > 0 ? group : kDefaultKiviGroup;
-      return {double(bits), bits + 32.0 / g};
-    }
-    case QuantizerKind::PerToken: {
-      if (head_dim <= 0)
-        throw InputError("Tier " + name() + ": head_dim = " + std::to_string(head_dim) + " must be positive.");
-      const int n = group > 0 ? group : head_dim;
-      const int groups_per_token = (head_dim + n - 1) / n;  // a partial last channel group counts
-      return {double(bits), bits + 32.0 * groups_per_token / head_dim};
-    }
-  }
-  return {};
+  const std::optional<Rate> r = make_tier_quantizer(*this)->closed_nominal_rate(head_dim);
+  if (!r)
+    throw InputError("Tier " + name() + ": its nominal rate depends on the head's data (T, calibration); the head is "
+                     "needed: call nominal_rate(head, rope, tier) (model/quantizer.hpp).");
+  return *r;
 }
 
 std::string RateLadder::name() const {
@@ -199,7 +181,7 @@ void RateLadder::validate() const {
   for (std::size_t i = 0; i < tiers.size(); ++i) {
     const Tier& t = tiers[i];
     const std::string tw = where + " tier " + std::to_string(i) + " (" + t.name() + ")";
-    validate_tier(t, tw);
+    t.validate(tw);
     const bool inner = i > 0 && i + 1 < tiers.size();
     if (inner && (t.kind == QuantizerKind::Evict || t.kind == QuantizerKind::Exact))
       throw InputError(tw + " is " + std::string(to_string(t.kind)) + "; only tier 0 may be evict and only the last exact.");

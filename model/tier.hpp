@@ -10,17 +10,26 @@
 //   KIVI per-channel, groups of G tokens : fp16 scale + fp16 min per channel per group = 32/G
 //   per-token, groups of n channels      : fp16 scale + fp16 zero per token per group  = 32/n
 //   exact: 16 / 16;  evict: 0 / 0.
+//   published quantizers (turboquant<b>, quarot<b>[g<n>], kvquant<b>, kvcobra<B>): the
+//   rate of the dense quantization of the head, every token at that tier, with the
+//   quantizer's real metadata (tier_quantizer.hpp); it depends on T and d and, for
+//   kvquant and kvcobra, on the head's data, so it needs the head.
 // In a mixed allocation the metadata actually formed is counted instead (quantizer.hpp).
+// Every tier is quantized through one interface, TierQuantizer (tier_quantizer.hpp), and
+// every tier name form is one row of its registry (tier_forms()).
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tierlab {
 
-enum class QuantizerKind { Evict, Exact, KiviPerChannel, PerToken };
+// Published: a registered key quantizer (key_quantizer.hpp) named by Tier::method.
+enum class QuantizerKind { Evict, Exact, KiviPerChannel, PerToken, Published };
 
 std::string_view to_string(QuantizerKind);
-// Accepts "evict", "exact", "kivi", "token"; throws InputError naming the valid choices.
+// to_string(Published) is "published". parse accepts "evict", "exact", "kivi", "token"
+// (the kinds a tier names by kind alone); throws InputError naming the valid choices.
 QuantizerKind parse_quantizer_kind(std::string_view);
 
 struct Rate {
@@ -35,12 +44,25 @@ inline double rate_of(const Rate& r, RateKind k) { return k == RateKind::Code ? 
 
 struct Tier {
   QuantizerKind kind = QuantizerKind::Exact;
-  int bits = 16;   // code bits per element (0 for evict, 16 for exact)
-  int group = 0;   // KIVI: tokens per group G (default 32); per-token: channels per group (0 = d)
+  int bits = 16;   // code bits per element (0 for evict, 16 for exact; kvcobra: its code budget B)
+  int group = 0;   // KIVI: tokens per group G (default 32); per-token, quarot: channels per group (0 = default)
+  std::string method;  // Published: the registered key quantizer ("turboquant"); empty otherwise
 
-  // "evict", "exact", "kivi2" (G=32) or "kivi2g64", "token4" (group d) or "token4g64".
+  Tier() = default;
+  Tier(QuantizerKind kind_, int bits_, int group_ = 0, std::string method_ = {})
+      : kind(kind_), bits(bits_), group(group_), method(std::move(method_)) {}
+
+  // "evict", "exact", "kivi2" (G=32) or "kivi2g64", "token4" (group d) or "token4g64",
+  // "turboquant2", "quarot4" or "quarot4g64", "kvquant3", "kvcobra2" (tier_forms()).
   std::string name() const;
-  static Tier parse(std::string_view name);  // inverse of name(); throws InputError
+  static Tier parse(std::string_view name);  // inverse of name(); throws InputError listing the forms
+  // The quantizer family: "evict", "exact", "kivi", "token" or the method ("turboquant").
+  std::string quantizer() const;
+  // Checks the tier on its own (bits and group in the range of its form); `where` names it
+  // in the InputError.
+  void validate(const std::string& where) const;
+  // Closed-form nominal rate at head dim d (header comment). Throws InputError for a tier
+  // whose rate depends on the head's data (kvquant, kvcobra): use nominal_rate(head, rope, tier).
   Rate nominal_rate(int head_dim) const;
   bool operator==(const Tier&) const = default;
 };

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "model/error.hpp"
 #include "model/key_quantizer.hpp"
+#include "model/tier_quantizer.hpp"
 #include "solvers/families.hpp"
 #include "solvers/smoothing.hpp"
 #include "solvers/waterfill.hpp"
@@ -32,7 +34,7 @@ double to_double(const std::string& method, const std::string& p, const std::str
 const std::map<std::string, std::vector<MethodParam>>& param_table() {
   static const std::map<std::string, std::vector<MethodParam>> t = {
       {"ratequant",
-       {{"quantizer", "", "quantizer kind whose fit n_h(b) is used (default: the ladder's finite tiers' kind)"}}},
+       {{"quantizer", "", "quantizer whose fit n_h(b) is used: kivi, token, turboquant, ... (default: the quantizer of the ladder's first finite tier)"}}},
       {"rdkv",
        {{"score", "attention", "token score: attention (mean_q p) | weight (a_t)"},
         {"kernel", "5", "reflect-padded average pool kernel (1 = none)"},
@@ -92,13 +94,24 @@ void account(SeedAllocation& out, const SeedProblem& pr, const std::vector<doubl
   out.rate_budget = pr.budget * static_cast<double>(out.tokens);
 }
 
+// ratequant's parameter quantizer: a quantizer family with bit-width tiers (tier_forms()).
+std::string fit_quantizer(const std::string& name) {
+  std::string valid;
+  for (const TierForm& f : tier_forms()) {
+    if (!f.has_bits) continue;
+    if (f.prefix == name) return name;
+    valid += (valid.empty() ? "" : ", ") + f.prefix;
+  }
+  throw InputError("ratequant: parameter quantizer = '" + name + "' is not a quantizer with bit-width tiers; valid "
+                   "choices are " + valid + ".");
+}
+
 SeedAllocation rate_quant(const SeedProblem& pr, const MethodParams& p) {
   SeedAllocation out;
   out.method = method_name("ratequant", p);
   const auto rates = ladder_rates(pr);
   const int m = pr.ladder.size();
-  QuantizerKind kind = pr.ladder.tiers[1].kind;
-  if (!p.at("quantizer").empty()) kind = parse_quantizer_kind(p.at("quantizer"));
+  const std::string quantizer = p.at("quantizer").empty() ? pr.ladder.tiers[1].quantizer() : fit_quantizer(p.at("quantizer"));
   const std::size_t H = pr.heads.size();
   const Eigen::Index T = pr.heads[0]->cost.cols();
   WaterfillProblem wp;
@@ -106,7 +119,7 @@ SeedAllocation rate_quant(const SeedProblem& pr, const MethodParams& p) {
     if (pr.heads[h]->cost.cols() != T)
       throw InputError("ratequant: head " + std::to_string(h) + " has " + std::to_string(pr.heads[h]->cost.cols()) +
                        " tokens, head 0 has " + std::to_string(T) + "; per-head bits need equal token counts");
-    const NoiseFit fit = fit_noise(*pr.heads[h], kind);
+    const NoiseFit fit = fit_noise(*pr.heads[h], quantizer);
     wp.weights.push_back(pr.heads[h]->weights.a.sum());
     wp.models.push_back({fit.alpha, fit.beta});
   }
@@ -249,7 +262,7 @@ SeedAllocation routed(const SeedProblem& pr, const MethodParams& p) {
     fh.cost = &c->cost;
     fh.weights = &c->weights.a;
     if (fo.solver == FamilySolver::Waterfill) {
-      const NoiseFit fit = fit_noise(*c, pr.ladder.tiers[1].kind);
+      const NoiseFit fit = fit_noise(*c, pr.ladder.tiers[1].quantizer());
       fh.noise = {fit.alpha, fit.beta};
     }
     fp.heads.push_back(fh);
@@ -283,7 +296,16 @@ void SeedProblem::validate() const {
 
 std::vector<double> ladder_rates(const SeedProblem& pr) {
   std::vector<double> r;
-  for (const Tier& t : pr.ladder.tiers) r.push_back(rate_of(t.nominal_rate(pr.head_dim), pr.rate_kind));
+  for (std::size_t j = 0; j < pr.ladder.tiers.size(); ++j) {
+    const std::optional<Rate> closed = make_tier_quantizer(pr.ladder.tiers[j])->closed_nominal_rate(pr.head_dim);
+    if (closed) {
+      r.push_back(rate_of(*closed, pr.rate_kind));
+      continue;
+    }
+    double sum = 0.0;  // a data-dependent rate (kvquant, kvcobra): the mean of the heads' dense rates
+    for (const SurrogateCosts* c : pr.heads) sum += rate_of(c->rates.at(j), pr.rate_kind);
+    r.push_back(sum / double(pr.heads.size()));
+  }
   return r;
 }
 

@@ -7,7 +7,7 @@
 //
 //   ratequant  (arXiv 2605.06675) per-HEAD bits, each head dense at one tier. Per head h
 //              the noise model n_h(b) = alpha_h beta_h^(-b) is fitted on the head's own
-//              quantizer (fit_noise over the ladder's finite tiers of one QuantizerKind:
+//              quantizer (fit_noise over the ladder's finite tiers of one quantizer family, Tier::quantizer():
 //              per-quantizer alpha, beta), weight w_h = sum_t a_t, and reverse
 //              water-filling over heads
 //                b_h = clamp( log_{beta_h}( w_h alpha_h ln(beta_h) / theta ), 0, b_max )
@@ -71,7 +71,10 @@ struct SeedAllocation {
 const std::vector<MethodInfo>& seed_allocator_methods();
 SeedAllocation allocate_seed(std::string_view name, const MethodParams& params, const SeedProblem& problem);
 
-// The tier rates r_j of a problem's ladder on its rate kind.
+// The tier rates r_j of a problem's ladder on its rate kind: the closed-form nominal rate
+// where the tier has one (Tier::nominal_rate(d)); for a tier whose rate depends on the
+// head's data (kvquant, kvcobra; model/tier_quantizer.hpp) the mean over the problem's
+// heads of their dense rates (SurrogateCosts::rates).
 std::vector<double> ladder_rates(const SeedProblem& problem);
 
 }  // namespace tierlab
