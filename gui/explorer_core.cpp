@@ -21,7 +21,9 @@
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
 #include "model/quantizer.hpp"
+#include "model/tier_quantizer.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/pipeline/head.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/analyses/waterfill.hpp"
 #include "scenarios/figures/figures.hpp"
@@ -338,9 +340,7 @@ struct Engine::LadderEntry {
   SurrogateCosts costs;
   std::vector<double> rates;    // per ladder tier, on the rate kind
   std::vector<int> order;       // tokens by decreasing a_t
-  bool fitted = false;
-  NoiseFit fit;
-  std::string fit_note;         // why the fit failed
+  HeadNoiseModel fit;           // fit_head_noise (model/surrogate.hpp), the one convention
   DominanceReport dom;
   std::map<int, MatrixRMd> smoothed;  // kernel -> pooled costs
   // Water-filling: L_i = ln(g_i(0)) / ln(beta) of the tokens with a_t > 0, decreasing, and
@@ -416,7 +416,7 @@ struct Engine::Work {
   RateLadder ladder;
   int T = 0, d = 0;
   std::vector<std::vector<int>> tokens;  // per ladder tier: its tokens in position order (finite tiers)
-  std::vector<MatrixRM> block;           // per ladder tier: their rows quantized as one block (quantize_block)
+  std::vector<MatrixRM> block;           // per ladder tier: their rows quantized as one block (TierQuantizer)
   std::vector<int> row_tier;             // per prompt token: the tier whose block row `keys` holds (0: the exact key)
   std::vector<std::uint8_t> tiers;       // the allocation held (empty: none yet)
   int step = 0;                          // s of the step buffers (0: none)
@@ -593,26 +593,14 @@ std::shared_ptr<Engine::LadderEntry> Engine::ladder_(int l, int h, const RateLad
   const HeadData& hd = *head;
   e->T = static_cast<int>(hd.keys.rows());
   e->d = static_cast<int>(hd.keys.cols());
-  e->costs = surrogate_costs(hd.keys, hd.values, hd.obs_queries, ladder);
-  const int d = e->d;
-  for (const Tier& t : ladder.tiers) e->rates.push_back(rate_of(t.nominal_rate(d), kind));
+  const RopeParams& rope = source_->meta().rope;
+  e->costs = surrogate_costs(hd, rope, hd.obs_queries, ladder);
+  e->rates = ladder_rates(hd, rope, ladder, kind);
   const VectorD& a = e->costs.weights.a;
   e->order.resize(static_cast<std::size_t>(a.size()));
   std::iota(e->order.begin(), e->order.end(), 0);
   std::stable_sort(e->order.begin(), e->order.end(), [&](int x, int y) { return a[x] > a[y]; });
-  // The noise model of the ladder's first finite tier's quantizer.
-  QuantizerKind qk = QuantizerKind::KiviPerChannel;
-  for (int j = 1; j < ladder.exact_index(); ++j) {
-    qk = ladder.tiers[j].kind;
-    break;
-  }
-  try {
-    e->fit = fit_noise(e->costs, qk);
-    e->fitted = e->fit.beta > 1 && std::isfinite(e->fit.alpha) && e->fit.alpha > 0;
-    if (!e->fitted) e->fit_note = "the fitted beta is " + format_label(e->fit.beta) + " (needs > 1)";
-  } catch (const std::exception& ex) {
-    e->fit_note = ex.what();
-  }
+  e->fit = fit_head_noise(e->costs, e->rates);
   e->dom = tierlab::dominance(e->costs, kind);
   ladders_[key] = e;
   touch_(key);
@@ -670,7 +658,9 @@ int Engine::apply_(int l, int h, const RateLadder& ladder, const std::vector<std
     auto& toks = w.tokens[static_cast<std::size_t>(j)];
     if (!finite_tier(tier) || by[static_cast<std::size_t>(j)] == toks) continue;
     toks = std::move(by[static_cast<std::size_t>(j)]);
-    w.block[static_cast<std::size_t>(j)] = toks.empty() ? MatrixRM() : quantize_block(w.head->keys, toks, tier).dequant;
+    w.block[static_cast<std::size_t>(j)] =
+        toks.empty() ? MatrixRM()
+                     : make_tier_quantizer(tier)->quantize(TierInput::of_head(*w.head, source_->meta().rope), toks).dequant;
     changed[static_cast<std::size_t>(j)] = true;
     ++requantized;
   }
@@ -757,26 +747,16 @@ ErrorMetrics Engine::obs_error_(const std::atomic<bool>* cancel) {
   return m;
 }
 
-FamilyHeadResult Engine::solve_(const LadderEntry& e, const MatrixRMd& cost, const Settings& s, FamilyChoice choice,
-                                const RateLadder& ladder, std::string* option) {
-  FamilyProblem p;
-  p.rates = e.rates;
-  p.budget = s.budget;
-  DistortionModel dm;
-  if (e.fitted) dm = DistortionModel{e.fit.alpha, e.fit.beta};
-  else if (s.solver == FamilySolver::Waterfill)
-    throw InputError("explorer: the waterfill solver needs the head's noise model, and its fit failed: " + e.fit_note);
-  p.heads.push_back(FamilyHead{&cost, &e.costs.weights.a, dm});
+HeadSolution Engine::solve_(const LadderEntry& e, const MatrixRMd& cost, const Settings& s, FamilyChoice choice,
+                            const RateLadder& ladder, std::string* option) {
   FamilyOptions fo;
   fo.solver = s.solver;
-  const std::vector<TierOption> opts = family_options(ladder, choice);
-  const FamilyResult r = solve_families_per_head(p, opts, fo);
-  if (!r.has_solution()) {
-    if (option) *option = "";
-    return {};
-  }
-  FamilyHeadResult hr = r.heads.front();
-  if (option) *option = r.options[static_cast<std::size_t>(hr.option)].name;
+  // The head's noise model as `tierlab solve` fits it (fit_head_noise; the beta = 4 fallback
+  // when the fit is impossible, e.fit.note says why).
+  HeadSolution hr = solve_head(cost, e.costs.weights.a, e.rates, ladder, s.budget, choice, fo,
+                               DistortionModel{e.fit.alpha, e.fit.beta});
+  if (option) *option = hr.option;
+  if (!hr.feasible) return hr;
   // The objective on the true costs (smoothing decides, the true costs score).
   double obj = 0;
   for (std::size_t t = 0; t < hr.tiers.size(); ++t) obj += e.costs.cost(hr.tiers[t], static_cast<Eigen::Index>(t));
@@ -810,7 +790,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   // Continuous reverse water-filling on the head's noise model.
   std::vector<double> cbits;
   std::vector<double> g0(static_cast<std::size_t>(T), 0.0);
-  if (e->fitted) {
+  if (e->fit.fitted) {
     num.alpha = e->fit.alpha;
     num.beta = e->fit.beta;
     const double k = e->fit.alpha * std::log(e->fit.beta);
@@ -846,7 +826,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   std::optional<SerialOmp> serial;
   serial.emplace();
   auto ts = Clock::now();
-  FamilyHeadResult hr = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, &num.option);
+  HeadSolution hr = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, &num.option);
   num.solve_ms = ms_since(ts);
   num.tiers = hr.tiers;
   const bool feasible = !hr.tiers.empty();
@@ -855,7 +835,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     // The allocation's keys as materialize gives them (tier-local groups, convention 9):
     // only the tiers whose token sets changed are quantized again.
     ts = Clock::now();
-    num.rate = allocation_rate(T, static_cast<int>(hd.keys.cols()), ladder, hr.tiers);
+    num.rate = allocation_rate(hd, source_->meta().rope, ladder, hr.tiers);
     int ev = 0;
     for (auto k : hr.tiers) ev += k == 0 ? 1 : 0;
     num.evicted_fraction = T > 0 ? static_cast<double>(ev) / T : 0;
@@ -921,7 +901,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   lv.title = "Reverse water-filling, " + head + ", B = " + format_label(s.budget) + " bits: water level theta = " +
              format_label(num.theta, "%.3g");
   lv.xlabel = "token rank by weight a_t (1 = heaviest, log)";
-  lv.ylabel = e->fitted ? "marginal return per bit at 0 bits, g_t(0) (log)" : "token weight a_t (log)";
+  lv.ylabel = e->fit.fitted ? "marginal return per bit at 0 bits, g_t(0) (log)" : "token weight a_t (log)";
   lv.xlog = true;
   lv.ylog = true;
   lv.xmin = 0.8, lv.xmax = T * 1.25;
@@ -953,11 +933,11 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   std::ostringstream info;
   info << "Head " << head << ": T = " << T << " tokens, d = " << hd.keys.cols() << ", "
        << hd.obs_queries.rows() << " observation queries, S = " << hd.decode_keys.rows() << " decode steps\n";
-  if (e->fitted)
+  if (e->fit.fitted)
     info << "noise model n_h(b) = " << format_label(num.alpha, "%.3g") << " * " << format_label(num.beta, "%.3f") << "^(-b); theta = "
          << format_label(num.theta, "%.4g") << "\n";
   else
-    info << "noise model not fitted (" << e->fit_note << "); y shows a_t\n";
+    info << "noise model not fitted (" << e->fit.note << "); y shows a_t\n";
   if (!feasible) {
     info << "family " << to_string(s.family) << " is infeasible at B = " << format_label(s.budget) << " on " << ladder.name() << "\n";
   } else {
@@ -1011,7 +991,7 @@ CompressedHead Engine::allocation_keys(const Settings& s) {
   std::lock_guard<std::mutex> lock(mu_);
   const RateLadder ladder = RateLadder::parse(s.ladder);
   auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, nullptr);
-  const FamilyHeadResult r = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, nullptr);
+  const HeadSolution r = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, nullptr);
   if (r.tiers.empty()) throw InputError("explorer: no feasible allocation at B = " + format_label(s.budget) + ".");
   apply_(s.layer, s.kv_head, ladder, r.tiers);
   const Work& w = *work_;
@@ -1022,7 +1002,7 @@ CompressedHead Engine::allocation_keys(const Settings& s) {
     if (r.tiers[t] > 0) c.kept[t] = 1;
     else c.keys.row(static_cast<Eigen::Index>(t)).setZero();
   }
-  c.rate = allocation_rate(w.T, w.d, ladder, r.tiers);
+  c.rate = allocation_rate(*w.head, source_->meta().rope, ladder, r.tiers);
   return c;
 }
 
@@ -1036,9 +1016,7 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
   const RateLadder ladder = RateLadder::parse(s.ladder);
   ladder.validate();
   const TraceMeta& m = source_->meta();
-  int two = -1;
-  for (int j = 1; j < ladder.exact_index(); ++j)
-    if (ladder.tiers[static_cast<std::size_t>(j)].bits == 2) two = j;
+  const int two = ladder.index_of_bits(2);
   std::vector<HeadMapEntry> entries;
   const int total = m.n_heads();
   Settings rs = s;
@@ -1052,7 +1030,7 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
       he.layer = l, he.kv_head = h;
       he.R2 = two >= 0 ? e->dom.R[static_cast<std::size_t>(two)] : kNaN;
       he.dominated = two >= 0 && e->dom.dominated[static_cast<std::size_t>(two)];
-      const FamilyHeadResult r = solve_(*e, e->costs.cost, rs, FamilyChoice::Routed, ladder, &he.option);
+      const HeadSolution r = solve_(*e, e->costs.cost, rs, FamilyChoice::Routed, ladder, &he.option);
       he.family = he.option.empty() ? '-' : he.option[0];
       he.objective = r.tiers.empty() ? kNaN : r.objective / std::max(e->costs.output_norm2, 1e-300);
       entries.push_back(he);
@@ -1129,31 +1107,22 @@ struct HeadAdvantage {
 
 }  // namespace
 
-static HeadAdvantage head_advantage(const HeadData& hd, const SurrogateCosts& sc, const std::vector<double>& rates,
-                                    const RateLadder& ladder, double budget, Recomputer& backend) {
-  FamilyProblem p;
-  p.rates = rates;
-  p.budget = budget;
-  p.heads.push_back(FamilyHead{&sc.cost, &sc.weights.a, {}});
+// The interior advantage of one head (pipeline/head.hpp head_interior), for the plots.
+static HeadAdvantage head_advantage(const HeadData& hd, const RopeParams& rope, const SurrogateCosts& sc,
+                                    const std::vector<double>& rates, const RateLadder& ladder, RateKind kind,
+                                    double budget, Recomputer& backend) {
+  InteriorOptions io;
+  io.budget = budget;
+  io.rate_kind = kind;
+  io.ladder = ladder;
+  const HeadInterior hi = head_interior(hd, rope, sc, rates, io, backend);
   HeadAdvantage r;
-  const bool has_finite = ladder.size() > 2;
-  const FamilyChoice fams[3] = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};
-  double sur[3] = {kNaN, kNaN, kNaN}, obs[3] = {kNaN, kNaN, kNaN};
-  for (int f = 0; f < 3; ++f) {
-    if (f == 0 && !has_finite) continue;
-    const FamilyResult fr = solve_families_per_head(p, family_options(ladder, fams[f]), FamilyOptions{});
-    if (!fr.has_solution()) continue;
-    const FamilyHeadResult& h = fr.heads.front();
-    r.options[f] = fr.options[static_cast<std::size_t>(h.option)].name;
-    sur[f] = h.objective;
-    const MaterializedKeys mk = materialize(hd.keys, ladder, h.tiers);
-    std::vector<std::uint8_t> sel(mk.kept.begin(), mk.kept.end());
-    obs[f] = recompute_one(backend, hd.obs_queries, hd.keys, hd.values, mk.keys, sel).rel_error;
-    if (hd.decode_keys.rows() > 0) r.err_dec[f] = evaluate_decode_steps(hd, mk.keys, mk.kept, backend).rel_error;
+  r.A_decode = hi.advantage_decode, r.A_obs = hi.advantage_obs, r.A_sur = hi.advantage_surrogate;
+  const FamilyOutcome* f[3] = {&hi.Q, &hi.E, &hi.M};
+  for (int k = 0; k < 3; ++k) {
+    r.options[k] = f[k]->option;
+    if (f[k]->feasible && hd.decode_keys.rows() > 0) r.err_dec[k] = f[k]->decode.rel_error;
   }
-  r.A_sur = interior_advantage_of(sur[2], sur[0], sur[1]);
-  r.A_obs = interior_advantage_of(obs[2], obs[0], obs[1]);
-  r.A_decode = interior_advantage_of(r.err_dec[2], r.err_dec[0], r.err_dec[1]);
   return r;
 }
 
@@ -1241,7 +1210,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   double ylo = -0.2, yhi = 1;
   for (double b : budgets) {
     tick(head + " at B = " + format_label(b));
-    const HeadAdvantage r = head_advantage(*head_(s.layer, s.kv_head), e->costs, e->rates, ladder, b, *backend_);
+    const HeadAdvantage r = head_advantage(*head_(s.layer, s.kv_head), m.rope, e->costs, e->rates, ladder, s.rate_kind, b, *backend_);
     auto add = [&](Series& se, double y) {
       if (std::isfinite(y)) se.x.push_back(b), se.y.push_back(std::max(y, -2.0)), ylo = std::min(ylo, std::max(y, -2.0));
     };
@@ -1269,7 +1238,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
     for (int h = 0; h < m.n_kv_heads; ++h) {
       tick("head L" + std::to_string(l) + ".H" + std::to_string(h));
       auto eh = ladder_(l, h, ladder, s.rate_kind, cancel);
-      const HeadAdvantage r = head_advantage(*head_(l, h), eh->costs, eh->rates, ladder, s.budget, *backend_);
+      const HeadAdvantage r = head_advantage(*head_(l, h), m.rope, eh->costs, eh->rates, ladder, s.rate_kind, s.budget, *backend_);
       const double A = std::isfinite(r.A_decode) ? r.A_decode : r.A_obs;
       const double x = l * m.n_kv_heads + h;
       if (std::isfinite(A)) {

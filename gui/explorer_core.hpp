@@ -70,6 +70,7 @@
 #include "model/tier.hpp"
 #include "model/trace.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/pipeline/head.hpp"
 #include "scenarios/figures/figure.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "solvers/families.hpp"
@@ -235,7 +236,7 @@ class Engine {
   std::shared_ptr<const HeadData> head_(int l, int h);
   std::shared_ptr<LadderEntry> ladder_(int l, int h, const RateLadder&, RateKind, const std::atomic<bool>* cancel);
   const MatrixRMd& smoothed_(LadderEntry&, int kernel);
-  FamilyHeadResult solve_(const LadderEntry&, const MatrixRMd& cost, const Settings&, FamilyChoice, const RateLadder&,
+  HeadSolution solve_(const LadderEntry&, const MatrixRMd& cost, const Settings&, FamilyChoice, const RateLadder&,
                           std::string* option);
   // The work entry of head (l, h) on `ladder` holding allocation `tiers` (re-quantizes the
   // tiers whose token sets changed; returns how many), and its preparations.

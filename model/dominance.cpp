@@ -116,9 +116,7 @@ DominanceReport dominance(const SurrogateCosts& costs, RateKind rate_kind) {
 }
 
 double dominated_share(const std::vector<DominanceReport>& heads, const RateLadder& ladder, int bits) {
-  int tier = -1;
-  for (int i = 1; i + 1 < ladder.size(); ++i)
-    if (ladder.tiers[i].bits == bits) tier = i;
+  const int tier = ladder.index_of_bits(bits);
   if (tier < 0)
     throw InputError("dominated_share: ladder '" + ladder.name() + "' has no finite tier with " + std::to_string(bits) +
                      " code bits.");

@@ -318,4 +318,10 @@ Rate KiviKeyCache::rate() const {
   return per_element(code_bits_ + window, meta_bits_, n_tokens(), d_);
 }
 
+bool ladder_needs_head(const RateLadder& ladder) {
+  for (const Tier& t : ladder.tiers)
+    if (tier_form(t).needs_head) return true;
+  return false;
+}
+
 }  // namespace tierlab

@@ -56,6 +56,9 @@ struct MaterializedKeys {
 };
 MaterializedKeys materialize(const MatrixRM& keys, const RateLadder& ladder,
                              const std::vector<std::uint8_t>& tier_of_token);
+// Does any tier of the ladder need the head (kvquant, kvcobra: the head-aware forms only)?
+bool ladder_needs_head(const RateLadder& ladder);
+
 MaterializedKeys materialize(const HeadData& head, const RopeParams& rope, const RateLadder& ladder,
                              const std::vector<std::uint8_t>& tier_of_token);
 

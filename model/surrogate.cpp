@@ -18,6 +18,8 @@
 
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
+#include "model/text.hpp"
+#include "model/quantizer.hpp"
 #include "model/tier_quantizer.hpp"
 
 namespace tierlab {
@@ -322,6 +324,43 @@ NoiseFit fit_noise(const SurrogateCosts& costs, QuantizerKind kind) {
 
 NoiseFit fit_noise(const SurrogateCosts& costs, const std::string& quantizer) {
   return fit_tiers(costs, [&quantizer](const Tier& t) { return t.quantizer() == quantizer; }, quantizer);
+}
+
+std::vector<double> ladder_rates(const HeadData& head, const RopeParams& rope, const RateLadder& ladder, RateKind kind) {
+  std::vector<double> rates;
+  rates.reserve(ladder.tiers.size());
+  for (const Tier& t : ladder.tiers) rates.push_back(rate_of(nominal_rate(head, rope, t), kind));
+  return rates;
+}
+
+double HeadNoiseModel::operator()(double bits) const { return alpha * std::pow(beta, -bits); }
+
+HeadNoiseModel fit_head_noise(const SurrogateCosts& costs, const std::vector<double>& rates) {
+  const RateLadder& ladder = costs.ladder;
+  HeadNoiseModel m;
+  std::vector<double> bits, noise;
+  for (int j = 1; j + 1 < ladder.size(); ++j) {
+    if (m.quantizer.empty()) m.quantizer = ladder.tiers[static_cast<std::size_t>(j)].quantizer();
+    if (ladder.tiers[static_cast<std::size_t>(j)].quantizer() != m.quantizer) continue;
+    bits.push_back(rates.at(static_cast<std::size_t>(j)));
+    noise.push_back(costs.noise.cols() > 0 ? costs.noise.row(j).mean() : 0.0);
+  }
+  try {
+    const NoiseFit f = fit_noise(bits, noise);
+    if (std::isfinite(f.alpha) && f.alpha > 0 && std::isfinite(f.beta) && f.beta > 1.0 + 1e-9) {
+      m.alpha = f.alpha, m.beta = f.beta, m.residual = f.residual, m.fitted = true;
+      return m;
+    }
+    m.note = "the fitted beta is " + format_number(f.beta, 4) + " (needs > 1)";
+  } catch (const InputError& e) {
+    m.note = e.what();
+  }
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    if (noise[i] > 0) {
+      m.alpha = noise[i] * std::pow(4.0, bits[i]);
+      break;
+    }
+  return m;
 }
 
 }  // namespace tierlab

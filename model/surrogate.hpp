@@ -18,6 +18,8 @@
 // Per-head noise model (fitted by least squares on log n over b):
 //   n_h(b) = alpha_h * beta_h^(-b),  n_h(b) = mean_t n_t(tau_b)
 #include <string>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "model/linalg.hpp"
@@ -64,5 +66,32 @@ NoiseFit fit_noise(const SurrogateCosts& costs, QuantizerKind kind);
 // The same over the finite tiers of one quantizer family (Tier::quantizer(): "kivi",
 // "token", "turboquant", ...), so two published quantizers on one ladder fit apart.
 NoiseFit fit_noise(const SurrogateCosts& costs, const std::string& quantizer);
+
+// ---- per-head steps shared by every caller ---------------------------------------------
+
+// The rate vector a budget counts: r_j = rate_of(nominal_rate(tier_j), kind) for every tier of
+// the ladder (model/quantizer.hpp nominal_rate; the head's own dense rate for the published
+// quantizers' tiers, whose metadata depends on the head).
+std::vector<double> ladder_rates(const HeadData& head, const RopeParams& rope, const RateLadder& ladder, RateKind kind);
+
+// The per-head noise model, ONE convention for every caller (`tierlab solve --solver
+// waterfill`, the water-filling analysis, the explorer, the RateQuant seed allocator):
+//   n_h(b) = alpha beta^(-b), fitted by least squares of ln n_h(tau_j) = ln mean_t n_t(tau_j)
+//   on b_j = rates[j] (the tier's rate in the budget's kind: code bits, or total bits with
+//   metadata), over the finite tiers of ONE quantizer: that of the ladder's first finite tier
+//   (a ladder mixing quantizers has one curve per quantizer; the others are left out).
+// When the fit is impossible (fewer than two such tiers with n > 0) or does not decrease
+// (beta <= 1, or alpha not finite and positive), the model is the textbook beta = 4 (6 dB
+// per bit) through the lowest such tier with n > 0 (alpha = n_j 4^(b_j); 1e-30 when none),
+// and fitted = false with the reason in `note`.
+struct HeadNoiseModel {
+  double alpha = 1e-30, beta = 4.0;
+  double residual = std::numeric_limits<double>::quiet_NaN();  // RMS of the log fit (fitted only)
+  bool fitted = false;
+  std::string quantizer;  // whose tiers ("kivi")
+  std::string note;       // why fitted is false
+  double operator()(double bits) const;
+};
+HeadNoiseModel fit_head_noise(const SurrogateCosts& costs, const std::vector<double>& rates);
 
 }  // namespace tierlab

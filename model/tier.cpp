@@ -191,4 +191,10 @@ void RateLadder::validate() const {
   }
 }
 
+int RateLadder::index_of_bits(int b) const {
+  for (int j = 1; j + 1 < size(); ++j)
+    if (tiers[static_cast<std::size_t>(j)].bits == b) return j;
+  return -1;
+}
+
 }  // namespace tierlab

@@ -78,6 +78,8 @@ struct RateLadder {
   static RateLadder parse(std::string_view list);  // comma-separated; adds evict/exact if missing
   static RateLadder kivi(std::vector<int> bits = {2, 4, 8}, int group = 32);
   void validate() const;                           // throws InputError with the reason
+  // The index of the first finite tier with `bits` code bits ("the 2-bit tier"), -1 when none.
+  int index_of_bits(int bits) const;
 };
 
 }  // namespace tierlab

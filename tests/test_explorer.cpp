@@ -22,6 +22,7 @@
 #include "model/surrogate.hpp"
 #include "model/synthetic.hpp"
 #include "model/trace.hpp"
+#include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "solvers/waterfill.hpp"
 
@@ -450,4 +451,61 @@ TEST_CASE("explorer window: a scenario without tables is run from the window, th
   REQUIRE(w.result(StalenessView) != nullptr);
   CHECK(w.result(StalenessView)->figures.at(0).title.find("scenario run") != std::string::npos);
   CHECK(w.result(StalenessView)->figures.at(0).series.at(0).x.size() == 3);  // steps 1, 2, 4
+}
+
+TEST_CASE("tierlab solve and the explorer fit the same noise model for the same head, on code and on total bits") {
+  const std::string path = small_trace();
+  auto src = Source::open(parse_source(path));
+  Engine engine(src, Backend::Cpu);
+  TraceReader reader(path);
+  for (const RateKind kind : {RateKind::Code, RateKind::Total}) {
+    AllocateOptions o;
+    o.budget = 3.0;
+    o.rate_kind = kind;
+    o.solver = AllocSolver::Waterfill;
+    o.ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
+    const AllocationReport rep = allocate_trace(reader, o);
+    REQUIRE(rep.heads.size() == 4);
+    for (const HeadSolveReport& h : rep.heads) {
+      Settings s;
+      s.layer = h.layer, s.kv_head = h.kv_head;
+      s.budget = o.budget;
+      s.rate_kind = kind;
+      s.ladder = o.ladder.name();
+      WaterfillNumbers n;
+      engine.waterfill(s, &n);
+      INFO("head L" << h.layer << ".H" << h.kv_head << ", rate kind " << to_string(kind));
+      CHECK(n.alpha == h.noise_alpha);  // the same function on the same numbers: bit for bit
+      CHECK(n.beta == h.noise_beta);
+      // And the one convention, computed here from its definition: a log-linear fit on the
+      // tiers' rates in the budget's kind.
+      const HeadData hd = reader.head(h.layer, h.kv_head);
+      const SurrogateCosts c = surrogate_costs(hd, reader.meta().rope, hd.obs_queries, o.ladder);
+      std::vector<double> b, nz;
+      for (int j = 1; j <= 3; ++j) b.push_back(rate_of(o.ladder.tiers[j].nominal_rate(32), kind)), nz.push_back(c.noise.row(j).mean());
+      const NoiseFit f = fit_noise(b, nz);
+      CHECK(close_rel(f.beta, h.noise_beta, 1e-12));
+    }
+  }
+}
+
+TEST_CASE("a mixed allocation over TurboQuant tiers runs through tierlab solve's pipeline and the explorer alike") {
+  const std::string path = small_trace();
+  TraceReader reader(path);
+  AllocateOptions o;
+  o.budget = 3.0;
+  o.ladder = RateLadder::parse("evict,turboquant2,turboquant4,exact");
+  const AllocationReport rep = allocate_trace(reader, o);
+  REQUIRE(rep.has_solution());
+  auto src = Source::open(parse_source(path));
+  Engine engine(src, Backend::Cpu);
+  Settings s;
+  s.budget = o.budget;
+  s.ladder = o.ladder.name();
+  WaterfillNumbers n;
+  engine.waterfill(s, &n);
+  // The explorer solves the same head the same way and counts the same real metadata.
+  CHECK(n.tiers == rep.allocation.tiers.at(0));
+  CHECK(n.rate.total_bits == Approx(rep.heads.at(0).rate.total_bits).epsilon(1e-12));
+  CHECK(n.rate.total_bits > n.rate.code_bits);  // TurboQuant's per-token norm is counted
 }

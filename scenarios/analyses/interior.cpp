@@ -50,9 +50,7 @@ void add_dominance_ratios(const CellContext& ctx, nlohmann::json& j) {
   const TraceReader& trace = ctx.trace;
   const TraceMeta& m = trace.meta();
   // R_h(2-bit tier) per head (surrogate on the observation queries).
-  int two = -1;
-  for (int i = 0; i < sc.ladder.size(); ++i)
-    if (sc.ladder.tiers[static_cast<std::size_t>(i)].bits == 2) two = i;
+  const int two = sc.ladder.index_of_bits(2);
   nlohmann::json r2 = nlohmann::json::array();
   std::vector<double> r2v;
   if (two >= 0)
@@ -60,7 +58,7 @@ void add_dominance_ratios(const CellContext& ctx, nlohmann::json& j) {
       for (int h = 0; h < m.n_kv_heads; ++h) {
         const HeadData head = trace.head(l, h);
         const DominanceReport d =
-            dominance(surrogate_costs(head.keys, head.values, head.obs_queries, sc.ladder), sc.rate_kind);
+            dominance(surrogate_costs(head, m.rope, head.obs_queries, sc.ladder), sc.rate_kind);
         r2v.push_back(d.R[static_cast<std::size_t>(two)]);
         r2.push_back(finite_or_null(r2v.back()));
       }

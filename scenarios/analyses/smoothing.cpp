@@ -1,5 +1,6 @@
 // Smoothed vs raw scores: span truncation and recomputed error (smoothing_study.hpp).
 #include "scenarios/analyses/smoothing.hpp"
+#include "scenarios/pipeline/head.hpp"
 #include <filesystem>
 
 #include "scenarios/figures/tables_io.hpp"
@@ -72,10 +73,8 @@ SmoothingHead smoothing_head(const HeadData& head, const SmoothingStudyOptions& 
   out.layer = head.layer;
   out.kv_head = head.kv_head;
   out.n_spans = static_cast<int>(head.spans.size());
-  const int d = static_cast<int>(head.keys.cols());
-  const SurrogateCosts sc = surrogate_costs(head.keys, head.values, head.obs_queries, opt.ladder);
-  std::vector<double> rates;
-  for (const Tier& t : opt.ladder.tiers) rates.push_back(rate_of(t.nominal_rate(d), opt.rate_kind));
+  const SurrogateCosts sc = surrogate_costs(head, opt.rope, head.obs_queries, opt.ladder);
+  const std::vector<double> rates = ladder_rates(head, opt.rope, opt.ladder, opt.rate_kind);
   std::vector<MatrixRMd> pooled;
   for (const SmoothingOptions& v : opt.variants) pooled.push_back(smooth_costs(sc.cost, v));
 
@@ -86,21 +85,16 @@ SmoothingHead smoothing_head(const HeadData& head, const SmoothingStudyOptions& 
   std::vector<std::size_t> mat_of;  // per outcome (feasible ones), index into mats
   for (Family fam : opt.families) {
     const FamilyChoice choice = fam == Family::Mixed ? FamilyChoice::Mixed : FamilyChoice::Evict;
-    const std::vector<TierOption> options = family_options(opt.ladder, choice);
     for (std::size_t vi = 0; vi < opt.variants.size(); ++vi) {
       SmoothingOutcome o;
       o.family = fam;
       o.variant = static_cast<int>(vi);
       o.obs = o.decode = ErrorMetrics{kNaN, kNaN, kNaN, kNaN};
       o.surrogate = o.surrogate_rel = o.evicted_fraction = kNaN;
-      FamilyProblem p;
-      p.rates = rates;
-      p.budget = opt.budget;
-      p.heads.push_back(FamilyHead{&pooled[vi], &sc.weights.a, {}});
-      const FamilyResult r = solve_families_per_head(p, options);
-      if (r.has_solution()) {
+      const HeadSolution r = solve_head(pooled[vi], sc.weights.a, rates, opt.ladder, opt.budget, choice);
+      if (r.feasible) {
         o.feasible = true;
-        o.tiers = r.heads.front().tiers;
+        o.tiers = r.tiers;
         double cost = 0;
         int evicted = 0;
         for (std::size_t t = 0; t < o.tiers.size(); ++t) {
@@ -118,7 +112,7 @@ SmoothingHead smoothing_head(const HeadData& head, const SmoothingStudyOptions& 
         auto it = seen.find(key);
         if (it == seen.end()) {
           it = seen.emplace(key, mats.size()).first;
-          mats.push_back(materialize(head.keys, opt.ladder, o.tiers));
+          mats.push_back(materialize(head, opt.rope, opt.ladder, o.tiers));
         }
         mat_of.push_back(it->second);
       }
@@ -147,6 +141,7 @@ nlohmann::json smoothing_cell(const Scenario& sc, const SmoothingSpec& s, const 
                               const std::atomic<bool>* stop) {
   SmoothingStudyOptions opt;
   opt.ladder = sc.ladder;
+  opt.rope = trace.meta().rope;
   opt.rate_kind = sc.rate_kind;
   opt.families = s.families;
   opt.variants = {SmoothingOptions{PoolKind::Avg, 1, s.padding}};

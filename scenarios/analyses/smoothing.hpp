@@ -47,6 +47,7 @@ struct SmoothingStudyOptions {
   // The variants compared; by convention the first is the raw scores (kernel 1).
   std::vector<SmoothingOptions> variants{SmoothingOptions{PoolKind::Avg, 1, Padding::Reflect}};
   std::vector<Family> families{Family::Mixed, Family::Evict};  // Mixed and/or Evict
+  RopeParams rope;  // the trace's (TraceMeta::rope), for the tiers that need the head
   void validate() const;  // InputError naming the option and value
 };
 

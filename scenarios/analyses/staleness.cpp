@@ -103,6 +103,7 @@ void StalenessAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) 
   so.rate_kind = sc.rate_kind;
   so.budget = spec.budget;
   so.steps = spec.steps;
+  so.rope = m.rope;
   nlohmann::json heads = nlohmann::json::array();
   for (int l = 0; l < m.n_layers; ++l)
     for (int h = 0; h < m.n_kv_heads; ++h) {

@@ -91,8 +91,13 @@ void WaterfillAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) 
                      " is outside cell '" + cell.id + "' (" + std::to_string(m.n_layers) + " layers x " +
                      std::to_string(m.n_kv_heads) + " KV heads).");
   const HeadData head = ctx.trace.head(w.layer, w.kv_head);
-  const SurrogateCosts costs = surrogate_costs(head.keys, head.values, head.obs_queries, sc.ladder);
-  const NoiseFit fit = fit_noise(costs, QuantizerKind::KiviPerChannel);
+  const RopeParams& rope = ctx.trace.meta().rope;
+  const SurrogateCosts costs = surrogate_costs(head, rope, head.obs_queries, sc.ladder);
+  const HeadNoiseModel fit = fit_head_noise(costs, ladder_rates(head, rope, sc.ladder, sc.rate_kind));
+  if (!fit.fitted)
+    throw InputError(sc.file + ": waterfill head L" + std::to_string(w.layer) + ".H" + std::to_string(w.kv_head) +
+                     " of cell '" + cell.id + "': its noise model n_h(b) = alpha beta^(-b) cannot be fitted (" +
+                     fit.note + ").");
   WaterfillProblem p;
   p.weights.assign(costs.weights.a.data(), costs.weights.a.data() + costs.weights.a.size());
   p.models = {DistortionModel{fit.alpha, fit.beta}};

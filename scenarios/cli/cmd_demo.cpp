@@ -67,19 +67,15 @@ void add_demo(CLI::App& app) {
     for (int l = 0; l < m.n_layers; ++l)
       for (int h = 0; h < m.n_kv_heads; ++h) {
         const HeadData head = trace.head(l, h);
-        const SurrogateCosts costs = surrogate_costs(head.keys, head.values, head.obs_queries, ladder);
+        const SurrogateCosts costs = surrogate_costs(head, m.rope, head.obs_queries, ladder);
         const DominanceReport rep = dominance(costs, RateKind::Code);
-        NoiseFit fit;
-        try {
-          fit = fit_noise(costs, QuantizerKind::KiviPerChannel);
-          beta_sum += fit.beta, ++beta_n;
-        } catch (const InputError&) {
-        }
+        const HeadNoiseModel fit = fit_head_noise(costs, ladder_rates(head, m.rope, ladder, RateKind::Code));
+        if (fit.fitted) beta_sum += fit.beta, ++beta_n;
         std::string hull;
         for (int i = 1; i + 1 < ladder.size(); ++i)
           if (rep.hull_dominated[static_cast<std::size_t>(i)]) hull += ladder.tiers[static_cast<std::size_t>(i)].name() + " ";
         std::printf("L%d.H%d  %9.3g  %9.3g  %9.3g  %-16s %8.3g\n", l, h, rep.R[1], rep.R[2], rep.R[3],
-                    hull.empty() ? "-" : hull.c_str(), fit.beta);
+                    hull.empty() ? "-" : hull.c_str(), fit.fitted ? fit.beta : std::nan(""));
         reports.push_back(rep);
       }
     const double share = dominated_share(reports, ladder, 2);

@@ -25,35 +25,10 @@
 #include "gpu/recompute.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
-#include "solvers/exact.hpp"
+#include "model/cancel.hpp"
+#include "scenarios/pipeline/head.hpp"
 
 namespace tierlab {
-
-struct InteriorOptions {
-  double budget = 4.0;  // B, bits per key element
-  RateKind rate_kind = RateKind::Code;
-  RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
-  ExactOptions exact;
-  void validate() const;  // InputError naming the option and value
-};
-
-// One family's allocation of one head.
-struct FamilyOutcome {
-  bool feasible = false;
-  std::string option;  // "Q:kivi4", "E", "M"
-  double surrogate = std::numeric_limits<double>::quiet_NaN();  // sum_t c_t (absolute)
-  Rate rate;
-  ErrorMetrics obs, decode;
-};
-
-struct HeadInterior {
-  int layer = 0, kv_head = 0;
-  FamilyOutcome Q, E, M;
-  double advantage_decode = std::numeric_limits<double>::quiet_NaN();
-  double advantage_obs = std::numeric_limits<double>::quiet_NaN();
-  double advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
-  bool dominated_2bit = false;  // R_h(2-bit tier) >= 1
-};
 
 struct InteriorReport {
   InteriorOptions options;
@@ -68,12 +43,9 @@ struct InteriorReport {
   double seconds = 0;
 };
 
-// A = 1 - m / min(q, e) with NaN (infeasible) inputs left out of the min; NaN when undefined.
-double interior_advantage_of(double err_m, double err_q, double err_e);
-
-using InteriorProgress = std::function<void(int done, int total)>;
+// Every head of the trace through head_interior (pipeline/head.hpp).
 InteriorReport interior_advantage(const TraceReader& trace, const InteriorOptions& options, Recomputer& backend,
-                                  const InteriorProgress& progress = {});
+                                  const Progress& progress = {});
 
 nlohmann::json to_json(const InteriorReport&);
 std::string text_report(const InteriorReport&, bool per_head);

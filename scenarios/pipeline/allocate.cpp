@@ -60,29 +60,22 @@ struct KeptHead {
   DistortionModel noise;
   double output_norm2 = 0;
   std::vector<Span> spans;
+  std::vector<double> rates;  // ladder_rates of this head
 };
 
-// n_h(b) = alpha beta^(-b) fitted on the finite tiers' mean noise against their rates in the
-// budget's kind. When the fit is impossible (fewer than two usable tiers) or not decreasing
-// (beta <= 1), beta = 4 (6 dB per bit) through the lowest finite tier's noise.
-DistortionModel fit_head_noise(const SurrogateCosts& sc, const std::vector<double>& rates) {
-  std::vector<double> bits, noise;
-  for (int j = 1; j + 1 < sc.ladder.size(); ++j) {
-    bits.push_back(rates[static_cast<std::size_t>(j)]);
-    noise.push_back(sc.noise.row(j).mean());
+// The heads' common rates; where they differ (a published tier's data-dependent rate), the mean.
+std::vector<double> mean_rates(const std::vector<KeptHead>& kept) {
+  if (kept.empty()) return {};
+  std::vector<double> r = kept.front().rates;
+  bool differ = false;
+  for (const KeptHead& k : kept) differ = differ || k.rates != r;
+  if (!differ) return r;
+  for (std::size_t j = 0; j < r.size(); ++j) {
+    double s = 0.0;
+    for (const KeptHead& k : kept) s += k.rates[j];
+    r[j] = s / static_cast<double>(kept.size());
   }
-  try {
-    const NoiseFit f = fit_noise(bits, noise);
-    if (std::isfinite(f.alpha) && f.alpha > 0 && std::isfinite(f.beta) && f.beta > 1.0 + 1e-9) return {f.alpha, f.beta};
-  } catch (const InputError&) {
-  }
-  DistortionModel d{1e-30, 4.0};
-  for (std::size_t i = 0; i < bits.size(); ++i)
-    if (noise[i] > 0) {
-      d.alpha = noise[i] * std::pow(4.0, bits[i]);
-      break;
-    }
-  return d;
+  return r;
 }
 
 double sum_cost(const MatrixRMd& c, const std::vector<std::uint8_t>& tiers) {
@@ -125,7 +118,7 @@ std::string AllocateOptions::name() const {
   return s;
 }
 
-AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& opt, const AllocateProgress& progress) {
+AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& opt, const Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   opt.validate();
   const TraceMeta& meta = trace.meta();
@@ -134,8 +127,10 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
   rep.trace_path = trace.path();
   const RateLadder& ladder = opt.ladder;
   const int m = ladder.size();
+  // The rates r_j the budget counts: every head's (ladder_rates); a tier whose rate depends on
+  // the head's data (a published quantizer's) is counted at the mean over the heads.
   std::vector<double> rates;
-  for (const Tier& t : ladder.tiers) rates.push_back(rate_of(t.nominal_rate(meta.head_dim), opt.rate_kind));
+  const bool needs_head = ladder_needs_head(ladder);
   const std::vector<TierOption> options = family_options(ladder, opt.family);
   const bool smoothed = opt.solver == AllocSolver::Smoothed;
 
@@ -148,12 +143,16 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
       KeptHead& k = kept[static_cast<std::size_t>(i)];
       {
         const HeadData head = trace.head(l, h);
-        SurrogateCosts sc = surrogate_costs(head.keys, head.values, head.obs_queries, ladder);
+        SurrogateCosts sc = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
+        k.rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
         k.layer = l;
         k.kv_head = h;
         k.output_norm2 = sc.output_norm2;
         k.spans = head.spans;
-        if (opt.solver == AllocSolver::Waterfill) k.noise = fit_head_noise(sc, rates);
+        if (opt.solver == AllocSolver::Waterfill) {
+          const HeadNoiseModel n = fit_head_noise(sc, k.rates);
+          k.noise = DistortionModel{n.alpha, n.beta};
+        }
         k.a = std::move(sc.weights.a);
         k.cost = std::move(sc.cost);
       }
@@ -161,6 +160,7 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
       if (progress) progress(i + 1, H);
     }
   rep.seconds_costs = seconds_since(t0);
+  rates = mean_rates(kept);
 
   // 2. Scopes: groups of heads sharing one budget.
   std::vector<std::vector<int>> groups;
@@ -245,7 +245,8 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
       hr.family = r.options[static_cast<std::size_t>(fr.option)].family;
       hr.histogram.assign(static_cast<std::size_t>(m), 0);
       for (auto j : fr.tiers) ++hr.histogram[j];
-      hr.rate = allocation_rate(hr.tokens, meta.head_dim, ladder, fr.tiers);
+      hr.rate = needs_head ? allocation_rate(trace.head(kh.layer, kh.kv_head), meta.rope, ladder, fr.tiers)
+                           : allocation_rate(hr.tokens, meta.head_dim, ladder, fr.tiers);
       hr.budget_rate = fr.rate_bits / hr.tokens;
       hr.objective = sum_cost(kh.cost, fr.tiers);
       hr.relative_objective = kh.output_norm2 > 0 ? hr.objective / kh.output_norm2 : 0.0;

@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/allocation.hpp"
+#include "model/cancel.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
 #include "solvers/exact.hpp"
@@ -118,9 +119,8 @@ struct AllocationReport {
   bool has_solution() const { return status != SolveStatus::Infeasible; }
 };
 
-using AllocateProgress = std::function<void(int done, int total)>;
 AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& options,
-                                const AllocateProgress& progress = {});
+                                const Progress& progress = {});
 
 nlohmann::json to_json(const AllocationReport&);
 // Summary lines, one row per layer (and per head when per_head), then the model row.

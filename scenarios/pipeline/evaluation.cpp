@@ -112,7 +112,7 @@ HeadEvaluation evaluate_head(const HeadData& head, const CompressedHead& c, doub
 
 // Runs `one_head` over every head of the trace and aggregates.
 template <class OneHead>
-TraceEvaluation evaluate_heads(const TraceReader& trace, Recomputer& backend, const EvalProgress& progress,
+TraceEvaluation evaluate_heads(const TraceReader& trace, Recomputer& backend, const Progress& progress,
                                OneHead&& one_head) {
   const auto t0 = std::chrono::steady_clock::now();
   const TraceMeta& meta = trace.meta();
@@ -168,7 +168,7 @@ double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const Ma
 }
 
 TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& compress, Recomputer& backend,
-                               const EvalProgress& progress) {
+                               const Progress& progress) {
   const int T = trace.meta().prompt_len;
   return evaluate_heads(trace, backend, progress, [&](const HeadData& head) {
     const CompressedHead c = compress(head);
@@ -183,16 +183,16 @@ TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& c
 
 TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladder,
                                const HeadAllocator& allocate, Recomputer& backend,
-                               const EvalProgress& progress) {
+                               const Progress& progress) {
   const TraceMeta& meta = trace.meta();
   TraceEvaluation out = evaluate_heads(trace, backend, progress, [&](const HeadData& head) {
-    const SurrogateCosts costs = surrogate_costs(head.keys, head.values, head.obs_queries, ladder);
+    const SurrogateCosts costs = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
     const std::vector<std::uint8_t> tiers = allocate(head, costs.weights);
     if (static_cast<int>(tiers.size()) != meta.prompt_len)
       throw InputError("allocation for layer " + std::to_string(head.layer) + " head " +
                        std::to_string(head.kv_head) + " has " + std::to_string(tiers.size()) +
                        " tiers, the trace has " + std::to_string(meta.prompt_len) + " prompt tokens");
-    MaterializedKeys mk = materialize(head.keys, ladder, tiers);
+    MaterializedKeys mk = materialize(head, meta.rope, ladder, tiers);
     double predicted = 0;
     for (std::size_t t = 0; t < tiers.size(); ++t) predicted += costs.cost(tiers[t], static_cast<Eigen::Index>(t));
     const CompressedHead c{std::move(mk.keys), std::move(mk.kept), mk.rate};

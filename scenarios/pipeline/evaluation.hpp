@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
+#include "model/cancel.hpp"
 #include "model/allocation.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
@@ -49,11 +50,10 @@ struct TraceEvaluation {
 
 // The tier of every token of one head: called once per head.
 using HeadAllocator = std::function<std::vector<std::uint8_t>(const HeadData&, const TokenWeights&)>;
-using EvalProgress = std::function<void(int done, int total)>;
 
 TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladder,
                                const HeadAllocator& allocate, Recomputer& backend,
-                               const EvalProgress& progress = {});
+                               const Progress& progress = {});
 
 // Any per-head compression (a published key quantizer, an eviction scorer): the
 // dequantized keys (T x d; evicted rows ignored), the kept flags and the rate. The surrogate
@@ -66,7 +66,7 @@ struct CompressedHead {
 };
 using HeadCompressor = std::function<CompressedHead(const HeadData&)>;
 TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& compress, Recomputer& backend,
-                               const EvalProgress& progress = {});
+                               const Progress& progress = {});
 
 // sum_t [kept_t ? c_t(approx_t) : c_t(0)] for one head and query set, in double; sets
 // *output_norm2 = mean_q ||o_q||^2.

@@ -6,6 +6,7 @@
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
+#include "scenarios/pipeline/head.hpp"
 #include "solvers/families.hpp"
 
 namespace tierlab {
@@ -21,13 +22,7 @@ struct FamilyOptima {
   std::vector<std::uint8_t> m_tiers;
 };
 
-FamilyOptima optima(const SurrogateCosts& sc, const StalenessOptions& opt, int head_dim) {
-  std::vector<double> rates;
-  for (const Tier& t : opt.ladder.tiers) rates.push_back(rate_of(t.nominal_rate(head_dim), opt.rate_kind));
-  FamilyProblem p;
-  p.rates = rates;
-  p.budget = opt.budget;
-  p.heads.push_back(FamilyHead{&sc.cost, &sc.weights.a, {}});
+FamilyOptima optima(const SurrogateCosts& sc, const StalenessOptions& opt, const std::vector<double>& rates) {
   const bool has_finite = opt.ladder.size() > 2;
   const FamilyChoice choice[3] = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};
   const char* letter[3] = {"Q", "E", "M"};
@@ -35,11 +30,10 @@ FamilyOptima optima(const SurrogateCosts& sc, const StalenessOptions& opt, int h
   double best = std::numeric_limits<double>::infinity();
   for (int f = 0; f < 3; ++f) {
     if (f == 0 && !has_finite) continue;
-    const FamilyResult r = solve_families_per_head(p, family_options(opt.ladder, choice[f]));
-    if (!r.has_solution()) continue;
-    const FamilyHeadResult& hr = r.heads.front();
-    if (hr.objective < best) best = hr.objective, out.best = letter[f];
-    if (f == 2) out.m_feasible = true, out.m_tiers = hr.tiers;
+    const HeadSolution hs = solve_head(sc.cost, sc.weights.a, rates, opt.ladder, opt.budget, choice[f]);
+    if (!hs.feasible) continue;
+    if (hs.objective < best) best = hs.objective, out.best = letter[f];
+    if (f == 2) out.m_feasible = true, out.m_tiers = hs.tiers;
   }
   return out;
 }
@@ -73,17 +67,18 @@ StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, 
   out.kv_head = head.kv_head;
   const int T = static_cast<int>(head.keys.rows()), d = static_cast<int>(head.keys.cols());
   const int S = static_cast<int>(head.decode_keys.rows());
-  const FamilyOptima obs = optima(surrogate_costs(head.keys, head.values, head.obs_queries, opt.ladder), opt, d);
+  const std::vector<double> rates = ladder_rates(head, opt.rope, opt.ladder, opt.rate_kind);
+  const FamilyOptima obs = optima(surrogate_costs(head, opt.rope, head.obs_queries, opt.ladder), opt, rates);
   out.family_obs = obs.best;
   if (S == 0 || head.decode_queries.rows() == 0 || !obs.m_feasible) return out;
   out.stale_tiers = obs.m_tiers;
   const int g = static_cast<int>(head.decode_queries.rows() / S);
-  const MaterializedKeys stale = materialize(head.keys, opt.ladder, obs.m_tiers);
+  const MaterializedKeys stale = materialize(head, opt.rope, opt.ladder, obs.m_tiers);
   for (const int s : opt.steps) {
     if (s < 1 || s > S) continue;
     MatrixRM q(g, d);
     for (int j = 0; j < g; ++j) q.row(j) = head.decode_queries.row(j * S + (s - 1));
-    const FamilyOptima fresh_opt = optima(surrogate_costs(head.keys, head.values, q, opt.ladder), opt, d);
+    const FamilyOptima fresh_opt = optima(surrogate_costs(head, opt.rope, q, opt.ladder), opt, rates);
     StalenessStep st;
     st.step = s;
     st.family = fresh_opt.best;
@@ -93,7 +88,7 @@ StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, 
     st.err_fresh = st.err_stale = st.ratio = kNaN;
     if (fresh_opt.m_feasible) {
       st.fresh_tiers = fresh_opt.m_tiers;
-      const MaterializedKeys fresh = materialize(head.keys, opt.ladder, fresh_opt.m_tiers);
+      const MaterializedKeys fresh = materialize(head, opt.rope, opt.ladder, fresh_opt.m_tiers);
       st.jaccard = evicted_jaccard(stale.kept, fresh.kept);
       st.agreement = tier_agreement(obs.m_tiers, fresh_opt.m_tiers);
       // Step s sees the T prompt tokens and the s appended decode tokens (exact, kept).

@@ -31,6 +31,7 @@ struct StalenessOptions {
   RateKind rate_kind = RateKind::Code;
   double budget = 2.0;        // B, bits per key element
   std::vector<int> steps;     // decode steps s >= 1, increasing
+  RopeParams rope;            // the trace's (TraceMeta::rope), for the tiers that need the head
 };
 
 struct StalenessStep {

@@ -15,6 +15,7 @@
 #include "model/key_quantizer.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
+#include "scenarios/pipeline/head.hpp"
 #include "solvers/families.hpp"
 #include "solvers/kvcobra_allocator.hpp"
 #include "solvers/policy.hpp"
@@ -248,8 +249,9 @@ std::vector<MethodSpec> parse_entry(const YamlReader& w, const YAML::Node& e, co
 }
 
 // The compressed keys of a ladder allocation.
-CompressedHead from_tiers(const HeadData& head, const RateLadder& ladder, const std::vector<std::uint8_t>& tiers) {
-  MaterializedKeys mk = materialize(head.keys, ladder, tiers);
+CompressedHead from_tiers(const HeadData& head, const RopeParams& rope, const RateLadder& ladder,
+                          const std::vector<std::uint8_t>& tiers) {
+  MaterializedKeys mk = materialize(head, rope, ladder, tiers);
   return CompressedHead{std::move(mk.keys), std::move(mk.kept), mk.rate};
 }
 
@@ -344,10 +346,11 @@ ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& 
         });
       }
       const RateKind kind = ctx.rate_kind;
-      return wrap([m, kind](const std::vector<std::vector<HeadData>>& heads) {
+      const RopeParams rope = ctx.rope;
+      return wrap([m, kind, rope](const std::vector<std::vector<HeadData>>& heads) {
         std::vector<SurrogateCosts> costs;
         for (const auto& layer : heads)
-          for (const HeadData& h : layer) costs.push_back(surrogate_costs(h.keys, h.values, h.obs_queries, m.ladder));
+          for (const HeadData& h : layer) costs.push_back(surrogate_costs(h, rope, h.obs_queries, m.ladder));
         SeedProblem p;
         p.ladder = m.ladder;
         for (const auto& c : costs) p.heads.push_back(&c);
@@ -358,35 +361,33 @@ ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& 
         if (a.status == SolveStatus::Infeasible)
           throw InputError("the seed allocator found no allocation at B = " + format_number(m.budget) + ": " + a.message);
         std::size_t i = 0;
-        return per_head(heads, [&](const HeadData& h) { return from_tiers(h, m.ladder, a.tiers.at(i++)); });
+        return per_head(heads, [&](const HeadData& h) { return from_tiers(h, rope, m.ladder, a.tiers.at(i++)); });
       });
     }
     case MethodSpec::Kind::Policy: {
       const UniformPolicy policy = UniformPolicy::parse(m.name);
-      return wrap([policy](const std::vector<std::vector<HeadData>>& heads) {
+      const RopeParams rope = ctx.rope;
+      return wrap([policy, rope](const std::vector<std::vector<HeadData>>& heads) {
         const RateLadder ladder = policy.ladder();
         return per_head(heads, [&](const HeadData& h) {
           const TokenWeights w = token_weights(h.keys, h.values, h.obs_queries);
-          return from_tiers(h, ladder, policy.allocate(static_cast<int>(h.keys.rows()), &w));
+          return from_tiers(h, rope, ladder, policy.allocate(static_cast<int>(h.keys.rows()), &w));
         });
       });
     }
     case MethodSpec::Kind::Family: {
       const FamilyChoice choice = family_of(m.name);
       const RateKind kind = ctx.rate_kind;
-      return wrap([m, choice, kind](const std::vector<std::vector<HeadData>>& heads) {
-        const std::vector<TierOption> options = family_options(m.ladder, choice);
+      const RopeParams rope = ctx.rope;
+      return wrap([m, choice, kind, rope](const std::vector<std::vector<HeadData>>& heads) {
         return per_head(heads, [&](const HeadData& h) {
-          const SurrogateCosts sc = surrogate_costs(h.keys, h.values, h.obs_queries, m.ladder);
-          FamilyProblem p;
-          for (const Tier& t : m.ladder.tiers) p.rates.push_back(rate_of(t.nominal_rate(static_cast<int>(h.keys.cols())), kind));
-          p.budget = m.budget;
-          p.heads.push_back(FamilyHead{&sc.cost, &sc.weights.a, {}});
-          const FamilyResult r = solve_families_per_head(p, options);
-          if (!r.has_solution())
+          const SurrogateCosts sc = surrogate_costs(h, rope, h.obs_queries, m.ladder);
+          const HeadSolution r =
+              solve_head(sc.cost, sc.weights.a, ladder_rates(h, rope, m.ladder, kind), m.ladder, m.budget, choice);
+          if (!r.feasible)
             throw InputError("family " + m.name + " has no allocation at B = " + format_number(m.budget) + " on the ladder " +
                              m.ladder.name() + " (" + r.message + ")");
-          return from_tiers(h, m.ladder, r.heads.front().tiers);
+          return from_tiers(h, rope, m.ladder, r.tiers);
         });
       });
     }

@@ -1,0 +1,77 @@
+#pragma once
+// The per-head pipeline: the steps from one KV head to numbers, in one place, used by the
+// scenarios, the CLI and the explorer alike (the model-level steps are in
+// model/surrogate.hpp: ladder_rates, fit_head_noise; model/tier.hpp: index_of_bits).
+//
+//   solve_head     one family's optimum for one head at budget B: the tier of every token
+//                  minimising sum_t c_t(tau_t) subject to sum_t r(tau_t) <= B T
+//                  (solvers/families.hpp, head scope; exact solver unless options say)
+//   head_interior  the interior advantage of one head (MODEL.md section 5): Q*, E* and M*
+//                  solved, materialised with the head (tier-local groups, the published
+//                  quantizers' real metadata; model/quantizer.hpp) and recomputed exactly on
+//                  the observation and decode queries;
+//                    A = 1 - err(M*) / min(err(Q*), err(E*))   (interior_advantage_of)
+//                  and whether the head's 2-bit tier is dominated (R_h(2) >= 1).
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpu/recompute.hpp"
+#include "model/surrogate.hpp"
+#include "model/tier.hpp"
+#include "model/trace.hpp"
+#include "solvers/exact.hpp"
+#include "solvers/families.hpp"
+
+namespace tierlab {
+
+struct HeadSolution {
+  bool feasible = false;
+  std::string option;               // "Q:kivi4", "E", "M" (the routed option for Routed)
+  std::vector<std::uint8_t> tiers;  // ladder tier per token; empty when infeasible
+  double objective = std::numeric_limits<double>::quiet_NaN();  // sum_t cost(tiers_t, t)
+  double bound = std::numeric_limits<double>::quiet_NaN();      // the solver's lower bound
+  std::string message;              // why infeasible
+};
+// cost: ladder.size() x T (SurrogateCosts::cost or pooled costs); a: token weights (for the
+// water-filling solver); noise: the head's n_h(b) (water-filling solver only).
+HeadSolution solve_head(const MatrixRMd& cost, const VectorD& a, const std::vector<double>& rates,
+                        const RateLadder& ladder, double budget, FamilyChoice family,
+                        const FamilyOptions& options = {}, DistortionModel noise = {});
+
+struct InteriorOptions {
+  double budget = 4.0;  // B, bits per key element
+  RateKind rate_kind = RateKind::Code;
+  RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
+  ExactOptions exact;
+  void validate() const;  // InputError naming the option and value
+};
+
+// One family's allocation of one head.
+struct FamilyOutcome {
+  bool feasible = false;
+  std::string option;  // "Q:kivi4", "E", "M"
+  double surrogate = std::numeric_limits<double>::quiet_NaN();  // sum_t c_t (absolute)
+  Rate rate;
+  ErrorMetrics obs, decode;
+};
+
+struct HeadInterior {
+  int layer = 0, kv_head = 0;
+  FamilyOutcome Q, E, M;
+  double advantage_decode = std::numeric_limits<double>::quiet_NaN();  // NaN without decode steps
+  double advantage_obs = std::numeric_limits<double>::quiet_NaN();
+  double advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
+  bool dominated_2bit = false;  // R_h(2-bit tier) >= 1
+};
+
+// A = 1 - m / min(q, e) with NaN (infeasible) inputs left out of the min; NaN when undefined.
+double interior_advantage_of(double err_m, double err_q, double err_e);
+
+// costs: surrogate_costs of the head on its observation queries for options.ladder;
+// rates: ladder_rates(head, rope, options.ladder, options.rate_kind).
+HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
+                           const std::vector<double>& rates, const InteriorOptions& options, Recomputer& backend);
+
+}  // namespace tierlab
