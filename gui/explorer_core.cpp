@@ -57,9 +57,7 @@ struct SerialOmp {
   SerialOmp& operator=(const SerialOmp&) = delete;
 };
 
-void check(const std::atomic<bool>* cancel) {
-  if (cancel && cancel->load()) throw Cancelled();
-}
+void check(const std::atomic<bool>* cancel) { throw_if_cancelled(cancel); }
 
 
 std::string lower_ext(const std::string& p) {

@@ -78,10 +78,8 @@
 
 namespace tierlab::explorer {
 
-// Thrown when a computation sees its cancel flag (a newer request superseded it).
-struct Cancelled : std::exception {
-  const char* what() const noexcept override { return "cancelled"; }
-};
+// A computation that sees its cancel flag (a newer request superseded it) throws
+// tierlab::Cancelled (model/cancel.hpp), the library's one cancel type.
 
 enum class SourceKind { Trace, Synthetic, Model, Scenario };
 
