@@ -69,8 +69,12 @@ enum class Scope { Head, Layer, Model };
 std::string_view to_string(Scope);      // "head" | "layer" | "model"
 Scope parse_scope(std::string_view);
 
-enum class FamilySolver { Exact, Greedy, Waterfill };
-std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "waterfill"
+// The solvers, one list of names for the family solvers and `tierlab solve --solver`
+// (AllocSolver, scenarios/pipeline/allocate.hpp): exact, greedy and waterfill solve a
+// FamilyProblem; smoothed pools the costs over neighbouring tokens first and then solves
+// them exact (allocate.hpp), so FamilyOptions::validate rejects it.
+enum class FamilySolver { Exact, Greedy, Waterfill, Smoothed };
+std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "waterfill" | "smoothed"
 FamilySolver parse_family_solver(std::string_view);
 
 // One option of a family: the ladder tiers a head may use.
