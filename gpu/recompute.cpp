@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gpu/cpu_recompute.hpp"
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 #ifdef TIERLAB_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
@@ -25,12 +26,11 @@ std::string clause(std::string why) {
 
 }  // namespace
 
-Backend parse_backend(const std::string& name) {
-  if (name == "auto") return Backend::Auto;
-  if (name == "cpu") return Backend::Cpu;
-  if (name == "cuda") return Backend::Cuda;
-  throw InputError("The recomputation backend \"" + name + "\" is not one of auto, cpu, cuda.");
-}
+constexpr auto kBackends = enum_table<Backend>("recomputation backend", {{Backend::Auto, "auto"},
+                                                                        {Backend::Cpu, "cpu"},
+                                                                        {Backend::Cuda, "cuda"}});
+
+Backend parse_backend(const std::string& name) { return parse_enum(kBackends, name); }
 
 std::string check_batch(const HeadBatch& batch) {
   const HeadProblem& hp = batch.problem;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <string>
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/tier_quantizer.hpp"
 
@@ -61,32 +62,22 @@ void Tier::validate(const std::string& where) const {
     throw InputError(where + " has group = " + std::to_string(group) + "; the form " + f->form + " takes no group.");
 }
 
+// The kinds a tier names by kind alone; Published is named by its method (Tier::method).
+constexpr auto kQuantizerKinds = enum_table<QuantizerKind>("quantizer kind", {{QuantizerKind::Evict, "evict"},
+                                                                              {QuantizerKind::Exact, "exact"},
+                                                                              {QuantizerKind::KiviPerChannel, "kivi"},
+                                                                              {QuantizerKind::PerToken, "token"}});
+constexpr auto kRateKinds = enum_table<RateKind>("rate kind", {{RateKind::Code, "code"}, {RateKind::Total, "total"}});
+
 std::string_view to_string(QuantizerKind k) {
-  switch (k) {
-    case QuantizerKind::Evict: return "evict";
-    case QuantizerKind::Exact: return "exact";
-    case QuantizerKind::KiviPerChannel: return "kivi";
-    case QuantizerKind::PerToken: return "token";
-    case QuantizerKind::Published: return "published";
-  }
-  return "unknown";
+  return k == QuantizerKind::Published ? "published" : enum_name(kQuantizerKinds, k);
 }
 
-QuantizerKind parse_quantizer_kind(std::string_view s) {
-  if (s == "evict") return QuantizerKind::Evict;
-  if (s == "exact") return QuantizerKind::Exact;
-  if (s == "kivi") return QuantizerKind::KiviPerChannel;
-  if (s == "token") return QuantizerKind::PerToken;
-  throw InputError("Quantizer kind '" + std::string(s) + "' is not valid; valid choices are evict, exact, kivi, token.");
-}
+QuantizerKind parse_quantizer_kind(std::string_view s) { return parse_enum(kQuantizerKinds, s); }
 
-std::string_view to_string(RateKind k) { return k == RateKind::Code ? "code" : "total"; }
+std::string_view to_string(RateKind k) { return enum_name(kRateKinds, k); }
 
-RateKind parse_rate_kind(std::string_view s) {
-  if (s == "code") return RateKind::Code;
-  if (s == "total") return RateKind::Total;
-  throw InputError("Rate kind '" + std::string(s) + "' is not valid; valid choices are code, total.");
-}
+RateKind parse_rate_kind(std::string_view s) { return parse_enum(kRateKinds, s); }
 
 std::string Tier::name() const {
   const TierForm* f = find_form(*this);

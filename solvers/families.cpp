@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "solvers/greedy.hpp"
 
@@ -14,80 +15,42 @@ namespace tierlab {
 
 // ---- names ------------------------------------------------------------------------
 
-std::string_view to_string(Family f) {
-  switch (f) {
-    case Family::Quantize: return "quantize";
-    case Family::Evict: return "evict";
-    case Family::Mixed: return "mixed";
-  }
-  return "unknown";
-}
+constexpr auto kFamilies = enum_table<Family>("family", {{Family::Quantize, "quantize"},
+                                                        {Family::Evict, "evict"},
+                                                        {Family::Mixed, "mixed"}});
+constexpr auto kFamilyLetters = enum_table<Family>("family letter", {{Family::Quantize, "Q"},
+                                                                     {Family::Evict, "E"},
+                                                                     {Family::Mixed, "M"}});
+constexpr auto kFamilyChoices = enum_table<FamilyChoice>("family", {{FamilyChoice::Mixed, "mixed"},
+                                                                    {FamilyChoice::Quantize, "quantize"},
+                                                                    {FamilyChoice::Evict, "evict"},
+                                                                    {FamilyChoice::Routed, "routed"}});
+constexpr auto kScopes = enum_table<Scope>("scope", {{Scope::Head, "head"}, {Scope::Layer, "layer"}, {Scope::Model, "model"}});
+constexpr auto kFamilySolvers = enum_table<FamilySolver>("solver", {{FamilySolver::Exact, "exact"},
+                                                                    {FamilySolver::Greedy, "greedy"},
+                                                                    {FamilySolver::Waterfill, "waterfill"},
+                                                                    {FamilySolver::Smoothed, "smoothed"}});
 
-char family_letter(Family f) {
-  switch (f) {
-    case Family::Quantize: return 'Q';
-    case Family::Evict: return 'E';
-    case Family::Mixed: return 'M';
-  }
-  return '?';
-}
+std::string_view to_string(Family f) { return enum_name(kFamilies, f); }
+
+char family_letter(Family f) { return enum_name(kFamilyLetters, f)[0]; }
 
 Family parse_family(std::string_view s) {
-  if (s == "quantize" || s == "Q") return Family::Quantize;
-  if (s == "evict" || s == "E") return Family::Evict;
-  if (s == "mixed" || s == "M") return Family::Mixed;
-  throw InputError("family '" + std::string(s) + "' is unknown; valid choices: quantize, evict, mixed.");
+  if (const auto f = find_enum(kFamilyLetters, s)) return *f;
+  return parse_enum(kFamilies, s);
 }
 
-std::string_view to_string(FamilyChoice f) {
-  switch (f) {
-    case FamilyChoice::Mixed: return "mixed";
-    case FamilyChoice::Quantize: return "quantize";
-    case FamilyChoice::Evict: return "evict";
-    case FamilyChoice::Routed: return "routed";
-  }
-  return "unknown";
-}
+std::string_view to_string(FamilyChoice f) { return enum_name(kFamilyChoices, f); }
 
-FamilyChoice parse_family_choice(std::string_view s) {
-  if (s == "mixed") return FamilyChoice::Mixed;
-  if (s == "quantize") return FamilyChoice::Quantize;
-  if (s == "evict") return FamilyChoice::Evict;
-  if (s == "routed") return FamilyChoice::Routed;
-  throw InputError("family '" + std::string(s) + "' is unknown; valid choices: mixed, quantize, evict, routed.");
-}
+FamilyChoice parse_family_choice(std::string_view s) { return parse_enum(kFamilyChoices, s); }
 
-std::string_view to_string(Scope s) {
-  switch (s) {
-    case Scope::Head: return "head";
-    case Scope::Layer: return "layer";
-    case Scope::Model: return "model";
-  }
-  return "unknown";
-}
+std::string_view to_string(Scope s) { return enum_name(kScopes, s); }
 
-Scope parse_scope(std::string_view s) {
-  if (s == "head") return Scope::Head;
-  if (s == "layer") return Scope::Layer;
-  if (s == "model") return Scope::Model;
-  throw InputError("scope '" + std::string(s) + "' is unknown; valid choices: head, layer, model.");
-}
+Scope parse_scope(std::string_view s) { return parse_enum(kScopes, s); }
 
-std::string_view to_string(FamilySolver s) {
-  switch (s) {
-    case FamilySolver::Exact: return "exact";
-    case FamilySolver::Greedy: return "greedy";
-    case FamilySolver::Waterfill: return "waterfill";
-  }
-  return "unknown";
-}
+std::string_view to_string(FamilySolver s) { return enum_name(kFamilySolvers, s); }
 
-FamilySolver parse_family_solver(std::string_view s) {
-  if (s == "exact") return FamilySolver::Exact;
-  if (s == "greedy") return FamilySolver::Greedy;
-  if (s == "waterfill") return FamilySolver::Waterfill;
-  throw InputError("family solver '" + std::string(s) + "' is unknown; valid choices: exact, greedy, waterfill.");
-}
+FamilySolver parse_family_solver(std::string_view s) { return parse_enum(kFamilySolvers, s); }
 
 std::vector<TierOption> family_options(const RateLadder& ladder, FamilyChoice choice) {
   ladder.validate();
@@ -150,6 +113,9 @@ void FamilyProblem::validate(FamilySolver solver) const {
 }
 
 void FamilyOptions::validate() const {
+  if (solver == FamilySolver::Smoothed)
+    throw InputError("FamilyOptions.solver = smoothed; the family solvers are exact, greedy and waterfill (smoothed "
+                     "pools the costs first and then solves them exact: scenarios/pipeline/allocate.hpp).");
   if (!(route_tolerance >= 0) || !std::isfinite(route_tolerance))
     throw InputError("FamilyOptions.route_tolerance = " + number_text(route_tolerance) + "; it must be finite and >= 0.");
   if (max_bisection_steps < 1)
@@ -269,7 +235,9 @@ MckpResult solve_instance(const FamilyProblem& p, const RestrictedCosts& rc, con
                           double budget, const FamilyOptions& opt) {
   const MckpInstance inst = rc.instance(budget);
   switch (opt.solver) {
-    case FamilySolver::Exact: return solve_exact(inst, opt.exact);
+    case FamilySolver::Exact:
+    case FamilySolver::Smoothed:  // rejected by FamilyOptions::validate
+      return solve_exact(inst, opt.exact);
     case FamilySolver::Greedy: return solve_greedy(inst);
     case FamilySolver::Waterfill: {
       // Per token (RDKV): weights a_t, each token with its head's fitted n_h(b).

@@ -69,8 +69,12 @@ enum class Scope { Head, Layer, Model };
 std::string_view to_string(Scope);      // "head" | "layer" | "model"
 Scope parse_scope(std::string_view);
 
-enum class FamilySolver { Exact, Greedy, Waterfill };
-std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "waterfill"
+// The solvers, one list of names for the family solvers and `tierlab solve --solver`
+// (AllocSolver, scenarios/pipeline/allocate.hpp): exact, greedy and waterfill solve a
+// FamilyProblem; smoothed pools the costs over neighbouring tokens first and then solves
+// them exact (allocate.hpp), so FamilyOptions::validate rejects it.
+enum class FamilySolver { Exact, Greedy, Waterfill, Smoothed };
+std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "waterfill" | "smoothed"
 FamilySolver parse_family_solver(std::string_view);
 
 // One option of a family: the ladder tiers a head may use.
@@ -150,22 +154,13 @@ struct FamilyHeadResult {
   std::vector<double> option_objectives;  // head scope: objective of every option (NaN when infeasible)
 };
 
-struct FamilyResult {
-  SolveStatus status = SolveStatus::Feasible;
-  std::string message;
+// The SolveSummary of the family solve (lambda: pooled, the routing multiplier; rate_budget
+// = B sum_h T_h) and its per-head solution.
+struct FamilyResult : SolveSummary {
   std::string method;  // how the answer was reached (e.g. "per head", "joint exact", "per-head incumbent")
   std::vector<TierOption> options;
   std::vector<FamilyHeadResult> heads;  // empty when Infeasible
-  double objective = std::numeric_limits<double>::quiet_NaN();
-  double lower_bound = -std::numeric_limits<double>::infinity();
-  double gap = std::numeric_limits<double>::infinity();
-  double relative_gap = std::numeric_limits<double>::infinity();
-  double lambda = std::numeric_limits<double>::quiet_NaN();  // pooled: the routing multiplier
-  double rate_used = 0.0;    // bits
-  double rate_budget = 0.0;  // B sum_h T_h, bits
-  double seconds = 0.0;
 
-  bool has_solution() const { return status != SolveStatus::Infeasible; }
   std::vector<int> family_counts() const;  // heads per Family (Q, E, M)
 };
 

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 
 namespace tierlab {
@@ -125,24 +126,14 @@ RateUnits rate_units(const MckpInstance& inst) {
   return u;
 }
 
-std::string_view to_string(SolveStatus s) {
-  switch (s) {
-    case SolveStatus::Optimal: return "optimal";
-    case SolveStatus::Feasible: return "feasible";
-    case SolveStatus::Infeasible: return "infeasible";
-    case SolveStatus::Trivial: return "trivial";
-  }
-  return "unknown";
-}
+constexpr auto kSolveStatuses = enum_table<SolveStatus>("solve status", {{SolveStatus::Optimal, "optimal"},
+                                                                        {SolveStatus::Feasible, "feasible"},
+                                                                        {SolveStatus::Infeasible, "infeasible"},
+                                                                        {SolveStatus::Trivial, "trivial"}});
 
-SolveStatus parse_solve_status(std::string_view s) {
-  if (s == "optimal") return SolveStatus::Optimal;
-  if (s == "feasible") return SolveStatus::Feasible;
-  if (s == "infeasible") return SolveStatus::Infeasible;
-  if (s == "trivial") return SolveStatus::Trivial;
-  throw InputError("Solve status '" + std::string(s) +
-                   "' is not valid; valid choices are optimal, feasible, infeasible, trivial.");
-}
+std::string_view to_string(SolveStatus s) { return enum_name(kSolveStatuses, s); }
+
+SolveStatus parse_solve_status(std::string_view s) { return parse_enum(kSolveStatuses, s); }
 
 std::string MckpResult::summary() const {
   std::ostringstream os;

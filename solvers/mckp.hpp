@@ -93,30 +93,39 @@ enum class SolveStatus { Optimal, Feasible, Infeasible, Trivial };
 std::string_view to_string(SolveStatus);
 SolveStatus parse_solve_status(std::string_view);  // "optimal" | "feasible" | "infeasible" | "trivial"
 
-// A solver's answer. objective = sum_i c_{i,choice_i}; rate_used = sum_i r_{choice_i}
-// (bits); lower_bound <= every feasible objective (proven); gap = objective - lower_bound;
-// relative_gap = gap / max(|objective|, tiny); lp_bound = the LP relaxation (Lagrangian)
-// value where the solver computed it.
-struct MckpResult {
-  std::string solver;  // "exact", "greedy", "waterfill", "oracle"
+// What every solve reports about itself, whatever it solved (a knapsack instance, a family
+// problem): the outcome and how it was reached, the objective sum_i c_{i,choice_i} with a
+// proven lower bound <= every feasible objective, gap = objective - lower_bound,
+// relative_gap = gap / max(|objective|, tiny), the Lagrange multiplier where one was used
+// (cost per bit), the rate spent against the budget (bits) and the time. The result types
+// of the solvers (MckpResult, FamilyResult) are a SolveSummary plus their solution.
+struct SolveSummary {
   SolveStatus status = SolveStatus::Feasible;
   std::string message;  // one or two sentences: how the status was reached
   double objective = std::numeric_limits<double>::quiet_NaN();
   double lower_bound = -std::numeric_limits<double>::infinity();
-  double lp_bound = std::numeric_limits<double>::quiet_NaN();
   double gap = std::numeric_limits<double>::infinity();
   double relative_gap = std::numeric_limits<double>::infinity();
   double lambda = std::numeric_limits<double>::quiet_NaN();  // Lagrange multiplier (cost per bit)
-  double rate_used = 0.0;    // sum_i r_{choice_i}, bits
-  double rate_budget = 0.0;  // B N, bits
+  double rate_used = 0.0;    // bits
+  double rate_budget = 0.0;  // bits
+  double seconds = 0.0;
+
+  bool has_solution() const { return status != SolveStatus::Infeasible; }
+};
+
+// A solver's answer: its SolveSummary (rate_used = sum_i r_{choice_i}, rate_budget = B N)
+// and the choice; lp_bound = the LP relaxation (Lagrangian) value where the solver
+// computed it.
+struct MckpResult : SolveSummary {
+  std::string solver;  // "exact", "greedy", "waterfill", "oracle"
+  double lp_bound = std::numeric_limits<double>::quiet_NaN();
   std::int64_t items = 0;
   std::vector<std::uint8_t> choice;  // tier index per item (empty when Infeasible)
-  double seconds = 0.0;
   std::int64_t iterations = 0;  // solver-specific: passes, DP rounds, heap pops, bisection steps
   std::int64_t core_items = 0;  // exact: items in the last core DP
   std::int64_t dp_states = 0;   // exact: DP states created
 
-  bool has_solution() const { return status != SolveStatus::Infeasible; }
   double mean_rate() const { return items > 0 ? rate_used / static_cast<double>(items) : 0.0; }
   std::string summary() const;  // one line
   std::string report() const;   // several lines, every field

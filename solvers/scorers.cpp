@@ -7,6 +7,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/surrogate.hpp"
 
@@ -15,29 +16,44 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const char* kind_name(ScorerKind k) {
-  switch (k) {
-    case ScorerKind::Streaming: return "streaming";
-    case ScorerKind::H2O: return "h2o";
-    case ScorerKind::SnapKV: return "snapkv";
-    case ScorerKind::Tova: return "tova";
-    case ScorerKind::AdaKV: return "adakv";
-    case ScorerKind::PyramidKV: return "pyramidkv";
-    case ScorerKind::DropKV: return "dropkv";
-    case ScorerKind::OBCache: return "obcache";
-    case ScorerKind::Expected: return "expected";
-    case ScorerKind::KeyDiff: return "keydiff";
-    case ScorerKind::LaProx: return "laprox";
-  }
-  return "?";
-}
+constexpr auto kScorerKinds = enum_table<ScorerKind>("eviction scorer", {{ScorerKind::Streaming, "streaming"},
+                                                                         {ScorerKind::H2O, "h2o"},
+                                                                         {ScorerKind::SnapKV, "snapkv"},
+                                                                         {ScorerKind::Tova, "tova"},
+                                                                         {ScorerKind::AdaKV, "adakv"},
+                                                                         {ScorerKind::PyramidKV, "pyramidkv"},
+                                                                         {ScorerKind::DropKV, "dropkv"},
+                                                                         {ScorerKind::OBCache, "obcache"},
+                                                                         {ScorerKind::Expected, "expected"},
+                                                                         {ScorerKind::KeyDiff, "keydiff"},
+                                                                         {ScorerKind::LaProx, "laprox"}});
+constexpr auto kGqaAggregates = enum_table<GqaAggregate>("GQA aggregate", {{GqaAggregate::Mean, "mean"},
+                                                                          {GqaAggregate::Max, "max"},
+                                                                          {GqaAggregate::Sum, "sum"}});
+constexpr auto kWindowReduces = enum_table<WindowReduce>("window reduction", {{WindowReduce::Sum, "sum"},
+                                                                             {WindowReduce::Mean, "mean"}});
+constexpr auto kGroupOrders = enum_table<GroupOrder>("group order", {{GroupOrder::AfterPool, "after"},
+                                                                    {GroupOrder::BeforePool, "before"}});
+
+std::string_view kind_name(ScorerKind k) { return enum_name(kScorerKinds, k); }
 
 const std::vector<ScorerKind>& all_kinds() {
-  static const std::vector<ScorerKind> k = {ScorerKind::Streaming, ScorerKind::H2O,      ScorerKind::SnapKV,
-                                            ScorerKind::Tova,      ScorerKind::AdaKV,    ScorerKind::PyramidKV,
-                                            ScorerKind::DropKV,    ScorerKind::OBCache,  ScorerKind::Expected,
-                                            ScorerKind::KeyDiff,   ScorerKind::LaProx};
+  static const std::vector<ScorerKind> k = [] {
+    std::vector<ScorerKind> v;
+    for (const auto& row : kScorerKinds.names) v.push_back(row.value);
+    return v;
+  }();
   return k;
+}
+
+// parse(v), its InputError prefixed with the method and the parameter.
+template <class Parse>
+auto parse_choice(Parse parse, const std::string& method, const std::string& p, const std::string& v) {
+  try {
+    return parse(v);
+  } catch (const InputError& e) {
+    throw InputError("method '" + method + "': parameter " + p + ": " + e.what());
+  }
 }
 
 bool snap_family(ScorerKind k) {
@@ -58,7 +74,7 @@ ScorerConfig defaults(ScorerKind k) {
     case ScorerKind::OBCache: c.window = 32; c.kernel = 1; c.sinks = 4; c.recent = 32; break;
     case ScorerKind::Expected: c.window = 32; c.kernel = 1; c.sinks = 4; break;
     case ScorerKind::KeyDiff: c.window = 0; c.kernel = 1; break;
-    case ScorerKind::LaProx: c.window = 0; c.kernel = 1; c.selection = SelectionScope::Model; break;
+    case ScorerKind::LaProx: c.window = 0; c.kernel = 1; c.selection = Scope::Model; break;
   }
   if (k != ScorerKind::SnapKV && k != ScorerKind::AdaKV && k != ScorerKind::PyramidKV && k != ScorerKind::DropKV &&
       k != ScorerKind::OBCache)
@@ -98,12 +114,12 @@ std::vector<std::string> param_names(ScorerKind k) {
 std::string value_of(const ScorerConfig& c, const std::string& p) {
   std::ostringstream os;
   if (p == "window") os << c.window;
-  else if (p == "gqa") os << (c.gqa == GqaAggregate::Mean ? "mean" : c.gqa == GqaAggregate::Max ? "max" : "sum");
-  else if (p == "reduce") os << (c.reduce == WindowReduce::Sum ? "sum" : "mean");
+  else if (p == "gqa") os << enum_name(kGqaAggregates, c.gqa);
+  else if (p == "reduce") os << enum_name(kWindowReduces, c.reduce);
   else if (p == "pool") os << to_string(c.pool);
   else if (p == "kernel") os << c.kernel;
   else if (p == "count_include_pad") os << (c.count_include_pad ? "true" : "false");
-  else if (p == "group_order") os << (c.group_order == GroupOrder::AfterPool ? "after" : "before");
+  else if (p == "group_order") os << enum_name(kGroupOrders, c.group_order);
   else if (p == "causal") os << (c.causal ? "true" : "false");
   else if (p == "sinks") os << c.sinks;
   else if (p == "recent") os << c.recent;
@@ -113,8 +129,7 @@ std::string value_of(const ScorerConfig& c, const std::string& p) {
   else if (p == "score") os << c.obcache_score;
   else if (p == "use_covariance") os << (c.use_covariance ? "true" : "false");
   else if (p == "use_value_norm") os << (c.use_value_norm ? "true" : "false");
-  else if (p == "selection")
-    os << (c.selection == SelectionScope::Head ? "head" : c.selection == SelectionScope::Layer ? "layer" : "model");
+  else if (p == "selection") os << to_string(c.selection);
   else if (p == "group_size") os << c.group_size;
   return os.str();
 }
@@ -345,7 +360,7 @@ std::string Budget::name() const {
 // ---------------------------------------------------------------- registry
 
 void ScorerConfig::validate() const {
-  const std::string m = kind_name(kind);
+  const std::string m(kind_name(kind));
   auto bad = [&](const std::string& p, const std::string& why) {
     throw InputError("method '" + m + "': parameter " + p + " = " + value_of(*this, p) + " " + why);
   };
@@ -362,7 +377,7 @@ void ScorerConfig::validate() const {
 }
 
 std::string ScorerConfig::name() const {
-  std::string s = kind_name(kind);
+  std::string s(kind_name(kind));
   const auto names = param_names(kind);
   for (std::size_t i = 0; i < names.size(); ++i) s += (i ? "," : ":") + names[i] + "=" + value_of(*this, names[i]);
   return s;
@@ -413,37 +428,22 @@ const std::vector<MethodInfo>& eviction_scorer_methods() {
 
 ScorerConfig make_scorer(std::string_view name_view, const MethodParams& params) {
   const std::string name(name_view);
-  ScorerKind kind{};
-  bool found = false;
-  std::vector<std::string> names;
-  for (ScorerKind k : all_kinds()) {
-    names.push_back(kind_name(k));
-    if (name == kind_name(k)) kind = k, found = true;
-  }
-  if (!found) throw InputError("eviction scorer '" + name + "' is unknown; valid: " + join(names));
+  const ScorerKind kind = parse_enum(kScorerKinds, name);
   ScorerConfig c = defaults(kind);
   const auto valid = param_names(kind);
   for (const auto& [p, v] : params) {
     if (std::find(valid.begin(), valid.end(), p) == valid.end())
       throw InputError("method '" + name + "': unknown parameter '" + p + "'; valid: " + join(valid));
     if (p == "window") c.window = parse_int(name, p, v);
-    else if (p == "gqa") {
-      if (v == "mean") c.gqa = GqaAggregate::Mean;
-      else if (v == "max") c.gqa = GqaAggregate::Max;
-      else if (v == "sum") c.gqa = GqaAggregate::Sum;
-      else throw InputError("method '" + name + "': parameter gqa = '" + v + "' is not mean, max or sum");
-    } else if (p == "reduce") {
-      if (v == "sum") c.reduce = WindowReduce::Sum;
-      else if (v == "mean") c.reduce = WindowReduce::Mean;
-      else throw InputError("method '" + name + "': parameter reduce = '" + v + "' is not sum or mean");
-    } else if (p == "pool") c.pool = parse_pool_kind(v);
+    else if (p == "gqa") c.gqa = parse_choice([](const std::string& s) { return parse_enum(kGqaAggregates, s); }, name, p, v);
+    else if (p == "reduce")
+      c.reduce = parse_choice([](const std::string& s) { return parse_enum(kWindowReduces, s); }, name, p, v);
+    else if (p == "pool") c.pool = parse_choice(parse_pool_kind, name, p, v);
     else if (p == "kernel") c.kernel = parse_int(name, p, v);
     else if (p == "count_include_pad") c.count_include_pad = parse_bool(name, p, v);
-    else if (p == "group_order") {
-      if (v == "after") c.group_order = GroupOrder::AfterPool;
-      else if (v == "before") c.group_order = GroupOrder::BeforePool;
-      else throw InputError("method '" + name + "': parameter group_order = '" + v + "' is not after or before");
-    } else if (p == "causal") c.causal = parse_bool(name, p, v);
+    else if (p == "group_order")
+      c.group_order = parse_choice([](const std::string& s) { return parse_enum(kGroupOrders, s); }, name, p, v);
+    else if (p == "causal") c.causal = parse_bool(name, p, v);
     else if (p == "sinks") c.sinks = parse_int(name, p, v);
     else if (p == "recent") c.recent = parse_int(name, p, v);
     else if (p == "recent_fraction") c.recent_fraction = parse_double(name, p, v);
@@ -452,12 +452,8 @@ ScorerConfig make_scorer(std::string_view name_view, const MethodParams& params)
     else if (p == "score") c.obcache_score = v;
     else if (p == "use_covariance") c.use_covariance = parse_bool(name, p, v);
     else if (p == "use_value_norm") c.use_value_norm = parse_bool(name, p, v);
-    else if (p == "selection") {
-      if (v == "head") c.selection = SelectionScope::Head;
-      else if (v == "layer") c.selection = SelectionScope::Layer;
-      else if (v == "model") c.selection = SelectionScope::Model;
-      else throw InputError("method '" + name + "': parameter selection = '" + v + "' is not head, layer or model");
-    } else if (p == "group_size") c.group_size = parse_int(name, p, v);
+    else if (p == "selection") c.selection = parse_choice(parse_scope, name, p, v);
+    else if (p == "group_size") c.group_size = parse_int(name, p, v);
   }
   c.validate();
   return c;
@@ -625,7 +621,7 @@ EvictionPlan plan_eviction(const ScorerConfig& c, const std::vector<std::vector<
     slots = std::min<std::int64_t>(slots, static_cast<std::int64_t>(all.size()));
     for (std::int64_t i = 0; i < slots; ++i) plan.keep[all[i].layer][all[i].head][all[i].t] = 1;
   };
-  SelectionScope sel = c.selection;
+  Scope sel = c.selection;
   if (c.kind == ScorerKind::AdaKV) {
     for (int l = 0; l < L; ++l) {
       std::int64_t rest = 0;
@@ -649,10 +645,10 @@ EvictionPlan plan_eviction(const ScorerConfig& c, const std::vector<std::vector<
         }
         take(l, h, Fl);
       }
-  } else if (sel == SelectionScope::Head || c.kind == ScorerKind::Tova) {
+  } else if (sel == Scope::Head || c.kind == ScorerKind::Tova) {
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < static_cast<int>(model[l].size()); ++h) take(l, h, free[l][h]);
-  } else if (sel == SelectionScope::Layer) {
+  } else if (sel == Scope::Layer) {
     for (int l = 0; l < L; ++l) {
       std::vector<std::pair<int, int>> heads;
       std::int64_t slots = 0;

@@ -85,6 +85,7 @@
 #include "model/linalg.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
+#include "solvers/families.hpp"
 #include "solvers/smoothing.hpp"
 
 namespace tierlab {
@@ -119,7 +120,8 @@ struct Budget {
 enum class GqaAggregate { Mean, Max, Sum };
 enum class WindowReduce { Sum, Mean };
 enum class GroupOrder { AfterPool, BeforePool };
-enum class SelectionScope { Head, Layer, Model };
+// The top-k selection's scope (parameter "selection": head | layer | model) is a Scope
+// (families.hpp): the heads whose tokens compete for the kept slots.
 
 enum class ScorerKind { Streaming, H2O, SnapKV, Tova, AdaKV, PyramidKV, DropKV, OBCache, Expected, KeyDiff, LaProx };
 
@@ -141,7 +143,7 @@ struct ScorerConfig {
   std::string obcache_score = "joint";
   bool use_covariance = true;    // expected
   bool use_value_norm = true;    // expected
-  SelectionScope selection = SelectionScope::Head;
+  Scope selection = Scope::Head;
   int group_size = 1;            // g query heads per KV head (TraceMeta::group_size)
   void validate() const;
   std::string name() const;

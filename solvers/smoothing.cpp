@@ -5,35 +5,24 @@
 #include <cmath>
 #include <limits>
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 
 namespace tierlab {
 
-std::string_view to_string(PoolKind k) { return k == PoolKind::Avg ? "avg" : "max"; }
+constexpr auto kPoolKinds = enum_table<PoolKind>("smoothing pool", {{PoolKind::Avg, "avg"}, {PoolKind::Max, "max"}});
+constexpr auto kPaddings = enum_table<Padding>("smoothing padding", {{Padding::Zero, "zero"},
+                                                                     {Padding::Reflect, "reflect"},
+                                                                     {Padding::Replicate, "replicate"},
+                                                                     {Padding::None, "none"}});
 
-PoolKind parse_pool_kind(std::string_view s) {
-  if (s == "avg") return PoolKind::Avg;
-  if (s == "max") return PoolKind::Max;
-  throw InputError("smoothing pool '" + std::string(s) + "' is unknown; valid choices: avg, max.");
-}
+std::string_view to_string(PoolKind k) { return enum_name(kPoolKinds, k); }
 
-std::string_view to_string(Padding p) {
-  switch (p) {
-    case Padding::Zero: return "zero";
-    case Padding::Reflect: return "reflect";
-    case Padding::Replicate: return "replicate";
-    case Padding::None: return "none";
-  }
-  return "unknown";
-}
+PoolKind parse_pool_kind(std::string_view s) { return parse_enum(kPoolKinds, s); }
 
-Padding parse_padding(std::string_view s) {
-  if (s == "zero") return Padding::Zero;
-  if (s == "reflect") return Padding::Reflect;
-  if (s == "replicate") return Padding::Replicate;
-  if (s == "none") return Padding::None;
-  throw InputError("smoothing padding '" + std::string(s) + "' is unknown; valid choices: zero, reflect, replicate, none.");
-}
+std::string_view to_string(Padding p) { return enum_name(kPaddings, p); }
+
+Padding parse_padding(std::string_view s) { return parse_enum(kPaddings, s); }
 
 void SmoothingOptions::validate() const {
   if (kernel < 1 || kernel % 2 == 0)

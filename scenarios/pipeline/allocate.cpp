@@ -16,24 +16,6 @@
 
 namespace tierlab {
 
-std::string_view to_string(AllocSolver s) {
-  switch (s) {
-    case AllocSolver::Exact: return "exact";
-    case AllocSolver::Greedy: return "greedy";
-    case AllocSolver::Waterfill: return "waterfill";
-    case AllocSolver::Smoothed: return "smoothed";
-  }
-  return "unknown";
-}
-
-AllocSolver parse_alloc_solver(std::string_view s) {
-  if (s == "exact") return AllocSolver::Exact;
-  if (s == "greedy") return AllocSolver::Greedy;
-  if (s == "waterfill") return AllocSolver::Waterfill;
-  if (s == "smoothed") return AllocSolver::Smoothed;
-  throw InputError("solver '" + std::string(s) + "' is unknown; valid choices: exact, greedy, waterfill, smoothed.");
-}
-
 namespace {
 
 std::string num(double v, int precision = 6) {
@@ -43,13 +25,8 @@ std::string num(double v, int precision = 6) {
   return os.str();
 }
 
-FamilySolver family_solver(AllocSolver s) {
-  switch (s) {
-    case AllocSolver::Greedy: return FamilySolver::Greedy;
-    case AllocSolver::Waterfill: return FamilySolver::Waterfill;
-    default: return FamilySolver::Exact;
-  }
-}
+// The family solver behind `s`: smoothed solves the pooled costs exact.
+FamilySolver family_solver(AllocSolver s) { return s == AllocSolver::Smoothed ? FamilySolver::Exact : s; }
 
 // What is kept of one head after its costs are computed.
 struct KeptHead {

@@ -42,9 +42,11 @@
 
 namespace tierlab {
 
-enum class AllocSolver { Exact, Greedy, Waterfill, Smoothed };
-std::string_view to_string(AllocSolver);
-AllocSolver parse_alloc_solver(std::string_view);  // "exact" | "greedy" | "waterfill" | "smoothed"
+// The solver of `tierlab solve --solver`: the one solver list of solvers/families.hpp
+// (exact, greedy, waterfill, smoothed); smoothed is carried out here, the others by the
+// family solvers. to_string(AllocSolver) is to_string(FamilySolver).
+using AllocSolver = FamilySolver;
+inline AllocSolver parse_alloc_solver(std::string_view s) { return parse_family_solver(s); }
 
 // The default ladder of `tierlab solve`.
 inline constexpr std::string_view kDefaultSolveLadder = "evict,kivi2,kivi4,kivi8,exact";

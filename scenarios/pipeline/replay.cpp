@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
@@ -46,13 +47,12 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
-std::string to_string(ReplayMode m) { return m == ReplayMode::TeacherForced ? "teacher-forced" : "free-running"; }
+constexpr auto kReplayModes = enum_table<ReplayMode>("replay mode", {{ReplayMode::TeacherForced, "teacher-forced"},
+                                                                    {ReplayMode::FreeRunning, "free-running"}});
 
-ReplayMode parse_replay_mode(const std::string& s) {
-  if (s == "teacher-forced") return ReplayMode::TeacherForced;
-  if (s == "free-running") return ReplayMode::FreeRunning;
-  throw InputError("replay mode '" + s + "' is not 'teacher-forced' or 'free-running'.");
-}
+std::string to_string(ReplayMode m) { return std::string(enum_name(kReplayModes, m)); }
+
+ReplayMode parse_replay_mode(const std::string& s) { return parse_enum(kReplayModes, s); }
 
 KeyCompression KeyCompression::from_policy(const UniformPolicy& policy) {
   KeyCompression c;

@@ -88,7 +88,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
                       {"logit_scale", finite_or_null(cell.logit_scale > 0 ? cell.logit_scale : std::nan(""))},
                       {"n_heads", m.n_heads()},
                       {"ladder", sc.ladder.name()},
-                      {"queries", sc.queries == QuerySet::Decode ? "decode" : "obs"},
+                      {"queries", std::string(to_string(sc.queries))},
                       {"backend", backend.name()}};
 
   const CellContext ctx{sc, cell, trace, backend, stop};

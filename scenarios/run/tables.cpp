@@ -18,7 +18,7 @@ void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells
   s << "Scenario `" << sc.file << "`: " << cells.size() << " cells, budgets";
   for (double b : sc.budgets) s << ' ' << format_or_nan(b);
   s << " bits per key element (" << (sc.rate_kind == RateKind::Code ? "code" : "total") << "), ladder `"
-    << sc.ladder.name() << "`, verdict on the " << (sc.queries == QuerySet::Decode ? "decode" : "obs")
+    << sc.ladder.name() << "`, verdict on the " << to_string(sc.queries)
     << " queries; backend " << (cells.empty() ? "" : cells.front()["backend"].get<std::string>()) << ".\n\n";
   for (const auto& a : sc.analyses) s << a->write_tables(sc, cells, dir);
   s << "\nTables: `tables/` (CSV and JSON). Figures: `figures/` (PNG, SVG, PDF); re-render with `tierlab figure " << out

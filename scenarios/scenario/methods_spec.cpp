@@ -11,6 +11,7 @@
 #include "model/text.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/key_quantizer.hpp"
 #include "model/quantizer.hpp"
@@ -23,20 +24,18 @@
 
 namespace tierlab {
 
-std::string to_string(MethodSpec::Kind k) {
-  switch (k) {
-    case MethodSpec::Kind::Quantizer: return "quantizer";
-    case MethodSpec::Kind::Scorer: return "scorer";
-    case MethodSpec::Kind::Seed: return "seed";
-    case MethodSpec::Kind::Policy: return "policy";
-    case MethodSpec::Kind::Family: return "family";
-  }
-  return "?";
-}
+// The kind keys of a method entry, in the order the messages list them.
+constexpr auto kMethodKinds = enum_table<MethodSpec::Kind>("method kind", {{MethodSpec::Kind::Quantizer, "quantizer"},
+                                                                          {MethodSpec::Kind::Scorer, "scorer"},
+                                                                          {MethodSpec::Kind::Seed, "seed"},
+                                                                          {MethodSpec::Kind::Policy, "policy"},
+                                                                          {MethodSpec::Kind::Family, "family"}});
+
+std::string to_string(MethodSpec::Kind k) { return std::string(enum_name(kMethodKinds, k)); }
 
 namespace {
 
-const char* kKindKeys = "quantizer, scorer, seed, policy, family";
+const std::string kKindKeys = enum_choices(kMethodKinds);  // "quantizer, scorer, seed, policy, family"
 
 // One axis of the expansion of an entry: a key and its values.
 struct Axis {
@@ -136,17 +135,13 @@ std::vector<MethodSpec> parse_entry(const YamlReader& w, const YAML::Node& e, co
     return {base};
   }
   if (!e.IsMap()) w.fail(e, "key '" + key + "': an entry must be a mapping with one of the keys " + std::string(kKindKeys) + ".");
-  const std::vector<std::pair<std::string, MethodSpec::Kind>> kinds = {
-      {"quantizer", MethodSpec::Kind::Quantizer}, {"scorer", MethodSpec::Kind::Scorer},
-      {"seed", MethodSpec::Kind::Seed},           {"policy", MethodSpec::Kind::Policy},
-      {"family", MethodSpec::Kind::Family}};
   int found = 0;
   YAML::Node kind_node;
-  for (const auto& [k, kind] : kinds)
-    if (e[k]) {
+  for (const auto& [kind, k] : kMethodKinds.names)
+    if (e[std::string(k)]) {
       ++found;
       base.kind = kind;
-      kind_node = e[k];
+      kind_node = e[std::string(k)];
     }
   if (found != 1)
     w.fail(e, "key '" + key + "': an entry needs exactly one of the keys " + kKindKeys + " (it has " +

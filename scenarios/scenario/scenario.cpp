@@ -10,17 +10,18 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/text.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
 
 namespace tierlab {
 
-QuerySet parse_query_set(const std::string& s) {
-  if (s == "decode") return QuerySet::Decode;
-  if (s == "obs") return QuerySet::Obs;
-  throw InputError("query set '" + s + "' is unknown; the choices are decode, obs.");
-}
+constexpr auto kQuerySets = enum_table<QuerySet>("query set", {{QuerySet::Decode, "decode"}, {QuerySet::Obs, "obs"}});
+
+std::string_view to_string(QuerySet q) { return enum_name(kQuerySets, q); }
+
+QuerySet parse_query_set(const std::string& s) { return parse_enum(kQuerySets, s); }
 
 namespace {
 

@@ -27,6 +27,7 @@ namespace tierlab {
 
 // Which query set decides the verdict: "decode" (out-of-sample) or "obs" (in-sample).
 enum class QuerySet { Decode, Obs };
+std::string_view to_string(QuerySet);          // "decode" | "obs"
 QuerySet parse_query_set(const std::string&);  // InputError lists the choices
 
 struct ScenarioCell {
