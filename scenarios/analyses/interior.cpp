@@ -404,7 +404,7 @@ void InteriorAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& cell
 
 std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
                                            const std::string& dir) const {
-  const char* qname = sc.queries == QuerySet::Decode ? "decode" : "obs";
+  const std::string qname(to_string(sc.queries));
   write_cell_tables(cells, dir);
   const BudgetRows br = write_budget_table(sc, cells, dir);
   const RhoAcrossCells r = rho_across_cells(sc, cells);

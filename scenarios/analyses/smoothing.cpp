@@ -199,7 +199,7 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
   const std::vector<double> budgets = spec["budgets"].get<std::vector<double>>();
   const bool decode = sc.queries == QuerySet::Decode;
   const char* err_key = decode ? "err_decode" : "err_obs";
-  const char* qname = decode ? "decode" : "obs";
+  const std::string qname(to_string(sc.queries));
 
   // Per (family, budget, variant): sums over the cells' heads.
   struct Acc {

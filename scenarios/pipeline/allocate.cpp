@@ -74,6 +74,99 @@ SolveStatus worse(SolveStatus a, SolveStatus b) {
   return rank(a) >= rank(b) ? a : b;
 }
 
+// Every head's costs (and pooled costs, noise model, rates) for allocate_trace, one head at a time.
+std::vector<KeptHead> head_costs(const TraceReader& trace, const AllocateOptions& opt, const Progress& progress) {
+  const TraceMeta& meta = trace.meta();
+  const RateLadder& ladder = opt.ladder;
+  const bool smoothed = opt.solver == AllocSolver::Smoothed;
+  const int H = meta.n_heads();
+  std::vector<KeptHead> kept(static_cast<std::size_t>(H));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) {
+      const int i = l * meta.n_kv_heads + h;
+      KeptHead& k = kept[static_cast<std::size_t>(i)];
+      {
+        const HeadData head = trace.head(l, h);
+        SurrogateCosts sc = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
+        k.rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
+        k.layer = l;
+        k.kv_head = h;
+        k.output_norm2 = sc.output_norm2;
+        k.spans = head.spans;
+        if (opt.solver == AllocSolver::Waterfill) {
+          const HeadNoiseModel n = fit_head_noise(sc, k.rates);
+          k.noise = DistortionModel{n.alpha, n.beta};
+        }
+        k.a = std::move(sc.weights.a);
+        k.cost = std::move(sc.cost);
+      }
+      if (smoothed) k.smoothed = smooth_costs(k.cost, opt.smoothing);
+      if (progress) progress(i + 1, H);
+    }
+  return kept;
+}
+
+// The allocation and the totals over heads and scopes.
+void add_totals(AllocationReport& rep, const TraceMeta& meta, std::vector<std::vector<std::uint8_t>> tiers, bool smoothed) {
+  const RateLadder& ladder = rep.options.ladder;
+  const int m = ladder.size();
+  const int H = meta.n_heads();
+  rep.allocation.ladder = ladder;
+  rep.allocation.n_layers = meta.n_layers;
+  rep.allocation.n_kv_heads = meta.n_kv_heads;
+  rep.allocation.prompt_len = meta.prompt_len;
+  rep.allocation.tiers = std::move(tiers);
+  rep.allocation.validate();
+
+  rep.histogram.assign(static_cast<std::size_t>(m), 0);
+  long double obj = 0.0L, rel = 0.0L, bound = 0.0L, unsm = 0.0L;
+  for (const auto& h : rep.heads) {
+    for (int j = 0; j < m; ++j) rep.histogram[static_cast<std::size_t>(j)] += h.histogram[static_cast<std::size_t>(j)];
+    rep.rate.code_bits += h.rate.code_bits / H;
+    rep.rate.total_bits += h.rate.total_bits / H;
+    rep.budget_rate += h.budget_rate / H;
+    obj += h.objective;
+    rel += h.relative_objective / H;
+    rep.family_share[static_cast<std::size_t>(h.family)] += 1.0 / H;
+    ++rep.option_counts[h.option];
+    rep.spans += h.spans;
+    rep.spans_unsmoothed += h.spans_unsmoothed;
+    unsm += std::isnan(h.unsmoothed_objective) ? 0.0L : static_cast<long double>(h.unsmoothed_objective);
+  }
+  for (const auto& s : rep.scopes) bound += s.bound;
+  rep.objective = static_cast<double>(obj);
+  rep.relative_objective = static_cast<double>(rel);
+  rep.bound = static_cast<double>(bound);
+  rep.gap = std::max(0.0, rep.objective - rep.bound);
+  rep.relative_gap = rep.gap / std::max(std::fabs(rep.objective), 1e-300);
+  rep.has_spans = rep.spans.spans > 0;
+  if (smoothed) rep.unsmoothed_objective = static_cast<double>(unsm);
+}
+
+// The groups of heads that share one budget (head, layer or model scope) and their names.
+std::vector<std::vector<int>> scope_groups(const TraceMeta& meta, Scope scope, const std::vector<KeptHead>& kept,
+                                           std::vector<std::string>& group_names) {
+  const int H = meta.n_heads();
+  std::vector<std::vector<int>> groups;
+  if (scope == Scope::Head) {
+    for (int i = 0; i < H; ++i) {
+      groups.push_back({i});
+      group_names.push_back("L" + std::to_string(kept[i].layer) + ".H" + std::to_string(kept[i].kv_head));
+    }
+  } else if (scope == Scope::Layer) {
+    for (int l = 0; l < meta.n_layers; ++l) {
+      groups.emplace_back();
+      for (int h = 0; h < meta.n_kv_heads; ++h) groups.back().push_back(l * meta.n_kv_heads + h);
+      group_names.push_back("layer " + std::to_string(l));
+    }
+  } else {
+    groups.emplace_back();
+    for (int i = 0; i < H; ++i) groups.back().push_back(i);
+    group_names.push_back("model");
+  }
+  return groups;
+}
+
 }  // namespace
 
 void AllocateOptions::validate() const {
@@ -113,51 +206,13 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
 
   // 1. Costs, one head at a time.
   const int H = meta.n_heads();
-  std::vector<KeptHead> kept(static_cast<std::size_t>(H));
-  for (int l = 0; l < meta.n_layers; ++l)
-    for (int h = 0; h < meta.n_kv_heads; ++h) {
-      const int i = l * meta.n_kv_heads + h;
-      KeptHead& k = kept[static_cast<std::size_t>(i)];
-      {
-        const HeadData head = trace.head(l, h);
-        SurrogateCosts sc = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
-        k.rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
-        k.layer = l;
-        k.kv_head = h;
-        k.output_norm2 = sc.output_norm2;
-        k.spans = head.spans;
-        if (opt.solver == AllocSolver::Waterfill) {
-          const HeadNoiseModel n = fit_head_noise(sc, k.rates);
-          k.noise = DistortionModel{n.alpha, n.beta};
-        }
-        k.a = std::move(sc.weights.a);
-        k.cost = std::move(sc.cost);
-      }
-      if (smoothed) k.smoothed = smooth_costs(k.cost, opt.smoothing);
-      if (progress) progress(i + 1, H);
-    }
+  std::vector<KeptHead> kept = head_costs(trace, opt, progress);
   rep.seconds_costs = seconds_since(t0);
   rates = mean_rates(kept);
 
   // 2. Scopes: groups of heads sharing one budget.
-  std::vector<std::vector<int>> groups;
   std::vector<std::string> group_names;
-  if (opt.scope == Scope::Head) {
-    for (int i = 0; i < H; ++i) {
-      groups.push_back({i});
-      group_names.push_back("L" + std::to_string(kept[i].layer) + ".H" + std::to_string(kept[i].kv_head));
-    }
-  } else if (opt.scope == Scope::Layer) {
-    for (int l = 0; l < meta.n_layers; ++l) {
-      groups.emplace_back();
-      for (int h = 0; h < meta.n_kv_heads; ++h) groups.back().push_back(l * meta.n_kv_heads + h);
-      group_names.push_back("layer " + std::to_string(l));
-    }
-  } else {
-    groups.emplace_back();
-    for (int i = 0; i < H; ++i) groups.back().push_back(i);
-    group_names.push_back("model");
-  }
+  const std::vector<std::vector<int>> groups = scope_groups(meta, opt.scope, kept, group_names);
 
   FamilyOptions fo;
   fo.solver = family_solver(opt.solver);
@@ -264,36 +319,7 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
   }
 
   // 3. The allocation and the totals.
-  rep.allocation.ladder = ladder;
-  rep.allocation.n_layers = meta.n_layers;
-  rep.allocation.n_kv_heads = meta.n_kv_heads;
-  rep.allocation.prompt_len = meta.prompt_len;
-  rep.allocation.tiers = std::move(tiers);
-  rep.allocation.validate();
-
-  rep.histogram.assign(static_cast<std::size_t>(m), 0);
-  long double obj = 0.0L, rel = 0.0L, bound = 0.0L, unsm = 0.0L;
-  for (const auto& h : rep.heads) {
-    for (int j = 0; j < m; ++j) rep.histogram[static_cast<std::size_t>(j)] += h.histogram[static_cast<std::size_t>(j)];
-    rep.rate.code_bits += h.rate.code_bits / H;
-    rep.rate.total_bits += h.rate.total_bits / H;
-    rep.budget_rate += h.budget_rate / H;
-    obj += h.objective;
-    rel += h.relative_objective / H;
-    rep.family_share[static_cast<std::size_t>(h.family)] += 1.0 / H;
-    ++rep.option_counts[h.option];
-    rep.spans += h.spans;
-    rep.spans_unsmoothed += h.spans_unsmoothed;
-    unsm += std::isnan(h.unsmoothed_objective) ? 0.0L : static_cast<long double>(h.unsmoothed_objective);
-  }
-  for (const auto& s : rep.scopes) bound += s.bound;
-  rep.objective = static_cast<double>(obj);
-  rep.relative_objective = static_cast<double>(rel);
-  rep.bound = static_cast<double>(bound);
-  rep.gap = std::max(0.0, rep.objective - rep.bound);
-  rep.relative_gap = rep.gap / std::max(std::fabs(rep.objective), 1e-300);
-  rep.has_spans = rep.spans.spans > 0;
-  if (smoothed) rep.unsmoothed_objective = static_cast<double>(unsm);
+  add_totals(rep, meta, std::move(tiers), smoothed);
   rep.message = std::to_string(groups.size()) + " " + std::string(to_string(opt.scope)) + " scope(s) solved";
   if (!rep.scopes.empty()) rep.message += "; " + rep.scopes.front().method;
   rep.seconds = seconds_since(t0);

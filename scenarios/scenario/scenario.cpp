@@ -56,6 +56,117 @@ void apply_override(const YamlReader& c, SynthParams& p, const std::string& k, c
               "query_drift, rope_theta.");
 }
 
+// traces.synthetic: presets x seeds x context_lengths x logit_scales.
+void parse_synthetic_cells(const YamlReader& c, const YAML::Node& syn, int decode_steps, std::set<std::string>& ids,
+                           Scenario& s) {
+  c.keys(syn, "traces.synthetic", {"presets", "seeds", "context_lengths", "logit_scales", "overrides"});
+  if (!syn["presets"]) c.fail(syn, "traces.synthetic needs the key 'presets' (one of " + [] {
+    std::string l;
+    for (const auto& n : synth_preset_names()) l += (l.empty() ? "" : ", ") + n;
+    return l;
+  }() + ").");
+  std::vector<SynthParams> presets;
+  for (const auto& p : c.list(syn["presets"], "traces.synthetic.presets"))
+    presets.push_back(c.wrap(p, "traces.synthetic.presets", [&] { return synth_preset(c.str(p, "presets")); }));
+  std::vector<std::uint64_t> seeds{0};
+  if (syn["seeds"]) {
+    seeds.clear();
+    for (const auto& x : c.list(syn["seeds"], "traces.synthetic.seeds"))
+      seeds.push_back(static_cast<std::uint64_t>(c.integer(x, "traces.synthetic.seeds", 0, 1LL << 53)));
+  }
+  std::vector<int> lengths{-1};
+  if (syn["context_lengths"]) {
+    lengths.clear();
+    for (const auto& x : c.list(syn["context_lengths"], "traces.synthetic.context_lengths"))
+      lengths.push_back(static_cast<int>(c.integer(x, "traces.synthetic.context_lengths", 16, 1 << 20)));
+  }
+  std::vector<double> scales{0};
+  if (syn["logit_scales"]) {
+    scales.clear();
+    for (const auto& x : c.list(syn["logit_scales"], "traces.synthetic.logit_scales"))
+      scales.push_back(c.num(x, "traces.synthetic.logit_scales", 0.01, 100));
+    s.sweeps_logit_scales = true;
+  }
+  for (SynthParams& p : presets) {
+    if (const YAML::Node ov = syn["overrides"]) {
+      if (!ov.IsMap()) c.fail(ov, "traces.synthetic.overrides must be a mapping of parameter: value.");
+      for (const auto& kv : ov) apply_override(c, p, kv.first.as<std::string>(), kv.second);
+    }
+    if (decode_steps > 0) p.decode_steps = decode_steps;
+    for (const std::uint64_t seed : seeds)
+      for (const int T : lengths)
+        for (const double ls : scales) {
+          ScenarioCell cell;
+          cell.source = "synthetic";
+          cell.synth = p;
+          cell.synth.seed = seed;
+          if (T > 0) cell.synth.prompt_len = T;
+          if (cell.synth.obs_window > cell.synth.prompt_len) cell.synth.obs_window = cell.synth.prompt_len;
+          if (ls > 0) cell.synth.logit_scale_min = cell.synth.logit_scale_max = ls, cell.logit_scale = ls;
+          c.wrap(syn, "traces.synthetic", [&] { cell.synth.validate(); return 0; });
+          cell.id = p.preset + "-s" + std::to_string(seed) + "-T" + std::to_string(cell.synth.prompt_len);
+          if (ls > 0) cell.id += "-ls" + format_number(ls);
+          if (!ids.insert(cell.id).second) c.fail(syn, "traces.synthetic gives the cell '" + cell.id + "' twice (repeated value in a list).");
+          s.cells.push_back(cell);
+        }
+  }
+}
+
+// traces.model: a llama2.c checkpoint captured per seed and context length.
+void parse_model_cells(const YamlReader& c, const YAML::Node& mod, const std::filesystem::path& base, int decode_steps,
+                       std::set<std::string>& ids, Scenario& s) {
+  c.keys(mod, "traces.model", {"checkpoint", "seeds", "context_lengths", "temperature", "decode_steps"});
+  if (!mod["checkpoint"]) c.fail(mod, "traces.model needs the key 'checkpoint' (a llama2.c .bin file, e.g. data/stories260K/stories260K.bin).");
+  std::filesystem::path ck = c.str(mod["checkpoint"], "traces.model.checkpoint");
+  if (ck.is_relative() && !std::filesystem::exists(ck)) ck = base / ck;
+  if (!std::filesystem::exists(ck)) c.fail(mod["checkpoint"], "key 'traces.model.checkpoint': the checkpoint '" + ck.string() + "' does not exist.");
+  std::vector<std::uint64_t> seeds{0};
+  if (mod["seeds"]) {
+    seeds.clear();
+    for (const auto& x : c.list(mod["seeds"], "traces.model.seeds"))
+      seeds.push_back(static_cast<std::uint64_t>(c.integer(x, "traces.model.seeds", 0, 1LL << 53)));
+  }
+  if (!mod["context_lengths"]) c.fail(mod, "traces.model needs the key 'context_lengths' (prompt lengths T).");
+  std::vector<int> lengths;
+  for (const auto& x : c.list(mod["context_lengths"], "traces.model.context_lengths"))
+    lengths.push_back(static_cast<int>(c.integer(x, "traces.model.context_lengths", 8, 1 << 20)));
+  double temperature = 0.8;
+  if (mod["temperature"]) temperature = c.num(mod["temperature"], "traces.model.temperature", 0, 10);
+  int steps = decode_steps > 0 ? decode_steps : 16;
+  if (mod["decode_steps"]) steps = static_cast<int>(c.integer(mod["decode_steps"], "traces.model.decode_steps", 1, 4096));
+  const std::string mname = ck.stem().string();
+  for (const std::uint64_t seed : seeds)
+    for (const int T : lengths) {
+      ScenarioCell cell;
+      cell.source = "model";
+      cell.checkpoint = ck.string();
+      cell.model_name = mname;
+      cell.prompt_len = T;
+      cell.decode_steps = steps;
+      cell.temperature = temperature;
+      cell.seed = seed;
+      cell.id = mname + "-s" + std::to_string(seed) + "-T" + std::to_string(T);
+      if (!ids.insert(cell.id).second) c.fail(mod, "traces.model gives the cell '" + cell.id + "' twice (repeated value in a list).");
+      s.cells.push_back(cell);
+    }
+}
+
+// traces.files: captured trace files.
+void parse_file_cells(const YamlReader& c, const YAML::Node& files, const std::filesystem::path& base,
+                      std::set<std::string>& ids, Scenario& s) {
+  for (const auto& f : c.list(files, "traces.files")) {
+    ScenarioCell cell;
+    cell.source = "file";
+    std::filesystem::path p = c.str(f, "traces.files");
+    if (p.is_relative()) p = base / p;
+    if (!std::filesystem::exists(p)) c.fail(f, "key 'traces.files': the trace '" + p.string() + "' does not exist.");
+    cell.path = p.string();
+    cell.id = "file-" + p.stem().string();
+    if (!ids.insert(cell.id).second) c.fail(f, "traces.files gives the cell '" + cell.id + "' twice.");
+    s.cells.push_back(cell);
+  }
+}
+
 }  // namespace
 
 Scenario parse_scenario(const std::string& text, const std::string& file_name) {
@@ -113,108 +224,9 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   if (!traces) throw InputError(file_name + ":1: the key 'traces' is missing (give 'synthetic' and/or 'files').");
   c.keys(traces, "traces", {"synthetic", "model", "files"});
   std::set<std::string> ids;
-  if (const YAML::Node syn = traces["synthetic"]) {
-    c.keys(syn, "traces.synthetic", {"presets", "seeds", "context_lengths", "logit_scales", "overrides"});
-    if (!syn["presets"]) c.fail(syn, "traces.synthetic needs the key 'presets' (one of " + [] {
-      std::string l;
-      for (const auto& n : synth_preset_names()) l += (l.empty() ? "" : ", ") + n;
-      return l;
-    }() + ").");
-    std::vector<SynthParams> presets;
-    for (const auto& p : c.list(syn["presets"], "traces.synthetic.presets"))
-      presets.push_back(c.wrap(p, "traces.synthetic.presets", [&] { return synth_preset(c.str(p, "presets")); }));
-    std::vector<std::uint64_t> seeds{0};
-    if (syn["seeds"]) {
-      seeds.clear();
-      for (const auto& x : c.list(syn["seeds"], "traces.synthetic.seeds"))
-        seeds.push_back(static_cast<std::uint64_t>(c.integer(x, "traces.synthetic.seeds", 0, 1LL << 53)));
-    }
-    std::vector<int> lengths{-1};
-    if (syn["context_lengths"]) {
-      lengths.clear();
-      for (const auto& x : c.list(syn["context_lengths"], "traces.synthetic.context_lengths"))
-        lengths.push_back(static_cast<int>(c.integer(x, "traces.synthetic.context_lengths", 16, 1 << 20)));
-    }
-    std::vector<double> scales{0};
-    if (syn["logit_scales"]) {
-      scales.clear();
-      for (const auto& x : c.list(syn["logit_scales"], "traces.synthetic.logit_scales"))
-        scales.push_back(c.num(x, "traces.synthetic.logit_scales", 0.01, 100));
-      s.sweeps_logit_scales = true;
-    }
-    for (SynthParams& p : presets) {
-      if (const YAML::Node ov = syn["overrides"]) {
-        if (!ov.IsMap()) c.fail(ov, "traces.synthetic.overrides must be a mapping of parameter: value.");
-        for (const auto& kv : ov) apply_override(c, p, kv.first.as<std::string>(), kv.second);
-      }
-      if (decode_steps > 0) p.decode_steps = decode_steps;
-      for (const std::uint64_t seed : seeds)
-        for (const int T : lengths)
-          for (const double ls : scales) {
-            ScenarioCell cell;
-            cell.source = "synthetic";
-            cell.synth = p;
-            cell.synth.seed = seed;
-            if (T > 0) cell.synth.prompt_len = T;
-            if (cell.synth.obs_window > cell.synth.prompt_len) cell.synth.obs_window = cell.synth.prompt_len;
-            if (ls > 0) cell.synth.logit_scale_min = cell.synth.logit_scale_max = ls, cell.logit_scale = ls;
-            c.wrap(syn, "traces.synthetic", [&] { cell.synth.validate(); return 0; });
-            cell.id = p.preset + "-s" + std::to_string(seed) + "-T" + std::to_string(cell.synth.prompt_len);
-            if (ls > 0) cell.id += "-ls" + format_number(ls);
-            if (!ids.insert(cell.id).second) c.fail(syn, "traces.synthetic gives the cell '" + cell.id + "' twice (repeated value in a list).");
-            s.cells.push_back(cell);
-          }
-    }
-  }
-  if (const YAML::Node mod = traces["model"]) {
-    c.keys(mod, "traces.model", {"checkpoint", "seeds", "context_lengths", "temperature", "decode_steps"});
-    if (!mod["checkpoint"]) c.fail(mod, "traces.model needs the key 'checkpoint' (a llama2.c .bin file, e.g. data/stories260K/stories260K.bin).");
-    std::filesystem::path ck = c.str(mod["checkpoint"], "traces.model.checkpoint");
-    if (ck.is_relative() && !std::filesystem::exists(ck)) ck = base / ck;
-    if (!std::filesystem::exists(ck)) c.fail(mod["checkpoint"], "key 'traces.model.checkpoint': the checkpoint '" + ck.string() + "' does not exist.");
-    std::vector<std::uint64_t> seeds{0};
-    if (mod["seeds"]) {
-      seeds.clear();
-      for (const auto& x : c.list(mod["seeds"], "traces.model.seeds"))
-        seeds.push_back(static_cast<std::uint64_t>(c.integer(x, "traces.model.seeds", 0, 1LL << 53)));
-    }
-    if (!mod["context_lengths"]) c.fail(mod, "traces.model needs the key 'context_lengths' (prompt lengths T).");
-    std::vector<int> lengths;
-    for (const auto& x : c.list(mod["context_lengths"], "traces.model.context_lengths"))
-      lengths.push_back(static_cast<int>(c.integer(x, "traces.model.context_lengths", 8, 1 << 20)));
-    double temperature = 0.8;
-    if (mod["temperature"]) temperature = c.num(mod["temperature"], "traces.model.temperature", 0, 10);
-    int steps = decode_steps > 0 ? decode_steps : 16;
-    if (mod["decode_steps"]) steps = static_cast<int>(c.integer(mod["decode_steps"], "traces.model.decode_steps", 1, 4096));
-    const std::string mname = ck.stem().string();
-    for (const std::uint64_t seed : seeds)
-      for (const int T : lengths) {
-        ScenarioCell cell;
-        cell.source = "model";
-        cell.checkpoint = ck.string();
-        cell.model_name = mname;
-        cell.prompt_len = T;
-        cell.decode_steps = steps;
-        cell.temperature = temperature;
-        cell.seed = seed;
-        cell.id = mname + "-s" + std::to_string(seed) + "-T" + std::to_string(T);
-        if (!ids.insert(cell.id).second) c.fail(mod, "traces.model gives the cell '" + cell.id + "' twice (repeated value in a list).");
-        s.cells.push_back(cell);
-      }
-  }
-  if (const YAML::Node files = traces["files"]) {
-    for (const auto& f : c.list(files, "traces.files")) {
-      ScenarioCell cell;
-      cell.source = "file";
-      std::filesystem::path p = c.str(f, "traces.files");
-      if (p.is_relative()) p = base / p;
-      if (!std::filesystem::exists(p)) c.fail(f, "key 'traces.files': the trace '" + p.string() + "' does not exist.");
-      cell.path = p.string();
-      cell.id = "file-" + p.stem().string();
-      if (!ids.insert(cell.id).second) c.fail(f, "traces.files gives the cell '" + cell.id + "' twice.");
-      s.cells.push_back(cell);
-    }
-  }
+  if (const YAML::Node syn = traces["synthetic"]) parse_synthetic_cells(c, syn, decode_steps, ids, s);
+  if (const YAML::Node mod = traces["model"]) parse_model_cells(c, mod, base, decode_steps, ids, s);
+  if (const YAML::Node files = traces["files"]) parse_file_cells(c, files, base, ids, s);
   if (s.cells.empty()) c.fail(traces, "traces gives no cell.");
   if (const YAML::Node m = root["methods"]) s.methods = parse_method_specs(m, file_name, "methods", s.ladder);
   for (const AnalysisType& t : analysis_types())
