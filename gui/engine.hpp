@@ -168,6 +168,18 @@ class Engine {
   ErrorMetrics obs_error_(const std::atomic<bool>* cancel);  // ... on the observation queries
   void touch_(const std::string& key);
   void trim_();  // drops least recently used entries while over the limit
+  // The water-filling view's steps (gui/views/waterfill.cpp): the continuous water-filling,
+  // the discrete allocation and its recomputation, the figures, the numbers as text.
+  static void waterfill_continuous_(LadderEntry&, const Settings&, int T, WaterfillNumbers& num,
+                                    std::vector<double>& g0, std::vector<double>& cbits);
+  HeadSolution waterfill_allocation_(LadderEntry&, const HeadData&, const RateLadder&, const Settings&,
+                                     WaterfillNumbers& num, const std::atomic<bool>* cancel);
+  static ViewResult waterfill_figures_(const LadderEntry&, const RateLadder&, const Settings&,
+                                       const std::string& head, int T, const std::vector<double>& g0,
+                                       const std::vector<double>& cbits, const HeadSolution&,
+                                       const WaterfillNumbers&);
+  static std::string waterfill_info_(const LadderEntry&, const HeadData&, const RateLadder&, const Settings&,
+                                     const std::string& head, const HeadSolution&, const WaterfillNumbers&);
 
   std::shared_ptr<const Source> source_;
   std::unique_ptr<Recomputer> backend_;

@@ -122,41 +122,31 @@ static std::string settings_key(const Settings& s) {
 // ---------------------------------------------------------------------------------------
 // (a) water-filling
 
-ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std::atomic<bool>* cancel) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto t0 = Clock::now();
-  const RateLadder ladder = RateLadder::parse(s.ladder);
-  ladder.validate();
-  auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
-  const std::shared_ptr<const HeadData> head_data = head_(s.layer, s.kv_head);
-  const HeadData& hd = *head_data;
-  const int T = static_cast<int>(hd.keys.rows());
-  const VectorD& a = e->costs.weights.a;
-  WaterfillNumbers num;
-  check(cancel);
-
-  // Continuous reverse water-filling on the head's noise model.
-  std::vector<double> cbits;
-  std::vector<double> g0(static_cast<std::size_t>(T), 0.0);
-  if (e->fit.fitted) {
-    num.alpha = e->fit.alpha;
-    num.beta = e->fit.beta;
-    const double k = e->fit.alpha * std::log(e->fit.beta);
+// Continuous reverse water-filling on the head's noise model: g_t(0) per token (a_t when the
+// model is not fitted), the water level theta (NaN when not fitted) and the continuous bits
+// b_t (none when not fitted). Builds e.L and e.P on first use.
+void Engine::waterfill_continuous_(LadderEntry& e, const Settings& s, int T, WaterfillNumbers& num,
+                                   std::vector<double>& g0, std::vector<double>& cbits) {
+  const VectorD& a = e.costs.weights.a;
+  if (e.fit.fitted) {
+    num.alpha = e.fit.alpha;
+    num.beta = e.fit.beta;
+    const double k = e.fit.alpha * std::log(e.fit.beta);
     for (int t = 0; t < T; ++t) g0[static_cast<std::size_t>(t)] = a[t] * k;
-    if (e->L.empty() && e->P.empty()) {
-      const double lnb = std::log(e->fit.beta);
-      for (int t : e->order)
-        if (a[t] > 0) e->L.push_back(std::log(a[t] * k) / lnb);
-      e->P.assign(e->L.size() + 1, 0.0);
-      for (std::size_t i = 0; i < e->L.size(); ++i) e->P[i + 1] = e->P[i] + e->L[i];
+    if (e.L.empty() && e.P.empty()) {
+      const double lnb = std::log(e.fit.beta);
+      for (int t : e.order)
+        if (a[t] > 0) e.L.push_back(std::log(a[t] * k) / lnb);
+      e.P.assign(e.L.size() + 1, 0.0);
+      for (std::size_t i = 0; i < e.L.size(); ++i) e.P[i + 1] = e.P[i] + e.L[i];
     }
-    WaterLevel wl = water_level_of(e->L, e->P, T, s.budget);
+    WaterLevel wl = water_level_of(e.L, e.P, T, s.budget);
     if (!wl.all_zero && static_cast<double>(T) * std::min(s.budget, 16.0) < 16.0 * wl.weighted)
-      wl.theta = std::exp(wl.level * std::log(e->fit.beta));
+      wl.theta = std::exp(wl.level * std::log(e.fit.beta));
     num.theta = wl.theta;
     if (wl.theta > 0) {
       cbits.resize(static_cast<std::size_t>(T));
-      const double lnb = std::log(e->fit.beta);
+      const double lnb = std::log(e.fit.beta);
       for (int t = 0; t < T; ++t) {
         const double g = g0[static_cast<std::size_t>(t)];
         cbits[static_cast<std::size_t>(t)] = g > 0 ? std::clamp(std::log(g) / lnb - wl.level, 0.0, 16.0) : 0.0;
@@ -168,13 +158,21 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     num.theta = kNaN;
     for (int t = 0; t < T; ++t) g0[static_cast<std::size_t>(t)] = a[t];
   }
-  check(cancel);
+}
 
+// The discrete allocation of the chosen solver and family on the (smoothed) costs, its keys as
+// materialize gives them (only the tiers whose token sets changed are quantized again), its
+// recomputed errors at decode step s and (when asked) on the observation queries, kept for
+// obs_error. Its tiers are empty when the family is infeasible at B.
+HeadSolution Engine::waterfill_allocation_(LadderEntry& e, const HeadData& hd, const RateLadder& ladder,
+                                           const Settings& s, WaterfillNumbers& num,
+                                           const std::atomic<bool>* cancel) {
+  const int T = static_cast<int>(hd.keys.rows());
   // The discrete allocation, its keys and its error at step s, on this thread alone.
   std::optional<SerialOmp> serial;
   serial.emplace();
   auto ts = Clock::now();
-  HeadSolution hr = solve_(*e, smoothed_(*e, s.smoothing), s, s.family, ladder, &num.option);
+  HeadSolution hr = solve_(e, smoothed_(e, s.smoothing), s, s.family, ladder, &num.option);
   num.solve_ms = ms_since(ts);
   num.tiers = hr.tiers;
   const bool feasible = !hr.tiers.empty();
@@ -188,7 +186,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     for (auto k : hr.tiers) ev += k == 0 ? 1 : 0;
     num.evicted_fraction = T > 0 ? static_cast<double>(ev) / T : 0;
     num.surrogate_abs = hr.objective;
-    num.surrogate_rel = e->costs.output_norm2 > 0 ? hr.objective / e->costs.output_norm2 : kNaN;
+    num.surrogate_rel = e.costs.output_norm2 > 0 ? hr.objective / e.costs.output_norm2 : kNaN;
     num.tiers_quantized = apply_(s.layer, s.kv_head, ladder, hr.tiers);
     num.materialize_ms = ms_since(ts);
     check(cancel);
@@ -210,9 +208,17 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     last->obs = num.obs;
     last_ = std::move(last);
   }
+  return hr;
+}
 
-  // Figures.
-  const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
+// The two figures (g_t(0) by weight rank coloured by tier, with the water level; bits per
+// token, with the continuous b_t and the budget) and their hover points.
+ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& ladder, const Settings& s,
+                                      const std::string& head, int T, const std::vector<double>& g0,
+                                      const std::vector<double>& cbits, const HeadSolution& hr,
+                                      const WaterfillNumbers& num) {
+  const VectorD& a = e.costs.weights.a;
+  const bool feasible = !hr.tiers.empty();
   const std::vector<int> ranks = plot_ranks(T);
   std::vector<Series> by_tier(static_cast<std::size_t>(ladder.size()));
   std::vector<Series> bits_tier(static_cast<std::size_t>(ladder.size()));
@@ -228,7 +234,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   const double floor_g = gmax > 0 ? std::max(gmin, gmax * 1e-14) : 1e-30;
   std::vector<HoverPoint> hover_level, hover_bits;
   for (int r : ranks) {
-    const int t = e->order[static_cast<std::size_t>(r - 1)];
+    const int t = e.order[static_cast<std::size_t>(r - 1)];
     const double y = std::max(g0[static_cast<std::size_t>(t)], floor_g);
     const int tier = feasible ? hr.tiers[static_cast<std::size_t>(t)] : -1;
     Series& sl = tier >= 0 ? by_tier[static_cast<std::size_t>(tier)] : unsolved;
@@ -239,7 +245,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
     if (!cbits.empty()) cont.x.push_back(r), cont.y.push_back(cb);
     std::string txt = "rank " + std::to_string(r) + ", token t = " + std::to_string(t) + "\na_t = " +
                       format_label(a[t], "%.4g") + ", g_t(0) = " + format_label(g0[static_cast<std::size_t>(t)], "%.4g") +
-                      "\nc_t(0) = " + format_label(e->costs.weights.evict_cost[t], "%.4g") +
+                      "\nc_t(0) = " + format_label(e.costs.weights.evict_cost[t], "%.4g") +
                       (tier >= 0 ? "\ntier " + ladder.tiers[static_cast<std::size_t>(tier)].name() : std::string()) +
                       (cbits.empty() ? std::string() : "\ncontinuous b_t = " + format_label(cb, "%.3f"));
     hover_level.push_back({static_cast<double>(r), y, txt});
@@ -249,7 +255,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   lv.title = "Reverse water-filling, " + head + ", B = " + format_label(s.budget) + " bits: water level theta = " +
              format_label(num.theta, "%.3g");
   lv.xlabel = "token rank by weight a_t (1 = heaviest, log)";
-  lv.ylabel = e->fit.fitted ? "marginal return per bit at 0 bits, g_t(0) (log)" : "token weight a_t (log)";
+  lv.ylabel = e.fit.fitted ? "marginal return per bit at 0 bits, g_t(0) (log)" : "token weight a_t (log)";
   lv.xlog = true;
   lv.ylog = true;
   lv.xmin = 0.8, lv.xmax = T * 1.25;
@@ -278,14 +284,23 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   ViewResult v;
   v.figures = {lv, bf};
   v.hover = {hover_level, hover_bits};
+  return v;
+}
+
+// The view's numbers as text (ViewResult::info).
+std::string Engine::waterfill_info_(const LadderEntry& e, const HeadData& hd, const RateLadder& ladder,
+                                    const Settings& s, const std::string& head, const HeadSolution& hr,
+                                    const WaterfillNumbers& num) {
+  const int T = static_cast<int>(hd.keys.rows());
+  const bool feasible = !hr.tiers.empty();
   std::ostringstream info;
   info << "Head " << head << ": T = " << T << " tokens, d = " << hd.keys.cols() << ", "
        << hd.obs_queries.rows() << " observation queries, S = " << hd.decode_keys.rows() << " decode steps\n";
-  if (e->fit.fitted)
+  if (e.fit.fitted)
     info << "noise model n_h(b) = " << format_label(num.alpha, "%.3g") << " * " << format_label(num.beta, "%.3f") << "^(-b); theta = "
          << format_label(num.theta, "%.4g") << "\n";
   else
-    info << "noise model not fitted (" << e->fit.note << "); y shows a_t\n";
+    info << "noise model not fitted (" << e.fit.note << "); y shows a_t\n";
   if (!feasible) {
     info << "family " << to_string(s.family) << " is infeasible at B = " << format_label(s.budget) << " on " << ladder.name() << "\n";
   } else {
@@ -304,7 +319,33 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
          << " ms, tier-local keys " << format_label(num.materialize_ms, "%.1f") << " ms (" << num.tiers_quantized
          << " tier" << (num.tiers_quantized == 1 ? "" : "s") << " quantized again)";
   }
-  v.info = info.str();
+  return info.str();
+}
+
+ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std::atomic<bool>* cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto t0 = Clock::now();
+  const RateLadder ladder = RateLadder::parse(s.ladder);
+  ladder.validate();
+  auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
+  const std::shared_ptr<const HeadData> head_data = head_(s.layer, s.kv_head);
+  const HeadData& hd = *head_data;
+  const int T = static_cast<int>(hd.keys.rows());
+  WaterfillNumbers num;
+  check(cancel);
+
+  // Continuous reverse water-filling on the head's noise model.
+  std::vector<double> cbits;
+  std::vector<double> g0(static_cast<std::size_t>(T), 0.0);
+  waterfill_continuous_(*e, s, T, num, g0, cbits);
+  check(cancel);
+
+  const HeadSolution hr = waterfill_allocation_(*e, hd, ladder, s, num, cancel);
+
+  // Figures.
+  const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
+  ViewResult v = waterfill_figures_(*e, ladder, s, head, T, g0, cbits, hr, num);
+  v.info = waterfill_info_(*e, hd, ladder, s, head, hr, num);
   v.seconds = ms_since(t0) / 1000;
   if (out) *out = std::move(num);
   return v;
