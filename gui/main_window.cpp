@@ -77,7 +77,21 @@ MainWindow::~MainWindow() {
 
 void MainWindow::buildUi() {
   setWindowTitle("tierlab-explorer");
-  // Menus.
+  buildMenus();
+  QScrollArea* scroll = buildControls();
+  buildViews();
+  auto* split = new QSplitter;
+  split->addWidget(scroll);
+  split->addWidget(tabs_);
+  split->setStretchFactor(1, 1);
+  setCentralWidget(split);
+  buildStatusBar();
+  resize(1360, 860);
+  connectControls();
+}
+
+// The File and Scenario menus.
+void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu("&File");
   file->addAction("&Open trace, scenario or checkpoint...", QKeySequence::Open, this, [this] { openDialog(); });
   QMenu* presets = file->addMenu("Open synthetic &preset");
@@ -106,8 +120,11 @@ void MainWindow::buildUi() {
   QMenu* run = menuBar()->addMenu("&Scenario");
   run->addAction("&Run the scenario (tables for the interior, phase-map and staleness views)", QKeySequence("Ctrl+R"),
                  this, [this] { runScenario(); });
+}
 
-  // Controls.
+// The controls panel: the source line, the source, head and allocation boxes, the view's
+// numbers; scrollable.
+QScrollArea* MainWindow::buildControls() {
   auto* panel = new QWidget;
   auto* pv = new QVBoxLayout(panel);
   source_label_ = new QLabel("no source");
@@ -116,7 +133,25 @@ void MainWindow::buildUi() {
   bold.setBold(true);
   source_label_->setFont(bold);
   pv->addWidget(source_label_);
+  pv->addWidget(buildSourceBox());
+  pv->addWidget(buildHeadBox());
+  pv->addWidget(buildAllocationBox());
+  info_ = new QPlainTextEdit;
+  info_->setReadOnly(true);
+  QFont mono("DejaVu Sans Mono");
+  mono.setPointSize(9);
+  info_->setFont(mono);
+  pv->addWidget(info_, 1);
 
+  auto* scroll = new QScrollArea;
+  scroll->setWidget(panel);
+  scroll->setWidgetResizable(true);
+  scroll->setMinimumWidth(330);
+  return scroll;
+}
+
+// Source: preset or model, context length T, open a file, run the scenario (its buttons wired).
+QGroupBox* MainWindow::buildSourceBox() {
   auto* src_box = new QGroupBox("Source");
   auto* sf = new QFormLayout(src_box);
   preset_ = new QComboBox;
@@ -139,8 +174,25 @@ void MainWindow::buildUi() {
   run_button_ = new QPushButton("Run scenario");
   run_button_->setToolTip("Compute the scenario's cells and tables (the same as `tierlab run`).");
   sf->addRow(run_button_);
-  pv->addWidget(src_box);
+  connect(open_preset, &QPushButton::clicked, this, [this] {
+    SourceSpec s;
+    if (preset_->currentIndex() == preset_->count() - 1) {
+      s.kind = SourceKind::Model;
+      s.path = shipped_model().toStdString();
+      s.context_length = std::min(context_->value(), 496);
+    } else {
+      s.kind = SourceKind::Synthetic;
+      s.preset = preset_->currentText().toStdString();
+      s.context_length = context_->value();
+    }
+    openSpec(s);
+  });
+  connect(open_file, &QPushButton::clicked, this, [this] { openDialog(); });
+  return src_box;
+}
 
+// Head: layer, KV head, decode step.
+QGroupBox* MainWindow::buildHeadBox() {
   auto* head_box = new QGroupBox("Head");
   auto* hf = new QFormLayout(head_box);
   layer_ = new QSpinBox;
@@ -151,8 +203,12 @@ void MainWindow::buildUi() {
   step_->setRange(1, 1);
   step_->setToolTip("Decode step s: the water-filling view recomputes the error of the allocation on this step's queries.");
   hf->addRow("decode step s", step_);
-  pv->addWidget(head_box);
+  return head_box;
+}
 
+// Allocation: budget (spin box and slider), quantizer, bits ladder, rate kind, solver, family,
+// smoothing.
+QGroupBox* MainWindow::buildAllocationBox() {
   auto* alloc_box = new QGroupBox("Allocation");
   auto* af = new QFormLayout(alloc_box);
   budget_ = new QDoubleSpinBox;
@@ -190,20 +246,11 @@ void MainWindow::buildUi() {
   smoothing_ = new QComboBox;
   for (int k : {1, 3, 5, 7, 9, 15, 31}) smoothing_->addItem(k == 1 ? QString("none") : QString("avg pool k = %1").arg(k), k);
   af->addRow("smoothing", smoothing_);
-  pv->addWidget(alloc_box);
-  info_ = new QPlainTextEdit;
-  info_->setReadOnly(true);
-  QFont mono("DejaVu Sans Mono");
-  mono.setPointSize(9);
-  info_->setFont(mono);
-  pv->addWidget(info_, 1);
+  return alloc_box;
+}
 
-  auto* scroll = new QScrollArea;
-  scroll->setWidget(panel);
-  scroll->setWidgetResizable(true);
-  scroll->setMinimumWidth(330);
-
-  // Views.
+// The five view tabs, one plot per figure (two for water-filling and interior), each with hover.
+void MainWindow::buildViews() {
   tabs_ = new QTabWidget;
   for (int v = 0; v < ViewCount; ++v) {
     auto* page = new QWidget;
@@ -221,12 +268,10 @@ void MainWindow::buildUi() {
     }
     tabs_->addTab(page, kViewTitles[v]);
   }
-  auto* split = new QSplitter;
-  split->addWidget(scroll);
-  split->addWidget(tabs_);
-  split->setStretchFactor(1, 1);
-  setCentralWidget(split);
+}
 
+// The status bar: the status line, the progress bar and the cancel button.
+void MainWindow::buildStatusBar() {
   status_ = new QLabel;
   progress_ = new QProgressBar;
   progress_->setRange(0, 1000);
@@ -238,23 +283,11 @@ void MainWindow::buildUi() {
   statusBar()->addWidget(status_, 1);
   statusBar()->addPermanentWidget(progress_);
   statusBar()->addPermanentWidget(cancel_);
-  resize(1360, 860);
+}
 
-  // Wiring.
-  connect(open_preset, &QPushButton::clicked, this, [this] {
-    SourceSpec s;
-    if (preset_->currentIndex() == preset_->count() - 1) {
-      s.kind = SourceKind::Model;
-      s.path = shipped_model().toStdString();
-      s.context_length = std::min(context_->value(), 496);
-    } else {
-      s.kind = SourceKind::Synthetic;
-      s.preset = preset_->currentText().toStdString();
-      s.context_length = context_->value();
-    }
-    openSpec(s);
-  });
-  connect(open_file, &QPushButton::clicked, this, [this] { openDialog(); });
+// The controls' signals: cancel, the budget's spin box and slider kept in step, every setting
+// recomputing the current view, a tab change computing its view when stale.
+void MainWindow::connectControls() {
   connect(run_button_, &QPushButton::clicked, this, [this] { runScenario(); });
   connect(context_, &QSpinBox::editingFinished, this, [this] { reopenWithContext(); });
   connect(cancel_, &QToolButton::clicked, this, [this] {

@@ -24,6 +24,7 @@
 class QCustomPlot;
 class QComboBox;
 class QDoubleSpinBox;
+class QGroupBox;
 class QSpinBox;
 class QSlider;
 class QLabel;
@@ -31,6 +32,7 @@ class QLineEdit;
 class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
+class QScrollArea;
 class QTabWidget;
 class QToolButton;
 
@@ -94,7 +96,15 @@ class MainWindow : public QMainWindow {
     bool follow_up = false;
   };
 
-  void buildUi();
+  void buildUi();  // the steps below, in this order
+  void buildMenus();
+  QScrollArea* buildControls();  // the three boxes below and the text of numbers
+  QGroupBox* buildSourceBox();
+  QGroupBox* buildHeadBox();
+  QGroupBox* buildAllocationBox();
+  void buildViews();
+  void buildStatusBar();
+  void connectControls();
   void submit(Job job);
   void startNext();
   void jobFinished();

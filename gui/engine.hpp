@@ -1,0 +1,197 @@
+#pragma once
+// tierlab-explorer's engine (no Qt types): the views of an opened source (gui/source.hpp),
+// each built as tierlab::Figure (scenarios/figures/figure.hpp), and the per-head caches behind
+// them. The Engine's caches and shared per-head work are in gui/engine.cpp, each view in
+// gui/views/<view>.cpp.
+//
+// Views (for the selected head (l, h), budget B bits per key element, ladder, solver,
+// family, smoothing kernel k, decode step s):
+//   (a) water-filling: tokens sorted by weight a_t (model/surrogate.hpp); the marginal
+//       return per bit at 0 bits g_t(0) = a_t alpha ln(beta) with the head's fitted noise
+//       model n_h(b) = alpha beta^(-b) (fit_noise on the ladder's quantizer); the water level
+//       theta of continuous reverse water-filling at B (solvers/waterfill.hpp; tokens with
+//       g_t(0) < theta get 0 bits, b_t = log_beta(g_t(0) / theta) otherwise, b_max = 16);
+//       the discrete allocation of the chosen solver and family on the (smoothed) surrogate
+//       costs, coloured by tier; its surrogate prediction sum_t c_t / mean_q ||o_q||^2 (true
+//       costs) next to the exact recomputed relative error e = ||o^ - o||^2 / ||o||^2 (the
+//       engine's Recomputer, gpu/recompute.hpp; CPU in the app) on decode step s's g queries (the T prompt tokens
+//       under the allocation plus the s decode keys, exact) and on the observation queries.
+//       The keys are those `tierlab eval --allocation` recomputes (model/quantizer.hpp
+//       materialize, MODEL.md convention 9): the tokens of one tier are quantized together,
+//       in position order (quantize_block per tier; a tier whose token set did not change
+//       is not quantized again). Per allocation the backend prepares the step's g rows
+//       (and, when asked, the observation queries) with these keys as one variant.
+//   (b) head map: per head, R_h(2-bit) = sum_t c_t(2-bit) / sum_t c_t(0)
+//       (model/dominance.hpp; dominated when >= 1) and the routed family (Q, E or M,
+//       solvers/families.hpp, head scope) at B.
+//   (c) interior advantage A = 1 - err(M*) / min(err(Q*), err(E*)) (scenarios/pipeline/advantage.hpp):
+//       from a run's tables (per cell vs dominated share; per head vs budget), else live for
+//       the selected head vs budget and for every head at B.
+//   (d) dominance: a run's phase map (winner per logit scale x budget, surrogate boundary
+//       median R_h(2) = 1 dashed), else the selected head's R_h(tau) vs rate with its lower
+//       convex hull.
+//   (e) staleness (scenarios/pipeline/staleness_head.hpp): a run's per-step medians, else the selected
+//       head's err_stale/err_fresh, Jaccard of evicted sets and tier agreement per step.
+//
+// Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
+// noise fit, the weight order, the sorted log weights of the water level and the smoothed
+// costs per kernel. These per-head entries are bounded: least recently used first, the
+// heads' data and then the (head, ladder) entries are dropped while their bytes exceed
+// the limit (set_cache_limit; default 1 GiB, or TIERLAB_EXPLORER_CACHE_MB), those of the
+// head in use always kept. Besides, one "work" entry for the water-filling view's head:
+// the tier-local quantization per tier, the allocation's keys extended by the decode
+// step's keys, the T + s exact keys and values, and the current allocation's error at
+// step s. A budget change re-solves, re-quantizes the tiers whose tokens changed and
+// recomputes decode step s's g rows (the backend's two phases, on one thread).
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpu/recompute.hpp"
+#include "gui/source.hpp"
+#include "model/surrogate.hpp"
+#include "model/tier.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/pipeline/head.hpp"
+#include "scenarios/figures/figure.hpp"
+#include "solvers/families.hpp"
+#include "solvers/waterfill.hpp"
+
+namespace tierlab::explorer {
+
+struct Settings {
+  int layer = 0, kv_head = 0;
+  double budget = 2.0;  // B, bits per key element
+  std::string ladder = "evict,kivi2,kivi4,kivi8,exact";
+  RateKind rate_kind = RateKind::Code;
+  FamilySolver solver = FamilySolver::Exact;
+  FamilyChoice family = FamilyChoice::Mixed;
+  int smoothing = 1;  // avg-pool kernel k (odd; 1 = none), reflect padding
+  int decode_step = 1;  // s (clamped to [1, S])
+  // Recompute on the observation queries too (g * W rows: the costly part on long heads).
+  // The app leaves it out of the interactive update and asks obs_error() right after.
+  bool recompute_obs = true;
+};
+
+// One point a hover can name: its data coordinates and the text to show.
+struct HoverPoint {
+  double x = 0, y = 0;
+  std::string text;
+};
+
+// What a view shows: one or more figures (drawn stacked) and the numbers beside them.
+struct ViewResult {
+  std::vector<Figure> figures;
+  std::vector<std::vector<HoverPoint>> hover;  // per figure
+  std::string info;                            // several lines of numbers
+  double seconds = 0;
+};
+
+// All the figures' series in one figure (for the CSV export of a view).
+Figure merged_for_csv(const ViewResult&);
+
+// The water-filling view's numbers (also in ViewResult::info).
+struct WaterfillNumbers {
+  double theta = 0, alpha = 0, beta = 0;   // water level, fitted noise model
+  std::string option;                      // the family option chosen ("M", "Q:kivi4", "E")
+  std::vector<std::uint8_t> tiers;         // ladder tier per prompt token
+  Rate rate;                               // allocation_rate (convention 9 metadata), bits per key element
+  double evicted_fraction = 0;
+  double surrogate_abs = 0, surrogate_rel = 0;  // sum_t c_t(tau_t) (true costs), / mean ||o||^2
+  ErrorMetrics obs;                        // recomputed, observation queries (NaN when not asked)
+  ErrorMetrics step;                       // recomputed, decode step s (zeros when S = 0)
+  int step_used = 0;                       // s actually used (0 when S = 0)
+  double solve_ms = 0, materialize_ms = 0, recompute_ms = 0;  // materialize: the tier-local quantization
+  int tiers_quantized = 0;                 // finite tiers quantized again by this call (the others were cached)
+};
+
+struct HeadMapEntry {
+  int layer = 0, kv_head = 0;
+  double R2 = 0;  // R_h(2-bit tier), NaN when the ladder has no 2-bit tier
+  bool dominated = false;
+  char family = '-';
+  std::string option;
+  double objective = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(std::shared_ptr<const Source>, Backend backend = Backend::Cpu);
+  ~Engine();
+  const Source& source() const { return *source_; }
+  std::string backend_description() const;
+
+  // (a); numbers filled when non-null.
+  ViewResult waterfill(const Settings&, WaterfillNumbers* numbers = nullptr, const std::atomic<bool>* cancel = nullptr);
+  // (b); entries filled when non-null.
+  ViewResult head_map(const Settings&, std::vector<HeadMapEntry>* entries = nullptr, const Progress& = {},
+                      const std::atomic<bool>* cancel = nullptr);
+  ViewResult interior(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+  ViewResult dominance(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+  ViewResult staleness(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+
+  // The recomputed error of the last water-filling allocation on the observation queries
+  // (re-solves when `s` differs from the last call's settings).
+  ErrorMetrics obs_error(const Settings& s, const std::atomic<bool>* cancel = nullptr);
+
+  // Drops the caches (e.g. to measure a cold start).
+  void clear_cache();
+  // The per-head caches' limit in bytes (see Caching above) and what they hold now
+  // (cache_bytes counts the work entry too).
+  void set_cache_limit(std::size_t bytes);
+  std::size_t cache_limit() const { return cache_limit_; }
+  std::size_t cache_bytes();
+  int cached_heads();  // heads whose data (keys, values, queries) is cached
+
+  // The allocation of the selected head that waterfill() would use (tests, benchmark).
+  std::vector<std::uint8_t> allocate(const Settings&, std::string* option = nullptr);
+  // Its keys as the water-filling view recomputes them (those of model/quantizer.hpp
+  // materialize: evicted rows zero), kept flags and rate.
+  CompressedHead allocation_keys(const Settings&);
+
+ private:
+  struct LadderEntry;
+  struct Work;
+  std::shared_ptr<const HeadData> head_(int l, int h);
+  std::shared_ptr<LadderEntry> ladder_(int l, int h, const RateLadder&, RateKind, const std::atomic<bool>* cancel);
+  const MatrixRMd& smoothed_(LadderEntry&, int kernel);
+  HeadSolution solve_(const LadderEntry&, const MatrixRMd& cost, const Settings&, FamilyChoice, const RateLadder&,
+                          std::string* option);
+  // The work entry of head (l, h) on `ladder` holding allocation `tiers` (re-quantizes the
+  // tiers whose token sets changed; returns how many), and its preparations.
+  int apply_(int l, int h, const RateLadder& ladder, const std::vector<std::uint8_t>& tiers);
+  ErrorMetrics step_error_(int step);  // the work entry's allocation at decode step s (S > 0)
+  ErrorMetrics obs_error_(const std::atomic<bool>* cancel);  // ... on the observation queries
+  void touch_(const std::string& key);
+  void trim_();  // drops least recently used entries while over the limit
+  // The water-filling view's steps (gui/views/waterfill.cpp): the continuous water-filling,
+  // the discrete allocation and its recomputation, the figures, the numbers as text.
+  static void waterfill_continuous_(LadderEntry&, const Settings&, int T, WaterfillNumbers& num,
+                                    std::vector<double>& g0, std::vector<double>& cbits);
+  HeadSolution waterfill_allocation_(LadderEntry&, const HeadData&, const RateLadder&, const Settings&,
+                                     WaterfillNumbers& num, const std::atomic<bool>* cancel);
+  static ViewResult waterfill_figures_(const LadderEntry&, const RateLadder&, const Settings&,
+                                       const std::string& head, int T, const std::vector<double>& g0,
+                                       const std::vector<double>& cbits, const HeadSolution&,
+                                       const WaterfillNumbers&);
+  static std::string waterfill_info_(const LadderEntry&, const HeadData&, const RateLadder&, const Settings&,
+                                     const std::string& head, const HeadSolution&, const WaterfillNumbers&);
+
+  std::shared_ptr<const Source> source_;
+  std::unique_ptr<Recomputer> backend_;
+  std::mutex mu_;
+  std::map<int, std::shared_ptr<const HeadData>> heads_;
+  std::map<std::string, std::shared_ptr<LadderEntry>> ladders_;
+  std::map<std::string, std::uint64_t> used_;  // cache key ("H<idx>" or a ladder key) -> last use
+  std::uint64_t clock_ = 0;
+  std::size_t cache_limit_ = std::size_t(1) << 30;
+  std::unique_ptr<Work> work_;
+  struct Last;
+  std::shared_ptr<Last> last_;  // the last water-filling allocation (for obs_error)
+};
+
+}  // namespace tierlab::explorer

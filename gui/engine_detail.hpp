@@ -1,0 +1,84 @@
+#pragma once
+// Internal to tierlab_explorer_core (gui/engine.cpp and gui/views/*.cpp): the Engine's cache
+// entries and the helpers several views use. Not installed, not for the window.
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gui/engine.hpp"
+#include "model/cancel.hpp"
+#include "model/dominance.hpp"
+#include "model/surrogate.hpp"
+
+namespace tierlab::explorer {
+
+namespace detail {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using Clock = std::chrono::steady_clock;
+
+inline double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+inline void check(const std::atomic<bool>* cancel) { throw_if_cancelled(cancel); }
+
+inline double val(const nlohmann::json& j, const char* k) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : kNaN;
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------
+// Engine cache entries
+
+struct Engine::LadderEntry {
+  RateLadder ladder;
+  RateKind rate_kind = RateKind::Code;
+  int layer = 0, kv_head = 0;
+  int T = 0, d = 0;
+  SurrogateCosts costs;
+  std::vector<double> rates;    // per ladder tier, on the rate kind
+  std::vector<int> order;       // tokens by decreasing a_t
+  HeadNoiseModel fit;           // fit_head_noise (model/surrogate.hpp), the one convention
+  DominanceReport dom;
+  std::map<int, MatrixRMd> smoothed;  // kernel -> pooled costs
+  // Water-filling: L_i = ln(g_i(0)) / ln(beta) of the tokens with a_t > 0, decreasing, and
+  // their prefix sums P[k] = L_0 + ... + L_{k-1} (built on first use).
+  std::vector<double> L, P;
+};
+
+struct Engine::Last {
+  std::string key;
+  std::vector<std::uint8_t> tiers;
+  bool obs_done = false;
+  ErrorMetrics obs;
+};
+
+// The water-filling view's head and ladder (one at a time): the allocation's keys as
+// model/quantizer.hpp materialize gives them, built tier by tier so that a budget change
+// quantizes again only the tiers whose token sets changed.
+struct Engine::Work {
+  std::string key;  // head index | ladder name
+  std::shared_ptr<const HeadData> head;
+  RateLadder ladder;
+  int T = 0, d = 0;
+  std::vector<std::vector<int>> tokens;  // per ladder tier: its tokens in position order (finite tiers)
+  std::vector<MatrixRM> block;           // per ladder tier: their rows quantized as one block (TierQuantizer)
+  std::vector<int> row_tier;             // per prompt token: the tier whose block row `keys` holds (0: the exact key)
+  std::vector<std::uint8_t> tiers;       // the allocation held (empty: none yet)
+  int step = 0;                          // s of the step buffers (0: none)
+  // keys: T + step rows, the allocation's key of each prompt token (the exact key for
+  // exact and for evicted tokens: an evicted token is not selected, so its row is unused)
+  // then the step's decode keys (exact). exact, values: the T + step exact keys and values;
+  // queries: step s's g queries.
+  MatrixRM keys, exact, values, queries;
+  bool step_done = false;  // step_err holds the allocation's error at `step`
+  ErrorMetrics step_err;
+};
+
+}  // namespace tierlab::explorer

@@ -1,0 +1,196 @@
+// tierlab-explorer's interior-advantage view: Engine::interior (engine.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "gui/engine_detail.hpp"
+#include "scenarios/analyses/interior.hpp"
+#include "scenarios/figures/tables_io.hpp"
+#include "scenarios/pipeline/head.hpp"
+
+namespace tierlab::explorer {
+
+using namespace detail;
+
+// ---------------------------------------------------------------------------------------
+// (c) interior advantage
+
+namespace {
+
+struct HeadAdvantage {
+  double A_decode = kNaN, A_obs = kNaN, A_sur = kNaN;
+  double err_dec[3] = {kNaN, kNaN, kNaN};
+  std::string options[3];
+};
+
+}  // namespace
+
+// The interior advantage of one head (pipeline/head.hpp head_interior), for the plots.
+static HeadAdvantage head_advantage(const HeadData& hd, const RopeParams& rope, const SurrogateCosts& sc,
+                                    const std::vector<double>& rates, const RateLadder& ladder, RateKind kind,
+                                    double budget, Recomputer& backend) {
+  InteriorOptions io;
+  io.budget = budget;
+  io.rate_kind = kind;
+  io.ladder = ladder;
+  const HeadInterior hi = head_interior(hd, rope, sc, rates, io, backend);
+  HeadAdvantage r;
+  r.A_decode = hi.advantage_decode, r.A_obs = hi.advantage_obs, r.A_sur = hi.advantage_surrogate;
+  const FamilyOutcome* f[3] = {&hi.Q, &hi.E, &hi.M};
+  for (int k = 0; k < 3; ++k) {
+    r.options[k] = f[k]->option;
+    if (f[k]->feasible && hd.decode_keys.rows() > 0) r.err_dec[k] = f[k]->decode.rel_error;
+  }
+  return r;
+}
+
+ViewResult Engine::interior(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto t0 = Clock::now();
+  ViewResult v;
+  const std::string dir = source_->run_dir();
+  if (source_->has_tables()) {
+    const nlohmann::json in = read_table_json(dir + "/tables/interior.json");
+    const std::string verdict = in.value("queries", std::string("decode"));
+    {
+      Figure f;
+      f.title = "Interior advantage vs dominated share per cell (B = " + format_label(val(in, "primary_budget")) +
+                "): rho = " + format_label(val(in, "rho"), "%.2f") + " [" + format_label(val(in, "ci_lo"), "%.2f") + ", " +
+                format_label(val(in, "ci_hi"), "%.2f") + "]";
+      f.xlabel = "dominated share (heads with R_h(2-bit) >= 1)";
+      f.ylabel = "median over heads of A (" + verdict + ")";
+      std::map<std::string, Series> by;
+      std::vector<HoverPoint> hv;
+      double ylo = 0, yhi = 0;
+      for (const auto& p : in.value("points", nlohmann::json::array())) {
+        const double x = val(p, "dominated_share"), y = val(p, "A");
+        if (!std::isfinite(x) || !std::isfinite(y)) continue;
+        const std::string preset = p.value("preset", std::string("cells"));
+        Series& se = by[preset];
+        se.x.push_back(x), se.y.push_back(y);
+        ylo = std::min(ylo, y), yhi = std::max(yhi, y);
+        hv.push_back({x, y, p.value("cell", preset) + "\ndominated share " + format_label(x, "%.3f") + "\nmedian A " + format_label(y, "%.4g")});
+      }
+      int k = 0;
+      for (auto& [name, se] : by) {
+        se.name = name, se.color = palette(k++), se.size = 10;
+        f.series.push_back(se);
+      }
+      pad_range(ylo, yhi, 0.12);
+      f.xmin = -0.05, f.xmax = 1.05, f.ymin = ylo, f.ymax = yhi;
+      f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {-1, 2}, {0, 0}, 1});
+      v.figures.push_back(f);
+      v.hover.push_back(hv);
+    }
+    {
+      const auto cols = read_table_csv(dir + "/tables/heads.csv");
+      std::vector<std::size_t> rows;
+      const Figure f = advantage_vs_budget_figure(in, cols, &rows);
+      std::vector<HoverPoint> hv;
+      const Series& pts = f.series.at(0);
+      for (std::size_t k = 0; k < rows.size() && k < pts.x.size(); ++k) {
+        const std::size_t i = rows[k];
+        std::string txt = "B = " + cols.at("budget")[i] + ", A = " + format_label(std::strtod(cols.at("A")[i].c_str(), nullptr), "%.4g");
+        for (const char* c : {"cell", "layer", "kv_head", "winner"})
+          if (cols.count(c) && i < cols.at(c).size()) txt += std::string("\n") + c + " " + cols.at(c)[i];
+        hv.push_back({pts.x[k], pts.y[k], txt});
+      }
+      v.figures.push_back(f);
+      v.hover.push_back(hv);
+    }
+    v.info = "From the scenario run " + dir + " (tables/interior.json, tables/heads.csv).\nrho = " +
+             format_label(val(in, "rho"), "%.3f") + ", interval [" + format_label(val(in, "ci_lo"), "%.3f") + ", " +
+             format_label(val(in, "ci_hi"), "%.3f") + "], cells " + std::to_string(in.value("n_cells", 0));
+    v.seconds = ms_since(t0) / 1000;
+    return v;
+  }
+
+  // Live: the selected head vs budget, and every head at B.
+  const RateLadder ladder = RateLadder::parse(s.ladder);
+  ladder.validate();
+  const TraceMeta& m = source_->meta();
+  std::vector<double> budgets;
+  for (double b : {0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0}) budgets.push_back(b);
+  if (std::find(budgets.begin(), budgets.end(), s.budget) == budgets.end()) budgets.push_back(s.budget);
+  std::sort(budgets.begin(), budgets.end());
+  const int total = static_cast<int>(budgets.size()) + m.n_heads();
+  int done = 0;
+  auto tick = [&](const std::string& what) {
+    check(cancel);
+    if (progress) progress(static_cast<double>(done++) / total, what);
+  };
+  auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
+  const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
+  Series sd{"A on decode queries (verdict)", palette(3), Style::Line, {}, {}, 6};
+  Series so{"A on observation queries", palette(0), Style::Line, {}, {}, 6};
+  Series ss{"A by the surrogate", palette(2), Style::Dashed, {}, {}, 1};
+  std::vector<HoverPoint> hv1;
+  double ylo = -0.2, yhi = 1;
+  for (double b : budgets) {
+    tick(head + " at B = " + format_label(b));
+    const HeadAdvantage r = head_advantage(*head_(s.layer, s.kv_head), m.rope, e->costs, e->rates, ladder, s.rate_kind, b, *backend_);
+    auto add = [&](Series& se, double y) {
+      if (std::isfinite(y)) se.x.push_back(b), se.y.push_back(std::max(y, -2.0)), ylo = std::min(ylo, std::max(y, -2.0));
+    };
+    add(sd, r.A_decode), add(so, r.A_obs), add(ss, r.A_sur);
+    hv1.push_back({b, std::isfinite(r.A_decode) ? std::max(r.A_decode, -2.0) : 0,
+                   "B = " + format_label(b) + "\nA decode " + format_label(r.A_decode, "%.4g") + ", obs " + format_label(r.A_obs, "%.4g") +
+                       ", surrogate " + format_label(r.A_sur, "%.4g") + "\nerr (decode): " + r.options[0] + " " +
+                       format_label(r.err_dec[0], "%.3g") + ", E " + format_label(r.err_dec[1], "%.3g") + ", M " + format_label(r.err_dec[2], "%.3g")});
+  }
+  Figure f1;
+  f1.title = "Interior advantage of head " + head + " vs budget (A < -2 drawn at -2)";
+  f1.xlabel = "budget B (bits per key element)";
+  f1.ylabel = "A = 1 - err(M*) / min(err(Q*), err(E*))";
+  f1.series = {sd, so, ss, {"A = 0", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}};
+  f1.xmin = 0, f1.xmax = budgets.back() * 1.05;
+  pad_range(ylo, yhi, 0.08);
+  f1.ymin = ylo, f1.ymax = yhi;
+
+  Series ph{"A per head (decode queries; obs when S = 0)", palette(0), Style::Points, {}, {}, 9};
+  Series psel{"selected head", palette(3), Style::Points, {}, {}, 12};
+  std::vector<HoverPoint> hv2;
+  double y2lo = -0.2, y2hi = 1;
+  std::vector<double> as;
+  for (int l = 0; l < m.n_layers; ++l)
+    for (int h = 0; h < m.n_kv_heads; ++h) {
+      tick("head L" + std::to_string(l) + ".H" + std::to_string(h));
+      auto eh = ladder_(l, h, ladder, s.rate_kind, cancel);
+      const HeadAdvantage r = head_advantage(*head_(l, h), m.rope, eh->costs, eh->rates, ladder, s.rate_kind, s.budget, *backend_);
+      const double A = std::isfinite(r.A_decode) ? r.A_decode : r.A_obs;
+      const double x = l * m.n_kv_heads + h;
+      if (std::isfinite(A)) {
+        const double y = std::max(A, -2.0);
+        ((l == s.layer && h == s.kv_head) ? psel : ph).x.push_back(x);
+        ((l == s.layer && h == s.kv_head) ? psel : ph).y.push_back(y);
+        y2lo = std::min(y2lo, y);
+        as.push_back(A);
+        hv2.push_back({x, y, "head L" + std::to_string(l) + ".H" + std::to_string(h) + "\nA = " + format_label(A, "%.4g") +
+                                 "\nQ* " + r.options[0] + ", E* " + r.options[1] + ", M* " + r.options[2]});
+      }
+    }
+  Figure f2;
+  f2.title = "Interior advantage per head at B = " + format_label(s.budget) + " (A < -2 drawn at -2)";
+  f2.xlabel = "head index l * " + std::to_string(m.n_kv_heads) + " + h";
+  f2.ylabel = "interior advantage A";
+  f2.series = {ph, psel, {"A = 0", Rgb{120, 120, 120}, Style::Dashed, {-100, 1e6}, {0, 0}, 1}};
+  f2.xmin = -0.8, f2.xmax = m.n_heads() - 0.2;
+  pad_range(y2lo, y2hi, 0.08);
+  f2.ymin = y2lo, f2.ymax = y2hi;
+  v.figures = {f1, f2};
+  v.hover = {hv1, hv2};
+  std::sort(as.begin(), as.end());
+  std::ostringstream info;
+  info << "Live, on " << source_->description() << " (no scenario tables" << (dir.empty() ? "" : " in " + dir) << ").\n"
+       << "Per head: Q*, E*, M* solved exactly on the surrogate, materialised, recomputed.\n"
+       << "median A over heads at B = " << format_label(s.budget) << ": " << format_label(as.empty() ? kNaN : as[as.size() / 2], "%.4g")
+       << ", heads with A > 0: " << std::count_if(as.begin(), as.end(), [](double a) { return a > 0; }) << " / " << as.size();
+  v.info = info.str();
+  v.seconds = ms_since(t0) / 1000;
+  if (progress) progress(1.0, "interior done");
+  return v;
+}
+
+}  // namespace tierlab::explorer

@@ -1,0 +1,110 @@
+// tierlab-explorer's staleness view: Engine::staleness (engine.hpp).
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "gui/engine_detail.hpp"
+#include "model/error.hpp"
+#include "scenarios/figures/tables_io.hpp"
+#include "scenarios/pipeline/staleness_head.hpp"
+
+namespace tierlab::explorer {
+
+namespace fs = std::filesystem;
+
+using namespace detail;
+
+// ---------------------------------------------------------------------------------------
+// (e) staleness
+
+ViewResult Engine::staleness(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto t0 = Clock::now();
+  ViewResult v;
+  const std::string dir = source_->run_dir();
+  Series ratio{"", palette(3), Style::Line, {}, {}, 6};
+  Series jac{"", palette(0), Style::Line, {}, {}, 6};
+  Series agr{"", palette(2), Style::Line, {}, {}, 6};
+  std::vector<HoverPoint> hv;
+  Figure f;
+  f.xlabel = "decode step s (log)";
+  f.ylabel = "error ratio, or overlap in [0, 1]";
+  f.xlog = true;
+  double yhi = 1;
+  if (source_->has_tables() && fs::exists(dir + "/tables/staleness.json")) {
+    const nlohmann::json st = read_table_json(dir + "/tables/staleness.json");
+    ratio.name = "median error ratio err_stale / err_fresh";
+    jac.name = "median Jaccard of evicted sets";
+    agr.name = "median tier agreement";
+    for (const auto& r : st.value("rows", nlohmann::json::array())) {
+      const double x = val(r, "step");
+      const double ys[3] = {val(r, "median_ratio"), val(r, "median_jaccard"), val(r, "median_agreement")};
+      Series* ss[3] = {&ratio, &jac, &agr};
+      for (int k = 0; k < 3; ++k)
+        if (std::isfinite(ys[k])) ss[k]->x.push_back(x), ss[k]->y.push_back(ys[k]), yhi = std::max(yhi, ys[k]);
+      hv.push_back({x, std::isfinite(ys[0]) ? ys[0] : 1,
+                    "step " + format_label(x) + "\nmedian ratio " + format_label(ys[0], "%.4g") + ", Jaccard " + format_label(ys[1], "%.3f") +
+                        ", agreement " + format_label(ys[2], "%.3f") + "\nshare same family " + format_label(val(r, "share_same_family"), "%.3f")});
+    }
+    f.title = "Allocation staleness over decode steps (scenario run), B = " + format_label(val(st, "budget")) + " bits";
+    v.info = "From the scenario run " + dir + " (tables/staleness.json): medians over all cells' heads.";
+  } else {
+    check(cancel);
+    const std::shared_ptr<const HeadData> head_data = head_(s.layer, s.kv_head);  // held: the cache may drop it
+    const HeadData& hd = *head_data;
+    const int S = static_cast<int>(hd.decode_keys.rows());
+    if (S == 0) throw InputError("explorer: the trace has no decode steps, so there is no staleness to show.");
+    StalenessOptions so;
+    so.ladder = RateLadder::parse(s.ladder);
+    so.rate_kind = s.rate_kind;
+    so.budget = s.budget;
+    for (int k = 1; k <= S; k *= 2) so.steps.push_back(k);
+    if (so.steps.back() != S) so.steps.push_back(S);
+    const int cur = std::clamp(s.decode_step, 1, S);
+    if (std::find(so.steps.begin(), so.steps.end(), cur) == so.steps.end()) {
+      so.steps.push_back(cur);
+      std::sort(so.steps.begin(), so.steps.end());
+    }
+    if (progress) progress(0.1, "staleness of the selected head over " + std::to_string(so.steps.size()) + " steps");
+    const StalenessHead sh = staleness_head(hd, so, *backend_);
+    check(cancel);
+    ratio.name = "error ratio err_stale / err_fresh";
+    jac.name = "Jaccard of evicted sets";
+    agr.name = "tier agreement";
+    for (const auto& st : sh.steps) {
+      const double x = st.step;
+      if (std::isfinite(st.ratio)) ratio.x.push_back(x), ratio.y.push_back(st.ratio), yhi = std::max(yhi, st.ratio);
+      jac.x.push_back(x), jac.y.push_back(st.jaccard);
+      agr.x.push_back(x), agr.y.push_back(st.agreement);
+      hv.push_back({x, std::isfinite(st.ratio) ? st.ratio : 1,
+                    "step " + std::to_string(st.step) + "\nerr stale " + format_label(st.err_stale, "%.4g") + ", fresh " +
+                        format_label(st.err_fresh, "%.4g") + "\nratio " + format_label(st.ratio, "%.4g") + ", Jaccard " +
+                        format_label(st.jaccard, "%.3f") + ", agreement " + format_label(st.agreement, "%.3f") + "\nbest family " +
+                        st.family + (st.same_family ? " (same as obs)" : " (changed)")});
+    }
+    const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
+    f.title = "Staleness of head " + head + "'s M* over decode steps, B = " + format_label(s.budget) + " bits";
+    std::ostringstream info;
+    info << "Live, head " << head << ": M* from the observation queries (stale) vs M* from step s's queries (fresh).\n"
+         << "best family on the observation queries: " << (sh.family_obs.empty() ? "-" : sh.family_obs);
+    if (sh.steps.empty()) info << "\nM is infeasible at B = " << format_label(s.budget);
+    v.info = info.str();
+    f.series.push_back({"selected decode step", Rgb{150, 150, 150}, Style::Dashed, {double(cur), double(cur)}, {-10, 1e6}, 1});
+  }
+  double xlo = INFINITY, xhi = 0;
+  for (const Series* se : {&ratio, &jac, &agr})
+    for (double x : se->x) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
+  if (!std::isfinite(xlo)) xlo = 1, xhi = 2;
+  f.xmin = xlo / 1.3, f.xmax = xhi * 1.3;
+  f.ymin = 0, f.ymax = yhi * 1.08;
+  f.series.insert(f.series.begin(), {ratio, jac, agr});
+  f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {f.xmin, f.xmax}, {1, 1}, 1});
+  v.figures = {f};
+  v.hover = {hv};
+  v.seconds = ms_since(t0) / 1000;
+  if (progress) progress(1.0, "staleness done");
+  return v;
+}
+
+}  // namespace tierlab::explorer
