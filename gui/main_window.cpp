@@ -1,5 +1,8 @@
 #include "gui/main_window.hpp"
 
+#include "model/tier_quantizer.hpp"
+#include "solvers/families.hpp"
+
 #include <QAction>
 #include <QApplication>
 #include <QComboBox>
@@ -223,8 +226,10 @@ QGroupBox* MainWindow::buildAllocationBox() {
   af->addRow("budget B", budget_);
   af->addRow(budget_slider_);
   quantizer_ = new QComboBox;
-  quantizer_->addItem("kivi (per channel, G = 32)", "kivi");
-  quantizer_->addItem("token (per token)", "token");
+  // Every tier form with a bit width (model/tier_quantizer.hpp): kivi, token and the
+  // published quantizers' tiers.
+  for (const TierForm& f : tier_forms())
+    if (f.has_bits) quantizer_->addItem(QString::fromStdString(f.prefix + "   (" + f.form + ")"), QString::fromStdString(f.prefix));
   af->addRow("quantizer", quantizer_);
   bits_ = new QComboBox;
   bits_->setEditable(true);
@@ -235,7 +240,7 @@ QGroupBox* MainWindow::buildAllocationBox() {
   rate_kind_->addItems({"code", "total"});
   af->addRow("budget counts", rate_kind_);
   solver_ = new QComboBox;
-  solver_->addItems({"exact", "greedy", "waterfill"});
+  for (const FamilySolver fs : family_solvers()) solver_->addItem(QString::fromStdString(std::string(to_string(fs))));
   af->addRow("solver", solver_);
   family_ = new QComboBox;
   family_->addItem("M: mixed (whole ladder)", "mixed");

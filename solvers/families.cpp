@@ -52,6 +52,13 @@ std::string_view to_string(FamilySolver s) { return enum_name(kFamilySolvers, s)
 
 FamilySolver parse_family_solver(std::string_view s) { return parse_enum(kFamilySolvers, s); }
 
+std::vector<FamilySolver> family_solvers() {
+  std::vector<FamilySolver> out;
+  for (const auto& n : kFamilySolvers.names)
+    if (n.value != FamilySolver::Smoothed) out.push_back(n.value);
+  return out;
+}
+
 std::vector<TierOption> family_options(const RateLadder& ladder, FamilyChoice choice) {
   ladder.validate();
   const int ex = ladder.exact_index();

@@ -76,6 +76,9 @@ Scope parse_scope(std::string_view);
 enum class FamilySolver { Exact, Greedy, Waterfill, Smoothed };
 std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "waterfill" | "smoothed"
 FamilySolver parse_family_solver(std::string_view);
+// The solvers a family problem takes (FamilyOptions::solver), in table order: every
+// FamilySolver but Smoothed (which allocate carries out). Menus and help read this list.
+std::vector<FamilySolver> family_solvers();
 
 // One option of a family: the ladder tiers a head may use.
 struct TierOption {
