@@ -262,7 +262,7 @@ SeedAllocation routed(const SeedProblem& pr, const MethodParams& p) {
     fh.cost = &c->cost;
     fh.weights = &c->weights.a;
     if (fo.solver == FamilySolver::Waterfill) {
-      const NoiseFit fit = fit_noise(*c, pr.ladder.tiers[1].quantizer());
+      const HeadNoiseModel fit = fit_head_noise(*c, rates);  // the library's convention, as `tierlab solve`
       fh.noise = {fit.alpha, fit.beta};
     }
     fp.heads.push_back(fh);
