@@ -28,9 +28,11 @@ class HeadqKeyQuantizer final : public KeyQuantizer {
   HeadqKeyQuantizer(std::unique_ptr<KeyQuantizer> base, int rank, int side_bits, bool basis_free,
                     KeyQuantizerParams eff)
       : base_(std::move(base)), rank_(rank), side_bits_(side_bits), basis_free_(basis_free), eff_(std::move(eff)) {}
-  std::string name() const override { return "headq"; }
+  std::string name() const override { return headq_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "arXiv 2605.03562 (side code over base: " + base_->source() + ")"; }
+  std::string source() const override {
+    return headq_key_quantizer_entry().source + " (side code over base: " + base_->source() + ")";
+  }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams& rope,
                              const std::vector<int>& tokens) const override {
@@ -81,14 +83,28 @@ class HeadqKeyQuantizer final : public KeyQuantizer {
 
 }  // namespace
 
+const KeyQuantizerEntry& headq_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "headq",
+      "base quantizer + low-rank residual in the calibration query basis (logit correction); base + r b_s / d",
+      {{"base", "kivi", "base quantizer (any registered one but headq)"},
+       {"base.*", "", "the base's parameters (default: the base's defaults)"},
+       {"rank", "8", "side-code rank r"},
+       {"side_bits", "4", "side-code bits b_s per channel"},
+       {"basis_cost", "fp16", "fp16 = the basis is charged; offline = part of the model", {"fp16", "offline"}}},
+      "arXiv 2605.03562",
+      &make_headq_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_headq_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("headq", params);
-  const std::string base_name = r.get_string("base", "kivi");
+  ParamReader r(headq_key_quantizer_entry(), params);
+  const std::string base_name = r.get_string("base");
   if (base_name == "headq") throw InputError("Key quantizer 'headq': base = headq is not allowed (no nesting).");
   const KeyQuantizerParams base_params = r.take_prefixed("base.");
-  const int rank = r.get_int("rank", 8, 1, 1 << 16);
-  const int side_bits = r.get_int("side_bits", 4, 1, 15);
-  const std::string cost = r.get_string("basis_cost", "fp16", {"fp16", "offline"});
+  const int rank = r.get_int("rank", 1, 1 << 16);
+  const int side_bits = r.get_int("side_bits", 1, 15);
+  const std::string cost = r.get_string("basis_cost");
   r.finish();
   auto base = make_key_quantizer(base_name, base_params);
   KeyQuantizerParams eff = r.effective();

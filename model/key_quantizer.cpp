@@ -6,7 +6,9 @@
 #include <cmath>
 #include <numeric>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
@@ -190,8 +192,26 @@ ChannelSplit turboquant_split(double bits, int d) {
 
 // ---- parameters -------------------------------------------------------------------
 
-ParamReader::ParamReader(std::string quantizer, const KeyQuantizerParams& params)
-    : quantizer_(std::move(quantizer)), params_(params) {}
+const KeyQuantizerParam* KeyQuantizerEntry::param(const std::string& key) const {
+  for (const auto& p : params)
+    if (p.name == key) return &p;
+  return nullptr;
+}
+
+ParamReader::ParamReader(const KeyQuantizerEntry& entry, const KeyQuantizerParams& params)
+    : quantizer_(entry.name), declared_(entry.params), params_(params) {}
+
+const KeyQuantizerParam& ParamReader::declared(const std::string& key) const {
+  for (const auto& p : declared_)
+    if (p.name == key) return p;
+  throw std::logic_error("Key quantizer '" + quantizer_ + "': parameter " + key +
+                         " is read but not declared in its registry entry.");
+}
+
+void ParamReader::bad_default(const std::string& key, const std::string& why) const {
+  throw std::logic_error("Key quantizer '" + quantizer_ + "': the declared default of parameter " + key + " = '" +
+                         declared(key).default_value + "' " + why + " (an error in its registry entry).");
+}
 
 const std::string* ParamReader::find(const std::string& key) {
   asked_.push_back(key);
@@ -205,55 +225,65 @@ std::string fmt(double v) {
   o << v;
   return o.str();
 }
+
+// The whole of `s` parsed by `parse` (std::stoi, std::stod, std::stoull), or nothing.
+template <typename T, typename Parse>
+std::optional<T> parse_whole(const std::string& s, Parse parse) {
+  std::size_t used = 0;
+  T v{};
+  try {
+    v = parse(s, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used == 0 || used != s.size()) return std::nullopt;
+  return v;
+}
 }  // namespace
 
-int ParamReader::get_int(const std::string& key, int def, int lo, int hi) {
+int ParamReader::get_int(const std::string& key, int lo, int hi) {
+  const std::string& def = declared(key).default_value;
   const std::string* s = find(key);
-  int v = def;
-  if (s) {
-    std::size_t used = 0;
-    try {
-      v = std::stoi(*s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != s->size())
-      throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s + "' is not an integer.");
-  }
-  if (v < lo || v > hi)
-    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = " + std::to_string(v) +
+  const auto parse = [](const std::string& t, std::size_t* used) { return std::stoi(t, used); };
+  const std::optional<int> v = parse_whole<int>(s ? *s : def, parse);
+  if (!v && !s) bad_default(key, "is not an integer");
+  if (!v)
+    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s + "' is not an integer.");
+  if (*v < lo || *v > hi) {
+    if (!s) bad_default(key, "is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = " + std::to_string(*v) +
                      " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "].");
-  effective_[key] = std::to_string(v);
-  return v;
-}
-
-double ParamReader::get_double(const std::string& key, double def, double lo, double hi) {
-  const std::string* s = find(key);
-  double v = def;
-  if (s) {
-    std::size_t used = 0;
-    try {
-      v = std::stod(*s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != s->size())
-      throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s + "' is not a number.");
   }
-  if (!(v >= lo && v <= hi))
-    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = " + fmt(v) + " must be in [" +
-                     fmt(lo) + ", " + fmt(hi) + "].");
-  effective_[key] = fmt(v);
-  return v;
+  effective_[key] = std::to_string(*v);
+  return *v;
 }
 
-std::string ParamReader::get_string(const std::string& key, const std::string& def,
-                                    const std::vector<std::string>& choices) {
+double ParamReader::get_double(const std::string& key, double lo, double hi) {
+  const std::string& def = declared(key).default_value;
   const std::string* s = find(key);
-  const std::string v = s ? *s : def;
+  const auto parse = [](const std::string& t, std::size_t* used) { return std::stod(t, used); };
+  const std::optional<double> v = parse_whole<double>(s ? *s : def, parse);
+  if (!v && !s) bad_default(key, "is not a number");
+  if (!v)
+    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s + "' is not a number.");
+  if (!(*v >= lo && *v <= hi)) {
+    if (!s) bad_default(key, "is outside [" + fmt(lo) + ", " + fmt(hi) + "]");
+    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = " + fmt(*v) + " must be in [" +
+                     fmt(lo) + ", " + fmt(hi) + "].");
+  }
+  effective_[key] = fmt(*v);
+  return *v;
+}
+
+std::string ParamReader::get_string(const std::string& key) {
+  const KeyQuantizerParam& p = declared(key);
+  const std::string* s = find(key);
+  const std::string v = s ? *s : p.default_value;
+  const auto& choices = p.choices;
   if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) {
     std::string list;
     for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+    if (!s) bad_default(key, "is not one of " + list);
     throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + v + "' is not one of " + list +
                      ".");
   }
@@ -261,25 +291,24 @@ std::string ParamReader::get_string(const std::string& key, const std::string& d
   return v;
 }
 
-std::uint64_t ParamReader::get_seed(const std::string& key, std::uint64_t def) {
+std::uint64_t ParamReader::get_seed(const std::string& key) {
+  const std::string& def = declared(key).default_value;
   const std::string* s = find(key);
-  std::uint64_t v = def;
-  if (s) {
-    std::size_t used = 0;
-    try {
-      v = std::stoull(*s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != s->size() || (*s)[0] == '-')
-      throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s +
-                       "' is not a non-negative integer.");
-  }
-  effective_[key] = std::to_string(v);
-  return v;
+  const std::string& text = s ? *s : def;
+  const auto parse = [](const std::string& t, std::size_t* used) { return std::stoull(t, used); };
+  std::optional<std::uint64_t> v = parse_whole<std::uint64_t>(text, parse);
+  if (!text.empty() && text[0] == '-') v.reset();
+  if (!v && !s) bad_default(key, "is not a non-negative integer");
+  if (!v)
+    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s +
+                     "' is not a non-negative integer.");
+  effective_[key] = std::to_string(*v);
+  return *v;
 }
 
 KeyQuantizerParams ParamReader::take_prefixed(const std::string& prefix) {
+  declared(prefix + "*");
+  asked_.push_back(prefix + "*");
   KeyQuantizerParams out;
   for (const auto& [k, v] : params_)
     if (k.rfind(prefix, 0) == 0) {
@@ -290,13 +319,18 @@ KeyQuantizerParams ParamReader::take_prefixed(const std::string& prefix) {
 }
 
 void ParamReader::finish() const {
+  const auto asked = [this](const std::string& k) { return std::find(asked_.begin(), asked_.end(), k) != asked_.end(); };
   for (const auto& [k, v] : params_) {
-    if (std::find(asked_.begin(), asked_.end(), k) != asked_.end()) continue;
+    if (asked(k)) continue;
     std::string list;
-    for (const auto& a : asked_) list += (list.empty() ? "" : ", ") + a;
+    for (const auto& p : declared_) list += (list.empty() ? "" : ", ") + p.name;
     throw InputError("Key quantizer '" + quantizer_ + "': unknown parameter '" + k + "'; valid parameters are " + list +
                      ".");
   }
+  for (const auto& p : declared_)
+    if (!asked(p.name))
+      throw std::logic_error("Key quantizer '" + quantizer_ + "': declared parameter " + p.name +
+                             " is never read by its factory (an error in its registry entry).");
 }
 
 std::vector<int> resolve_tokens(const std::string& quantizer, int T, const std::vector<int>& tokens) {
@@ -327,9 +361,9 @@ class KiviKeyQuantizer final : public KeyQuantizer {
  public:
   KiviKeyQuantizer(int bits, int group, int residual, KeyQuantizerParams eff)
       : bits_(bits), group_(group), residual_(residual), eff_(std::move(eff)) {}
-  std::string name() const override { return "kivi"; }
+  std::string name() const override { return kivi_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "arXiv 2402.02750, github.com/jy-yuan/KIVI"; }
+  std::string source() const override { return kivi_key_quantizer_entry().source; }
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const auto rows = resolve_tokens("kivi", static_cast<int>(head.keys.rows()), tokens);
     const int d = static_cast<int>(head.keys.cols());
@@ -360,9 +394,9 @@ class KiviKeyQuantizer final : public KeyQuantizer {
 class TokenKeyQuantizer final : public KeyQuantizer {
  public:
   TokenKeyQuantizer(int bits, int group, KeyQuantizerParams eff) : bits_(bits), group_(group), eff_(std::move(eff)) {}
-  std::string name() const override { return "token"; }
+  std::string name() const override { return token_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "asymmetric min/max per token (KIVI's value axis, QuaRot's axis)"; }
+  std::string source() const override { return token_key_quantizer_entry().source; }
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const auto rows = resolve_tokens("token", static_cast<int>(head.keys.rows()), tokens);
     const QuantizedBlock b = quantize_block(head.keys, rows, Tier{QuantizerKind::PerToken, bits_, group_});
@@ -380,11 +414,23 @@ class TokenKeyQuantizer final : public KeyQuantizer {
 
 }  // namespace
 
+const KeyQuantizerEntry& kivi_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "kivi",
+      "post-RoPE keys per channel, groups of G tokens, fp16 residual window; b + 32/G",
+      {{"bits", "2", "code bits"},
+       {"group", "32", "tokens per group G"},
+       {"residual", "128", "fp16 residual window R, a multiple of G (0 = none)"}},
+      "arXiv 2402.02750, github.com/jy-yuan/KIVI",
+      &make_kivi_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_kivi_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("kivi", params);
-  const int bits = r.get_int("bits", 2, 1, 15);
-  const int group = r.get_int("group", 32, 1, 1 << 20);
-  const int residual = r.get_int("residual", 128, 0, 1 << 20);
+  ParamReader r(kivi_key_quantizer_entry(), params);
+  const int bits = r.get_int("bits", 1, 15);
+  const int group = r.get_int("group", 1, 1 << 20);
+  const int residual = r.get_int("residual", 0, 1 << 20);
   r.finish();
   if (residual % group != 0)
     throw InputError("Key quantizer 'kivi': residual = " + std::to_string(residual) +
@@ -392,58 +438,56 @@ std::unique_ptr<KeyQuantizer> make_kivi_quantizer(const KeyQuantizerParams& para
   return std::make_unique<KiviKeyQuantizer>(bits, group, residual, r.effective());
 }
 
+const KeyQuantizerEntry& token_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "token",
+      "post-RoPE keys per token, channel groups of n; b + 32 ceil(d/n)/d",
+      {{"bits", "4", "code bits"}, {"group", "0", "channels per group n (0 = d)"}},
+      "asymmetric min/max per token (KIVI values, QuaRot axis)",
+      &make_token_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_token_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("token", params);
-  const int bits = r.get_int("bits", 4, 1, 15);
-  const int group = r.get_int("group", 0, 0, 1 << 20);
+  ParamReader r(token_key_quantizer_entry(), params);
+  const int bits = r.get_int("bits", 1, 15);
+  const int group = r.get_int("group", 0, 1 << 20);
   r.finish();
   return std::make_unique<TokenKeyQuantizer>(bits, group, r.effective());
 }
 
 // ---- registry ---------------------------------------------------------------------
+// The list of the entries; each is declared next to its quantizer's factory (kivi and token
+// above, the others in their own source files), so adding a parameter touches one place.
+
+const std::vector<KeyQuantizerEntry>& key_quantizer_registry() {
+  static const std::vector<KeyQuantizerEntry> registry{
+      kivi_key_quantizer_entry(),       token_key_quantizer_entry(),   quarot_key_quantizer_entry(),
+      kvquant_key_quantizer_entry(),    turboquant_key_quantizer_entry(), kvcobra_key_quantizer_entry(),
+      headq_key_quantizer_entry(),      rdkv_channel_key_quantizer_entry()};
+  return registry;
+}
+
+const KeyQuantizerEntry& key_quantizer_entry(const std::string& name) {
+  for (const auto& e : key_quantizer_registry())
+    if (e.name == name) return e;
+  std::string list;
+  for (const auto& e : key_quantizer_registry()) list += (list.empty() ? "" : ", ") + e.name;
+  throw InputError("Unknown key quantizer '" + name + "'; valid names are " + list + ".");
+}
 
 std::vector<KeyQuantizerInfo> list_key_quantizers() {
-  return {
-      {"kivi", "post-RoPE keys per channel, groups of G tokens, fp16 residual window; b + 32/G",
-       {{"bits", "2"}, {"group", "32"}, {"residual", "128"}},
-       "arXiv 2402.02750, github.com/jy-yuan/KIVI"},
-      {"token", "post-RoPE keys per token, channel groups of n; b + 32 ceil(d/n)/d",
-       {{"bits", "4"}, {"group", "0 (= d)"}},
-       "asymmetric min/max per token (KIVI values, QuaRot axis)"},
-      {"quarot", "Walsh-Hadamard-rotated post-RoPE keys per token, clip 0.95, integer zero; b + 32/group",
-       {{"bits", "4"}, {"group", "128"}, {"clip", "0.95"}},
-       "arXiv 2404.00456, github.com/spcl/QuaRot"},
-      {"kvquant", "pre-RoPE keys per channel, k-means codebook, 1% sparse outliers, fp16 sink; ~b + 0.32 + small",
-       {{"bits", "2"}, {"outlier_percent", "1"}, {"weighting", "uniform"}, {"sink", "1"}, {"pointer_elems", "4096"}},
-       "arXiv 2401.18079, github.com/SqueezeAILab/KVQuant"},
-      {"turboquant", "seeded rotation, Lloyd-Max per coordinate, fp16 norm (prod: + 1-bit QJL); b + 16/d (prod b + 32/d)",
-       {{"bits", "2"}, {"high_channels", "-1 (from fractional bits)"}, {"variant", "mse"}, {"seed", "0"}},
-       "arXiv 2504.19874"},
-      {"kvcobra", "rank-r key SVD latent, random Hadamard, per-channel quantization; pad(r) b / d + metadata",
-       {{"bits", "0 (auto)"}, {"rank", "0 (auto)"}, {"budget", "2"}, {"group", "0 (all tokens)"}, {"seed", "0"},
-        {"basis", "auto (pre-RoPE if present)"}, {"basis_cost", "fp16"}},
-       "arXiv 2609.24298, github.com/seonha01/KV-COBRA"},
-      {"headq", "base quantizer + low-rank residual in the calibration query basis (logit correction); base + r b_s / d",
-       {{"base", "kivi"}, {"base.*", "(base parameters)"}, {"rank", "8"}, {"side_bits", "4"}, {"basis_cost", "fp16"}},
-       "arXiv 2605.03562"},
-      {"rdkv-channel", "RDKV per key channel: b_c in {0,2,4,8,16} by argmin s_c eps(b) + lambda b; sum_c b_c / d + metadata",
-       {{"budget", "2"}, {"options", "0,2,4,8,16"}, {"eps", "(paper key NMSE)"}, {"kernel", "5"}, {"group", "0 (all tokens)"}},
-       "arXiv 2605.08317, github.com/Junkai1860/RDKV"},
-  };
+  std::vector<KeyQuantizerInfo> out;
+  for (const auto& e : key_quantizer_registry()) {
+    KeyQuantizerInfo info{e.name, e.summary, {}, e.source};
+    for (const auto& p : e.params) info.params.emplace_back(p.name, p.default_value);
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 std::unique_ptr<KeyQuantizer> make_key_quantizer(const std::string& name, const KeyQuantizerParams& params) {
-  if (name == "kivi") return make_kivi_quantizer(params);
-  if (name == "token") return make_token_quantizer(params);
-  if (name == "quarot") return make_quarot_quantizer(params);
-  if (name == "kvquant") return make_kvquant_quantizer(params);
-  if (name == "turboquant") return make_turboquant_quantizer(params);
-  if (name == "kvcobra") return make_kvcobra_quantizer(params);
-  if (name == "headq") return make_headq_quantizer(params);
-  if (name == "rdkv-channel") return make_rdkv_channel_quantizer(params);
-  std::string list;
-  for (const auto& q : list_key_quantizers()) list += (list.empty() ? "" : ", ") + q.name;
-  throw InputError("Unknown key quantizer '" + name + "'; valid names are " + list + ".");
+  return key_quantizer_entry(name).make(params);
 }
 
 }  // namespace tierlab

@@ -44,7 +44,7 @@ struct QuantizedHeadKeys {
   Rate rate() const;            // per element over keys.rows() x keys.cols()
 };
 
-// A key quantizer's description for `tierlab methods`.
+// A key quantizer's description, generated from its registry entry (below).
 struct KeyQuantizerInfo {
   std::string name;
   std::string summary;                                       // one line: what it quantizes, its rate
@@ -66,9 +66,43 @@ class KeyQuantizer {
                                      const std::vector<int>& tokens = {}) const = 0;
 };
 
+// ---- the registry --------------------------------------------------------------------
+// One entry per key quantizer declares its name, summary, parameters with their defaults,
+// source and factory, once. The factory reads each parameter through a ParamReader built
+// from its entry, so the default it uses is the declared one (no second literal), and
+// make_key_quantizer, list_key_quantizers and `tierlab methods` are all generated from it.
+
+// One declared parameter. `default_value` is the text the factory parses as if the user had
+// passed it, so it is also what parameters() reports when the parameter is not given.
+struct KeyQuantizerParam {
+  std::string name;                  // key in KeyQuantizerParams; "p.*" declares a prefix ("p.<key>")
+  std::string default_value;         // the default, parseable ("" where the empty text is the default)
+  std::string meaning;               // what it means and its special values, in a few words
+  std::vector<std::string> choices{};  // the allowed values of a string parameter (empty: any text)
+};
+
+using KeyQuantizerFactory = std::unique_ptr<KeyQuantizer> (*)(const KeyQuantizerParams&);
+
+struct KeyQuantizerEntry {
+  std::string name;
+  std::string summary;                    // one line: what it quantizes, its rate
+  std::vector<KeyQuantizerParam> params;  // in the order listed
+  std::string source;                     // arXiv id and repository
+  KeyQuantizerFactory make = nullptr;     // validates the parameters; throws InputError
+  // The declared parameter `key`, or nullptr.
+  const KeyQuantizerParam* param(const std::string& key) const;
+};
+
+// Every registered quantizer, in the listed order (kivi, token, quarot, kvquant, turboquant,
+// kvcobra, headq, rdkv-channel); names are unique.
+const std::vector<KeyQuantizerEntry>& key_quantizer_registry();
+// The entry named `name`; throws InputError listing the valid names when there is none.
+const KeyQuantizerEntry& key_quantizer_entry(const std::string& name);
+
 // make_key_quantizer("quarot", {{"bits", "4"}}); unknown names or parameters, and
 // invalid values, throw InputError listing the valid choices.
 std::unique_ptr<KeyQuantizer> make_key_quantizer(const std::string& name, const KeyQuantizerParams& params = {});
+// The registry as descriptions (params: name -> declared default text).
 std::vector<KeyQuantizerInfo> list_key_quantizers();
 
 // ---- shared helpers ---------------------------------------------------------------
@@ -133,9 +167,20 @@ struct ChannelSplit {
 };
 ChannelSplit turboquant_split(double bits, int d);
 
-// ---- factories (the registry calls these; each validates its parameters) ----------
-// Parameters arrive as strings; each factory consumes its keys and throws InputError for
-// unknown keys, naming the valid ones.
+// ---- registry entries and factories -------------------------------------------------
+// Each quantizer's entry is declared in its own source file, next to the factory that reads
+// the parameters, so a parameter's declaration and its use are read together; the registry
+// (key_quantizer.cpp) is the list of these entries. Parameters arrive as strings; each
+// factory reads them with ParamReader(its entry, params) and throws InputError for unknown
+// keys, naming the declared ones.
+const KeyQuantizerEntry& kivi_key_quantizer_entry();
+const KeyQuantizerEntry& token_key_quantizer_entry();
+const KeyQuantizerEntry& quarot_key_quantizer_entry();
+const KeyQuantizerEntry& kvquant_key_quantizer_entry();
+const KeyQuantizerEntry& turboquant_key_quantizer_entry();
+const KeyQuantizerEntry& kvcobra_key_quantizer_entry();
+const KeyQuantizerEntry& headq_key_quantizer_entry();
+const KeyQuantizerEntry& rdkv_channel_key_quantizer_entry();
 // kivi: quantize_block per channel, groups of G, fp16 window of n mod R rows; b + 32/G.
 std::unique_ptr<KeyQuantizer> make_kivi_quantizer(const KeyQuantizerParams&);
 // token: quantize_block per token, channel groups of n; b + 32 ceil(d/n)/d.
@@ -188,25 +233,33 @@ RdkvChannelAllocation rdkv_allocate_channels(const std::vector<double>& scores, 
 std::vector<double> kvcobra_direction_weights(const HeadData& head, const RopeParams& rope,
                                               const std::string& basis = "auto");
 
-// Reads typed parameters from a KeyQuantizerParams with defaults; finish() throws
-// InputError for keys never asked for. Used by the factories.
+// Reads typed parameters of one registered quantizer from a KeyQuantizerParams; a parameter
+// not given takes its entry's declared default, parsed and checked as a given value would be.
+// A given value that does not parse or lies outside [lo, hi] / the declared choices throws
+// InputError; a declared default that does so, or a key the entry does not declare, is a
+// programming error (std::logic_error naming quantizer and parameter). finish() throws
+// InputError for keys never asked for, listing the declared parameters, and logic_error for
+// a declared parameter the factory never read.
 class ParamReader {
  public:
-  ParamReader(std::string quantizer, const KeyQuantizerParams& params);
-  int get_int(const std::string& key, int def, int lo, int hi);
-  double get_double(const std::string& key, double def, double lo, double hi);
-  std::string get_string(const std::string& key, const std::string& def, const std::vector<std::string>& choices = {});
-  std::uint64_t get_seed(const std::string& key, std::uint64_t def);
-  // Every key starting with `prefix` (prefix removed), consumed.
+  ParamReader(const KeyQuantizerEntry& entry, const KeyQuantizerParams& params);
+  int get_int(const std::string& key, int lo, int hi);
+  double get_double(const std::string& key, double lo, double hi);
+  std::string get_string(const std::string& key);  // checked against the declared choices
+  std::uint64_t get_seed(const std::string& key);
+  // Every key starting with `prefix` (prefix removed), consumed; `prefix*` must be declared.
   KeyQuantizerParams take_prefixed(const std::string& prefix);
   void finish() const;
   const KeyQuantizerParams& effective() const { return effective_; }
 
  private:
   std::string quantizer_;
+  std::vector<KeyQuantizerParam> declared_;
   KeyQuantizerParams params_, effective_;
   std::vector<std::string> asked_;
+  const KeyQuantizerParam& declared(const std::string& key) const;  // logic_error when undeclared
   const std::string* find(const std::string& key);
+  [[noreturn]] void bad_default(const std::string& key, const std::string& why) const;
 };
 
 // Token rows to quantize: `tokens` checked (ascending, in range), or 0..T-1 when empty.

@@ -92,9 +92,9 @@ class KvcobraKeyQuantizer final : public KeyQuantizer {
                       bool basis_free, KeyQuantizerParams eff)
       : bits_(bits), rank_(rank), budget_(budget), group_(group), seed_(seed), basis_(std::move(basis)),
         basis_free_(basis_free), eff_(std::move(eff)) {}
-  std::string name() const override { return "kvcobra"; }
+  std::string name() const override { return kvcobra_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "arXiv 2609.24298, github.com/seonha01/KV-COBRA"; }
+  std::string source() const override { return kvcobra_key_quantizer_entry().source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams& rope,
                              const std::vector<int>& tokens) const override {
@@ -221,15 +221,31 @@ std::vector<double> kvcobra_direction_weights(const HeadData& head, const RopePa
   return kvcobra_basis(head, rope, basis).weights;
 }
 
+const KeyQuantizerEntry& kvcobra_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "kvcobra",
+      "rank-r key SVD latent, random Hadamard, per-channel quantization; pad(r) b / d + metadata",
+      {{"bits", "0", "latent code bits (0 = auto, at the budget)"},
+       {"rank", "0", "latent rank r (0 = auto, at the budget)"},
+       {"budget", "2", "code bits per key element the auto (rank, bits) meet"},
+       {"group", "0", "tokens per quantization group (0 = all tokens)"},
+       {"seed", "0", "random-sign Hadamard seed"},
+       {"basis", "auto", "keys the SVD basis is fitted on (auto = pre-RoPE if present)", {"auto", "pre", "post"}},
+       {"basis_cost", "fp16", "fp16 = the basis is charged; offline = part of the model", {"fp16", "offline"}}},
+      "arXiv 2609.24298, github.com/seonha01/KV-COBRA",
+      &make_kvcobra_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_kvcobra_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("kvcobra", params);
-  const int bits = r.get_int("bits", 0, 0, 16);
-  const int rank = r.get_int("rank", 0, 0, 1 << 16);
-  const double budget = r.get_double("budget", 2.0, 1e-3, 64.0);
-  const int group = r.get_int("group", 0, 0, 1 << 24);
-  const std::uint64_t seed = r.get_seed("seed", 0);
-  const std::string basis = r.get_string("basis", "auto", {"auto", "pre", "post"});
-  const std::string cost = r.get_string("basis_cost", "fp16", {"fp16", "offline"});
+  ParamReader r(kvcobra_key_quantizer_entry(), params);
+  const int bits = r.get_int("bits", 0, 16);
+  const int rank = r.get_int("rank", 0, 1 << 16);
+  const double budget = r.get_double("budget", 1e-3, 64.0);
+  const int group = r.get_int("group", 0, 1 << 24);
+  const std::uint64_t seed = r.get_seed("seed");
+  const std::string basis = r.get_string("basis");
+  const std::string cost = r.get_string("basis_cost");
   r.finish();
   return std::make_unique<KvcobraKeyQuantizer>(bits, rank, budget, group, seed, basis, cost == "offline",
                                                r.effective());

@@ -86,9 +86,9 @@ class KvquantKeyQuantizer final : public KeyQuantizer {
   KvquantKeyQuantizer(int bits, double pct, std::string weighting, int sink, int pointer_elems, KeyQuantizerParams eff)
       : bits_(bits), pct_(pct), weighting_(std::move(weighting)), sink_(sink), pointer_elems_(pointer_elems),
         eff_(std::move(eff)) {}
-  std::string name() const override { return "kvquant"; }
+  std::string name() const override { return kvquant_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "arXiv 2401.18079, github.com/SqueezeAILab/KVQuant"; }
+  std::string source() const override { return kvquant_key_quantizer_entry().source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams& rope,
                              const std::vector<int>& tokens) const override {
@@ -194,13 +194,27 @@ class KvquantKeyQuantizer final : public KeyQuantizer {
 
 }  // namespace
 
+const KeyQuantizerEntry& kvquant_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "kvquant",
+      "pre-RoPE keys per channel, k-means codebook, 1% sparse outliers, fp16 sink; ~b + 0.32 + small",
+      {{"bits", "2", "code bits (a 2^b-entry codebook)"},
+       {"outlier_percent", "1", "percent of values kept exact (sparse)"},
+       {"weighting", "uniform", "k-means weights (query: observation-query channel energy)", {"uniform", "query"}},
+       {"sink", "1", "first tokens kept in fp16"},
+       {"pointer_elems", "4096", "elements sharing one 32-bit row pointer (d = per head)"}},
+      "arXiv 2401.18079, github.com/SqueezeAILab/KVQuant",
+      &make_kvquant_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_kvquant_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("kvquant", params);
-  const int bits = r.get_int("bits", 2, 1, 8);
-  const double pct = r.get_double("outlier_percent", 1.0, 0.0, 50.0);
-  const std::string weighting = r.get_string("weighting", "uniform", {"uniform", "query"});
-  const int sink = r.get_int("sink", 1, 0, 1 << 20);
-  const int pointer_elems = r.get_int("pointer_elems", 4096, 1, 1 << 24);
+  ParamReader r(kvquant_key_quantizer_entry(), params);
+  const int bits = r.get_int("bits", 1, 8);
+  const double pct = r.get_double("outlier_percent", 0.0, 50.0);
+  const std::string weighting = r.get_string("weighting");
+  const int sink = r.get_int("sink", 0, 1 << 20);
+  const int pointer_elems = r.get_int("pointer_elems", 1, 1 << 24);
   r.finish();
   return std::make_unique<KvquantKeyQuantizer>(bits, pct, weighting, sink, pointer_elems, r.effective());
 }

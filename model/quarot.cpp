@@ -25,9 +25,9 @@ class QuarotKeyQuantizer final : public KeyQuantizer {
  public:
   QuarotKeyQuantizer(int bits, int group, double clip, KeyQuantizerParams eff)
       : bits_(bits), group_(group), clip_(static_cast<float>(clip)), eff_(std::move(eff)) {}
-  std::string name() const override { return "quarot"; }
+  std::string name() const override { return quarot_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "arXiv 2404.00456, github.com/spcl/QuaRot"; }
+  std::string source() const override { return quarot_key_quantizer_entry().source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const int d = static_cast<int>(head.keys.cols());
@@ -83,11 +83,23 @@ class QuarotKeyQuantizer final : public KeyQuantizer {
 
 }  // namespace
 
+const KeyQuantizerEntry& quarot_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "quarot",
+      "Walsh-Hadamard-rotated post-RoPE keys per token, clip 0.95, integer zero; b + 32/group",
+      {{"bits", "4", "code bits"},
+       {"group", "128", "rotated channels per group"},
+       {"clip", "0.95", "range clip ratio (1 = spcl/QuaRot's parser default, no clipping)"}},
+      "arXiv 2404.00456, github.com/spcl/QuaRot",
+      &make_quarot_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_quarot_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("quarot", params);
-  const int bits = r.get_int("bits", 4, 1, 15);
-  const int group = r.get_int("group", 128, 1, 1 << 20);
-  const double clip = r.get_double("clip", 0.95, 1e-6, 1.0);
+  ParamReader r(quarot_key_quantizer_entry(), params);
+  const int bits = r.get_int("bits", 1, 15);
+  const int group = r.get_int("group", 1, 1 << 20);
+  const double clip = r.get_double("clip", 1e-6, 1.0);
   r.finish();
   return std::make_unique<QuarotKeyQuantizer>(bits, group, clip, r.effective());
 }

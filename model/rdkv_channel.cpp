@@ -68,9 +68,9 @@ class RdkvChannelKeyQuantizer final : public KeyQuantizer {
                           KeyQuantizerParams eff)
       : budget_(budget), options_(std::move(options)), eps_(std::move(eps)), kernel_(kernel), group_(group),
         eff_(std::move(eff)) {}
-  std::string name() const override { return "rdkv-channel"; }
+  std::string name() const override { return rdkv_channel_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "arXiv 2605.08317, github.com/Junkai1860/RDKV"; }
+  std::string source() const override { return rdkv_channel_key_quantizer_entry().source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const int T = static_cast<int>(head.keys.rows()), d = static_cast<int>(head.keys.cols());
@@ -224,13 +224,27 @@ RdkvChannelAllocation rdkv_allocate_channels(const std::vector<double>& scores, 
   return out;
 }
 
+const KeyQuantizerEntry& rdkv_channel_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "rdkv-channel",
+      "RDKV per key channel: b_c in {0,2,4,8,16} by argmin s_c eps(b) + lambda b; sum_c b_c / d + metadata",
+      {{"budget", "2", "mean bits per channel"},
+       {"options", "0,2,4,8,16", "ascending bit widths (0 = channel evicted, 16 = exact)"},
+       {"eps", "", "NMSE per option, comma list (empty = the paper's key NMSE)"},
+       {"kernel", "5", "odd reflect avg-pool kernel over channels (1 = none)"},
+       {"group", "0", "tokens per quantization group (0 = all tokens)"}},
+      "arXiv 2605.08317, github.com/Junkai1860/RDKV",
+      &make_rdkv_channel_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_rdkv_channel_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("rdkv-channel", params);
-  const double budget = r.get_double("budget", 2.0, 0.0, 16.0);
-  const std::string opt_s = r.get_string("options", "0,2,4,8,16");
-  const std::string eps_s = r.get_string("eps", "");
-  const int kernel = r.get_int("kernel", 5, 1, 1 << 16);
-  const int group = r.get_int("group", 0, 0, 1 << 24);
+  ParamReader r(rdkv_channel_key_quantizer_entry(), params);
+  const double budget = r.get_double("budget", 0.0, 16.0);
+  const std::string opt_s = r.get_string("options");
+  const std::string eps_s = r.get_string("eps");
+  const int kernel = r.get_int("kernel", 1, 1 << 16);
+  const int group = r.get_int("group", 0, 1 << 24);
   r.finish();
   if (kernel % 2 == 0)
     throw InputError("Key quantizer 'rdkv-channel': parameter kernel = " + std::to_string(kernel) + " must be odd.");

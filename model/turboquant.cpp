@@ -28,9 +28,9 @@ class TurboquantKeyQuantizer final : public KeyQuantizer {
  public:
   TurboquantKeyQuantizer(double bits, int high, bool prod, std::uint64_t seed, KeyQuantizerParams eff)
       : bits_(bits), high_(high), prod_(prod), seed_(seed), eff_(std::move(eff)) {}
-  std::string name() const override { return "turboquant"; }
+  std::string name() const override { return turboquant_key_quantizer_entry().name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return "arXiv 2504.19874"; }
+  std::string source() const override { return turboquant_key_quantizer_entry().source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const int d = static_cast<int>(head.keys.cols());
@@ -98,12 +98,25 @@ class TurboquantKeyQuantizer final : public KeyQuantizer {
 
 }  // namespace
 
+const KeyQuantizerEntry& turboquant_key_quantizer_entry() {
+  static const KeyQuantizerEntry entry{
+      "turboquant",
+      "seeded rotation, Lloyd-Max per coordinate, fp16 norm (prod: + 1-bit QJL); b + 16/d (prod b + 32/d)",
+      {{"bits", "2", "code bits per coordinate, fractional allowed"},
+       {"high_channels", "-1", "channels at ceil(b) bits (-1 = from fractional bits)"},
+       {"variant", "mse", "prod: (b-1)-bit stage + 1-bit QJL sketch of the residual", {"mse", "prod"}},
+       {"seed", "0", "rotation and sketch seed"}},
+      "arXiv 2504.19874",
+      &make_turboquant_quantizer};
+  return entry;
+}
+
 std::unique_ptr<KeyQuantizer> make_turboquant_quantizer(const KeyQuantizerParams& params) {
-  ParamReader r("turboquant", params);
-  const double bits = r.get_double("bits", 2.0, 1.0, 8.0);
-  const int high = r.get_int("high_channels", -1, -1, 1 << 16);
-  const std::string variant = r.get_string("variant", "mse", {"mse", "prod"});
-  const std::uint64_t seed = r.get_seed("seed", 0);
+  ParamReader r(turboquant_key_quantizer_entry(), params);
+  const double bits = r.get_double("bits", 1.0, 8.0);
+  const int high = r.get_int("high_channels", -1, 1 << 16);
+  const std::string variant = r.get_string("variant");
+  const std::uint64_t seed = r.get_seed("seed");
   r.finish();
   return std::make_unique<TurboquantKeyQuantizer>(bits, high, variant == "prod", seed, r.effective());
 }

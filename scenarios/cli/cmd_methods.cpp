@@ -19,11 +19,16 @@
 namespace tierlab::cli {
 namespace {
 
+// From the registry itself: each parameter's declared default, its meaning and its choices.
 std::vector<MethodInfo> key_quantizers() {
   std::vector<MethodInfo> out;
-  for (const KeyQuantizerInfo& q : list_key_quantizers()) {
+  for (const KeyQuantizerEntry& q : key_quantizer_registry()) {
     MethodInfo m{q.name, "key quantizer", q.summary, q.source, {}};
-    for (const auto& [name, value] : q.params) m.params.push_back({name, value, ""});
+    for (const KeyQuantizerParam& p : q.params) {
+      std::string help = p.meaning;
+      for (std::size_t i = 0; i < p.choices.size(); ++i) help += (i == 0 ? "; one of " : " | ") + p.choices[i];
+      m.params.push_back({p.name, p.default_value, help});
+    }
     out.push_back(std::move(m));
   }
   return out;
