@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "model/error.hpp"
+#include "model/text.hpp"
 #include "model/quantizer.hpp"
 
 namespace tierlab {
@@ -220,11 +221,6 @@ const std::string* ParamReader::find(const std::string& key) {
 }
 
 namespace {
-std::string fmt(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
 
 // The whole of `s` parsed by `parse` (std::stoi, std::stod, std::stoull), or nothing.
 template <typename T, typename Parse>
@@ -267,11 +263,11 @@ double ParamReader::get_double(const std::string& key, double lo, double hi) {
   if (!v)
     throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s + "' is not a number.");
   if (!(*v >= lo && *v <= hi)) {
-    if (!s) bad_default(key, "is outside [" + fmt(lo) + ", " + fmt(hi) + "]");
-    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = " + fmt(*v) + " must be in [" +
-                     fmt(lo) + ", " + fmt(hi) + "].");
+    if (!s) bad_default(key, "is outside [" + format_number(lo) + ", " + format_number(hi) + "]");
+    throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = " + format_number(*v) + " must be in [" +
+                     format_number(lo) + ", " + format_number(hi) + "].");
   }
-  effective_[key] = fmt(*v);
+  effective_[key] = format_number(*v);
   return *v;
 }
 

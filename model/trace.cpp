@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "model/error.hpp"
+#include "model/text.hpp"
 
 namespace tierlab {
 
@@ -30,14 +31,6 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-std::string format_double(double v) {
-  // Shortest text that reads back exactly; integral values in plain digits ("500000").
-  char buf[400];
-  const bool integral = std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15;
-  auto r = integral ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed)
-                    : std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
 
 bool parse_int(const std::string& s, long long& out) {
   const char* b = s.data();
@@ -102,7 +95,7 @@ std::string meta_problem(const TraceMeta& m) {
   if (!(p = range("decode_steps", m.decode_steps, 0, static_cast<long long>(kMaxLen) - m.prompt_len)).empty()) return p;
   if (!(p = range("rope_dim", m.rope.rotary_dim, 0, m.head_dim)).empty()) return p + " (0 means head_dim)";
   if (m.rope.rotary_dim % 2 != 0) return "rope_dim = " + std::to_string(m.rope.rotary_dim) + " is odd (RoPE rotates pairs)";
-  if (!(m.rope.theta > 0.0) || !std::isfinite(m.rope.theta)) return "rope_theta = " + format_double(m.rope.theta) + " is not a positive number";
+  if (!(m.rope.theta > 0.0) || !std::isfinite(m.rope.theta)) return "rope_theta = " + format_exact(m.rope.theta) + " is not a positive number";
   if (m.rope.style != "interleaved" && m.rope.style != "half") {
     return "rope_style = '" + m.rope.style + "' is not 'interleaved' or 'half'";
   }
@@ -156,7 +149,7 @@ std::map<std::string, std::string> meta_strings(const TraceMeta& m) {
       {"obs_window", std::to_string(m.obs_window)},
       {"decode_steps", std::to_string(m.decode_steps)},
       {"has_pre_rope", m.has_pre_rope ? "true" : "false"},
-      {"rope_theta", format_double(m.rope.theta)},
+      {"rope_theta", format_exact(m.rope.theta)},
       {"rope_dim", std::to_string(m.rope.rotary_dim)},
       {"rope_style", m.rope.style},
       {"storage_dtype", std::string(dtype_name(m.storage))},

@@ -1,5 +1,7 @@
 #include "solvers/kvcobra_allocator.hpp"
 
+#include "model/text.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,11 +14,6 @@
 namespace tierlab {
 namespace {
 
-std::string fmt(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
 
 const std::vector<MethodParam>& param_list() {
   static const std::vector<MethodParam> p = {
@@ -143,7 +140,7 @@ void KvcobraAllocOptions::validate() const {
   auto bad = [](const std::string& field, const std::string& value, const std::string& why) {
     throw InputError("kvcobra allocator: " + field + " = " + value + " " + why);
   };
-  if (!(budget > 0) || !std::isfinite(budget)) bad("budget", fmt(budget), "must be finite and > 0");
+  if (!(budget > 0) || !std::isfinite(budget)) bad("budget", format_number(budget), "must be finite and > 0");
   if (redistribute != "waterfill" && redistribute != "uniform" && redistribute != "optimal")
     bad("redistribute", "'" + redistribute + "'", "is not waterfill, uniform or optimal");
   if (rate != "paper" && rate != "code") bad("rate", "'" + rate + "'", "is not paper or code");
@@ -153,7 +150,7 @@ void KvcobraAllocOptions::validate() const {
   if (max_bits < min_bits || max_bits > 8)
     bad("max_bits", std::to_string(max_bits), "must be in [min_bits, 8] (the released grid is 2..8)");
   if (iterations < 0 || iterations > 1000) bad("iterations", std::to_string(iterations), "must be in [0, 1000]");
-  if (!(damping >= 0) || !std::isfinite(damping)) bad("damping", fmt(damping), "must be finite and >= 0");
+  if (!(damping >= 0) || !std::isfinite(damping)) bad("damping", format_number(damping), "must be finite and >= 0");
   if (basis != "auto" && basis != "pre" && basis != "post") bad("basis", "'" + basis + "'", "is not auto, pre or post");
   if (basis_cost != "fp16" && basis_cost != "offline")
     bad("basis_cost", "'" + basis_cost + "'", "is not fp16 or offline");
@@ -161,7 +158,7 @@ void KvcobraAllocOptions::validate() const {
 }
 
 std::string KvcobraAllocOptions::name() const {
-  std::string s = "kvcobra:B=" + fmt(budget) + ",redistribute=" + redistribute;
+  std::string s = "kvcobra:B=" + format_number(budget) + ",redistribute=" + redistribute;
   if (redistribute == "optimal") s += ",rate=" + rate;
   if (rounding != "floor") s += ",rounding=" + rounding;
   return s;
@@ -312,8 +309,8 @@ KvcobraAllocation allocate_kvcobra(const std::vector<std::vector<double>>& w, in
   a.status = SolveStatus::Feasible;
   a.message = "kvcobra " + o.redistribute + ": head budgets sum to " + std::to_string(sum_budget) + " of " +
               std::to_string(static_cast<long long>(o.budget * d) * static_cast<long long>(w.size())) +
-              " bits per token; mean r b / d = " + fmt(a.nominal_rate) + " (budget " + fmt(o.budget) +
-              "), mean pad(r) b / d = " + fmt(a.code_rate) + ".";
+              " bits per token; mean r b / d = " + format_number(a.nominal_rate) + " (budget " + format_number(o.budget) +
+              "), mean pad(r) b / d = " + format_number(a.code_rate) + ".";
   return a;
 }
 

@@ -1,5 +1,7 @@
 #include "solvers/seed_allocators.hpp"
 
+#include "model/text.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -15,11 +17,6 @@
 namespace tierlab {
 namespace {
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
 
 double to_double(const std::string& method, const std::string& p, const std::string& v) {
   try {

@@ -18,12 +18,6 @@ namespace tierlab {
 
 namespace {
 
-std::string num(double v, int precision = 6) {
-  std::ostringstream os;
-  os.precision(precision);
-  os << v;
-  return os.str();
-}
 
 // The family solver behind `s`: smoothed solves the pooled costs exact.
 FamilySolver family_solver(AllocSolver s) { return s == AllocSolver::Smoothed ? FamilySolver::Exact : s; }
@@ -171,11 +165,11 @@ std::vector<std::vector<int>> scope_groups(const TraceMeta& meta, Scope scope, c
 
 void AllocateOptions::validate() const {
   if (!std::isfinite(budget) || budget < 0)
-    throw InputError("budget = " + num(budget) + " bits per element; it must be a finite number >= 0.");
+    throw InputError("budget = " + format_number(budget) + " bits per element; it must be a finite number >= 0.");
   ladder.validate();
   smoothing.validate();
   if (!(route_tolerance >= 0) || !std::isfinite(route_tolerance))
-    throw InputError("route tolerance = " + num(route_tolerance) + "; it must be finite and >= 0.");
+    throw InputError("route tolerance = " + format_number(route_tolerance) + "; it must be finite and >= 0.");
   exact.validate();
   if (solver == AllocSolver::Waterfill && ladder.size() < 3)
     throw InputError("ladder '" + ladder.name() + "' has no finite tier; waterfill fits n_h(b) on the finite tiers.");
@@ -183,7 +177,7 @@ void AllocateOptions::validate() const {
 
 std::string AllocateOptions::name() const {
   std::string s = std::string(to_string(solver)) + " " + std::string(to_string(family)) + " " +
-                  std::string(to_string(scope)) + " B=" + num(budget) + " " + std::string(to_string(rate_kind));
+                  std::string(to_string(scope)) + " B=" + format_number(budget) + " " + std::string(to_string(rate_kind));
   if (solver == AllocSolver::Smoothed) s += " " + smoothing.name();
   return s;
 }
