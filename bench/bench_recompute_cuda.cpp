@@ -163,6 +163,158 @@ json run_torch(const Options& o) {
   }
 }
 
+// The workload: H heads (keys with d/16 outlier channels x8, values N(0,1), queries
+// 2 N(0,1), the KIVI 2- and 4-bit variants) and E random allocations per head, in that
+// order from one generator seeded with --seed.
+void make_workload(const Options& o, std::vector<Head>& heads, std::vector<HeadBatch>& batches) {
+  const int H = o.kv_heads, T = o.tokens, d = o.dim, nq = o.group_size * o.queries, E = o.allocations;
+  std::mt19937 rng(o.seed);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> chan(d, 1.0f);
+  {
+    std::vector<int> perm(d);
+    for (int j = 0; j < d; ++j) perm[j] = j;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < d / 16; ++j) chan[perm[j]] = 8.0f;
+  }
+  const Tier kivi2 = Tier::parse("kivi2"), kivi4 = Tier::parse("kivi4");
+  for (Head& h : heads) {
+    h.k.resize(T, d);
+    h.v.resize(T, d);
+    h.q.resize(nq, d);
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < d; ++j) h.k(t, j) = n01(rng) * chan[j];
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < d; ++j) h.v(t, j) = n01(rng);
+    for (int i = 0; i < nq; ++i)
+      for (int j = 0; j < d; ++j) h.q(i, j) = 2.0f * n01(rng);
+    h.kivi2 = dense_tier_keys(h.k, kivi2);
+    h.kivi4 = dense_tier_keys(h.k, kivi4);
+  }
+  std::uniform_int_distribution<int> tier(0, 3);  // 0 evict, 1 kivi2, 2 kivi4, 3 exact
+  for (int h = 0; h < H; ++h) {
+    HeadProblem& p = batches[h].problem;
+    p.queries = &heads[h].q;
+    p.exact_keys = &heads[h].k;
+    p.values = &heads[h].v;
+    p.variants = {&heads[h].kivi2, &heads[h].kivi4, &heads[h].k};
+    batches[h].selections.assign(E, Selection(T));
+  }
+  for (int e = 0; e < E; ++e)
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t) batches[h].selections[e][t] = static_cast<std::uint8_t>(tier(rng));
+}
+
+// The first call (it prepares and caches the heads), then --repeats timed calls: the
+// "cuda" and "flops" entries of out and the median seconds per call. False (and
+// out["error"]) when a call fails.
+bool time_cuda_calls(const Options& o, Recomputer& gpu, const std::vector<HeadBatch>& batches, json& out, double& med) {
+  const int H = o.kv_heads, T = o.tokens, d = o.dim, nq = o.group_size * o.queries, E = o.allocations;
+  auto t0 = std::chrono::steady_clock::now();
+  EvalResult res = gpu.evaluate(batches);
+  const double first = seconds_since(t0);
+  if (!res.ok) {
+    out["error"] = "cuda evaluate failed: " + res.message;
+    return false;
+  }
+  std::vector<double> times;
+  for (int r = 0; r < o.repeats; ++r) {
+    t0 = std::chrono::steady_clock::now();
+    res = gpu.evaluate(batches);
+    times.push_back(seconds_since(t0));
+    if (!res.ok) {
+      out["error"] = "cuda evaluate failed: " + res.message;
+      return false;
+    }
+  }
+  med = median(times);
+  const double useful_flops = 2.0 * H * nq * double(T) * d;  // per allocation: D = delta V
+  double mean_rel = 0;
+  for (const auto& per_head : res.errors)
+    for (const ErrorMetrics& m : per_head) mean_rel += m.rel_error;
+  mean_rel /= double(H) * E;
+  out["cuda"] = {{"first_call_seconds", first},
+                 {"preparation_seconds_estimate", first - med},
+                 {"seconds_per_call_median", med},
+                 {"call_seconds", times},
+                 {"seconds_per_allocation", med / E},
+                 {"allocations_per_second", E / med},
+                 {"query_token_pairs_per_second", double(E) * H * nq * T / med},
+                 {"mean_rel_error", mean_rel}};
+  out["flops"] = {{"counted", "D = delta V only: 2 H (G Q) T d per allocation"},
+                  {"useful_flops_per_allocation", useful_flops},
+                  {"achieved_tflops", useful_flops * E / med / 1e12},
+                  {"fp32_peak_tflops", o.fp32_peak_tflops},
+                  {"fraction_of_fp32_peak", useful_flops * E / med / 1e12 / o.fp32_peak_tflops}};
+  return true;
+}
+
+// The numbers against the CPU reference on --cpu-allocations allocations (out["cpu_check"]);
+// status 3 when they differ beyond --max-difference.
+void check_against_cpu(const Options& o, Recomputer& gpu, const std::vector<HeadBatch>& batches, json& out,
+                       int& status) {
+  const int H = o.kv_heads, E = o.allocations;
+  const std::vector<HeadBatch> sub = subset(batches, H, o.cpu_allocations);
+  std::unique_ptr<Recomputer> cpu = make_recomputer(Backend::Cpu);
+  const auto t0 = std::chrono::steady_clock::now();
+  const EvalResult want = cpu->evaluate(sub);
+  const double cpu_s = seconds_since(t0);
+  const EvalResult got = gpu.evaluate(sub);
+  json c = {{"backend", cpu->description()}, {"allocations", std::min(E, o.cpu_allocations)}, {"seconds", cpu_s}};
+  if (want.ok && got.ok) {
+    const json diff = max_relative_difference(got, want);
+    c["max_relative_difference_cuda_vs_cpu"] = diff;
+    c["tolerance"] = o.max_difference;
+    c["within_tolerance"] = diff["max"].get<double>() <= o.max_difference;
+    if (!(diff["max"].get<double>() <= o.max_difference)) status = 3;
+  } else {
+    c["error"] = want.ok ? got.message : want.message;
+    status = 3;
+  }
+  out["cpu_check"] = c;
+}
+
+// The numbers against the simple CUDA path on a smaller subset (out["simple_check"]).
+void check_against_simple_path(const Options& o, Recomputer& gpu, const std::vector<HeadBatch>& batches, json& out) {
+  const int H = o.kv_heads, E = o.allocations;
+  const std::vector<HeadBatch> sub = subset(batches, o.simple_heads, o.simple_allocations);
+  const char* old = std::getenv("TIERLAB_CUDA_PATH");
+  const std::string saved = old ? old : "";
+  setenv("TIERLAB_CUDA_PATH", "simple", 1);
+  std::string why;
+  std::unique_ptr<Recomputer> simple = make_recomputer(Backend::Cuda, &why);
+  if (old) setenv("TIERLAB_CUDA_PATH", saved.c_str(), 1);
+  else unsetenv("TIERLAB_CUDA_PATH");
+  json s = {{"heads", std::min(H, o.simple_heads)}, {"allocations", std::min(E, o.simple_allocations)}};
+  if (!simple) {
+    s["error"] = why;
+  } else {
+    s["backend"] = simple->description();
+    const auto t0 = std::chrono::steady_clock::now();
+    const EvalResult want = simple->evaluate(sub);
+    s["seconds_including_preparation"] = seconds_since(t0);
+    const EvalResult got = gpu.evaluate(sub);
+    if (want.ok && got.ok) s["max_relative_difference_main_vs_simple"] = max_relative_difference(got, want);
+    else s["error"] = want.ok ? got.message : want.message;
+  }
+  out["simple_check"] = s;
+}
+
+// The PyTorch baseline, same sizes, same device (out["torch"] and the speedups over it).
+void compare_with_torch(const Options& o, double med, json& out) {
+  const int E = o.allocations;
+  const json torch = run_torch(o);
+  out["torch"] = torch;
+  if (torch.contains("gather") && torch["gather"].contains("allocations_per_second")) {
+    const double tg = torch["gather"]["allocations_per_second"].get<double>();
+    out["speedup_vs_torch_gather"] = (E / med) / tg;
+    out["target_speedup"] = 10.0;
+    out["meets_target"] = (E / med) / tg >= 10.0;
+  }
+  if (torch.contains("naive") && torch["naive"].contains("allocations_per_second"))
+    out["speedup_vs_torch_naive"] = (E / med) / torch["naive"]["allocations_per_second"].get<double>();
+}
+
 int run(const Options& o) {
   const int H = o.kv_heads, T = o.tokens, d = o.dim, nq = o.group_size * o.queries, E = o.allocations;
   json out = {{"benchmark", "bench_recompute_cuda"},
@@ -193,141 +345,23 @@ int run(const Options& o) {
 
   // ---- the workload --------------------------------------------------------------
   auto t0 = std::chrono::steady_clock::now();
-  std::mt19937 rng(o.seed);
-  std::normal_distribution<float> n01(0.0f, 1.0f);
-  std::vector<float> chan(d, 1.0f);
-  {
-    std::vector<int> perm(d);
-    for (int j = 0; j < d; ++j) perm[j] = j;
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int j = 0; j < d / 16; ++j) chan[perm[j]] = 8.0f;
-  }
-  const Tier kivi2 = Tier::parse("kivi2"), kivi4 = Tier::parse("kivi4");
   std::vector<Head> heads(H);
-  for (Head& h : heads) {
-    h.k.resize(T, d);
-    h.v.resize(T, d);
-    h.q.resize(nq, d);
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < d; ++j) h.k(t, j) = n01(rng) * chan[j];
-    for (int t = 0; t < T; ++t)
-      for (int j = 0; j < d; ++j) h.v(t, j) = n01(rng);
-    for (int i = 0; i < nq; ++i)
-      for (int j = 0; j < d; ++j) h.q(i, j) = 2.0f * n01(rng);
-    h.kivi2 = dense_tier_keys(h.k, kivi2);
-    h.kivi4 = dense_tier_keys(h.k, kivi4);
-  }
-  std::uniform_int_distribution<int> tier(0, 3);  // 0 evict, 1 kivi2, 2 kivi4, 3 exact
   std::vector<HeadBatch> batches(H);
-  for (int h = 0; h < H; ++h) {
-    HeadProblem& p = batches[h].problem;
-    p.queries = &heads[h].q;
-    p.exact_keys = &heads[h].k;
-    p.values = &heads[h].v;
-    p.variants = {&heads[h].kivi2, &heads[h].kivi4, &heads[h].k};
-    batches[h].selections.assign(E, Selection(T));
-  }
-  for (int e = 0; e < E; ++e)
-    for (int h = 0; h < H; ++h)
-      for (int t = 0; t < T; ++t) batches[h].selections[e][t] = static_cast<std::uint8_t>(tier(rng));
+  make_workload(o, heads, batches);
   out["workload_seconds"] = seconds_since(t0);
 
   // ---- CUDA: first call (prepares and caches the heads), then timed repeats -------------
-  t0 = std::chrono::steady_clock::now();
-  EvalResult res = gpu->evaluate(batches);
-  const double first = seconds_since(t0);
-  if (!res.ok) {
-    out["error"] = "cuda evaluate failed: " + res.message;
-    return finish(1);
-  }
-  std::vector<double> times;
-  for (int r = 0; r < o.repeats; ++r) {
-    t0 = std::chrono::steady_clock::now();
-    res = gpu->evaluate(batches);
-    times.push_back(seconds_since(t0));
-    if (!res.ok) {
-      out["error"] = "cuda evaluate failed: " + res.message;
-      return finish(1);
-    }
-  }
-  const double med = median(times);
-  const double useful_flops = 2.0 * H * nq * double(T) * d;  // per allocation: D = delta V
-  double mean_rel = 0;
-  for (const auto& per_head : res.errors)
-    for (const ErrorMetrics& m : per_head) mean_rel += m.rel_error;
-  mean_rel /= double(H) * E;
-  out["cuda"] = {{"first_call_seconds", first},
-                 {"preparation_seconds_estimate", first - med},
-                 {"seconds_per_call_median", med},
-                 {"call_seconds", times},
-                 {"seconds_per_allocation", med / E},
-                 {"allocations_per_second", E / med},
-                 {"query_token_pairs_per_second", double(E) * H * nq * T / med},
-                 {"mean_rel_error", mean_rel}};
-  out["flops"] = {{"counted", "D = delta V only: 2 H (G Q) T d per allocation"},
-                  {"useful_flops_per_allocation", useful_flops},
-                  {"achieved_tflops", useful_flops * E / med / 1e12},
-                  {"fp32_peak_tflops", o.fp32_peak_tflops},
-                  {"fraction_of_fp32_peak", useful_flops * E / med / 1e12 / o.fp32_peak_tflops}};
+  double med = 0;
+  if (!time_cuda_calls(o, *gpu, batches, out, med)) return finish(1);
 
   // ---- numbers: against the CPU reference and the simple CUDA path ---------------------
-  if (o.cpu_allocations > 0) {
-    const std::vector<HeadBatch> sub = subset(batches, H, o.cpu_allocations);
-    std::unique_ptr<Recomputer> cpu = make_recomputer(Backend::Cpu);
-    t0 = std::chrono::steady_clock::now();
-    const EvalResult want = cpu->evaluate(sub);
-    const double cpu_s = seconds_since(t0);
-    const EvalResult got = gpu->evaluate(sub);
-    json c = {{"backend", cpu->description()}, {"allocations", std::min(E, o.cpu_allocations)}, {"seconds", cpu_s}};
-    if (want.ok && got.ok) {
-      const json diff = max_relative_difference(got, want);
-      c["max_relative_difference_cuda_vs_cpu"] = diff;
-      c["tolerance"] = o.max_difference;
-      c["within_tolerance"] = diff["max"].get<double>() <= o.max_difference;
-      if (!(diff["max"].get<double>() <= o.max_difference)) status = 3;
-    } else {
-      c["error"] = want.ok ? got.message : want.message;
-      status = 3;
-    }
-    out["cpu_check"] = c;
-  }
-  if (o.simple_allocations > 0) {
-    const std::vector<HeadBatch> sub = subset(batches, o.simple_heads, o.simple_allocations);
-    const char* old = std::getenv("TIERLAB_CUDA_PATH");
-    const std::string saved = old ? old : "";
-    setenv("TIERLAB_CUDA_PATH", "simple", 1);
-    std::string why;
-    std::unique_ptr<Recomputer> simple = make_recomputer(Backend::Cuda, &why);
-    if (old) setenv("TIERLAB_CUDA_PATH", saved.c_str(), 1);
-    else unsetenv("TIERLAB_CUDA_PATH");
-    json s = {{"heads", std::min(H, o.simple_heads)}, {"allocations", std::min(E, o.simple_allocations)}};
-    if (!simple) {
-      s["error"] = why;
-    } else {
-      s["backend"] = simple->description();
-      t0 = std::chrono::steady_clock::now();
-      const EvalResult want = simple->evaluate(sub);
-      s["seconds_including_preparation"] = seconds_since(t0);
-      const EvalResult got = gpu->evaluate(sub);
-      if (want.ok && got.ok) s["max_relative_difference_main_vs_simple"] = max_relative_difference(got, want);
-      else s["error"] = want.ok ? got.message : want.message;
-    }
-    out["simple_check"] = s;
-  }
+  if (o.cpu_allocations > 0) check_against_cpu(o, *gpu, batches, out, status);
+  if (o.simple_allocations > 0) check_against_simple_path(o, *gpu, batches, out);
 
   // ---- the PyTorch baseline, same sizes, same device -----------------------------------
   if (!o.torch_ref.empty()) {
     gpu.reset();  // give the device memory back first
-    const json torch = run_torch(o);
-    out["torch"] = torch;
-    if (torch.contains("gather") && torch["gather"].contains("allocations_per_second")) {
-      const double tg = torch["gather"]["allocations_per_second"].get<double>();
-      out["speedup_vs_torch_gather"] = (E / med) / tg;
-      out["target_speedup"] = 10.0;
-      out["meets_target"] = (E / med) / tg >= 10.0;
-    }
-    if (torch.contains("naive") && torch["naive"].contains("allocations_per_second"))
-      out["speedup_vs_torch_naive"] = (E / med) / torch["naive"]["allocations_per_second"].get<double>();
+    compare_with_torch(o, med, out);
   }
   return finish(status);
 }

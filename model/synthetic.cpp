@@ -456,175 +456,216 @@ TraceMeta synth_meta(const SynthParams& p) {
 }
 
 // ---- one head ---------------------------------------------------------------------
-HeadData synth_head(const SynthParams& p, int layer, int kv_head) {
-  p.validate();
-  if (layer < 0 || layer >= p.n_layers)
-    throw InputError("synthetic head layer = " + str(layer) + " is out of range [0, " + str(p.n_layers) + ").");
-  if (kv_head < 0 || kv_head >= p.n_kv_heads)
-    throw InputError("synthetic head kv_head = " + str(kv_head) + " is out of range [0, " + str(p.n_kv_heads) + ").");
+namespace {
 
-  const HeadPlan plan = plan_head(p, layer, kv_head);
-  const int d = p.head_dim, P = pairs_of(d), T = p.prompt_len, W = p.obs_window, S = p.decode_steps;
-  const int g = p.group_size;
-  const double sqrt_d = std::sqrt(static_cast<double>(d));
-  const std::vector<double> omega = rope_frequencies(d, p.rope_theta);
+// One head's generator in named steps. The constructor fixes the key-content scales and
+// draws the structure (pre-RoPE key components and post-RoPE query components, at
+// lambda = 1) from the Structure stream; generate() then draws keys, values and queries,
+// each from its own stream (head_seed), in that order.
+class HeadSynth {
+ public:
+  HeadSynth(const SynthParams& params, int layer_index, int kv_head_index);
+  HeadData generate() const;
+
+ private:
+  bool pair_clean(int i) const { return !is_outlier[2 * i] && !is_outlier[2 * i + 1]; }
+  void draw_sink_structure(Rng& srng, double log_t);
+  void draw_local_structure(Rng& srng, double log_t);
+  void draw_retrieval_structure(Rng& srng);
+  void make_key(Rng& rng, int prompt_index, double* pre) const;
+  void synth_prompt_keys(HeadData& out) const;
+  void synth_decode_keys(HeadData& out) const;
+  void fill_values(MatrixRM& m, int rows, Stream stream) const;
+  void synth_queries(HeadData& out) const;
+
+  const SynthParams& p;
+  const int layer, kv_head;
+  const HeadPlan plan;
+  const int d, P, T, W, S, g;
+  const double sqrt_d;
+  const std::vector<double> omega;
 
   // Key content: N(0, sigma_c^2), sigma_c = outlier_strength on outlier channels, 1 elsewhere.
-  std::vector<double> sigma(d, 1.0);
-  std::vector<bool> is_outlier(d, false);
-  for (int c : plan.outliers) {
-    sigma[c] = p.outlier_strength;
-    is_outlier[c] = true;
-  }
-  auto pair_clean = [&](int i) { return !is_outlier[2 * i] && !is_outlier[2 * i + 1]; };
-
-  // Structure (pre-RoPE key components and post-RoPE query components, at lambda = 1).
-  Rng srng(head_seed(p.seed, layer, kv_head, Stream::Structure));
-  const double log_t = std::log(static_cast<double>(T));
+  std::vector<double> sigma;
+  std::vector<bool> is_outlier;
   std::vector<int> struct_channels;  // sink/span subspace: clean pairs of the slowest half
-  for (int i = structure_first_pair(d); i < P; ++i)
-    if (pair_clean(i)) {
-      struct_channels.push_back(2 * i);
-      struct_channels.push_back(2 * i + 1);
-    }
-  std::vector<bool> in_struct(d, false);
-  for (int c : struct_channels) in_struct[c] = true;
+  std::vector<bool> in_struct;
 
-  std::vector<double> local_dir(d, 0.0);        // m (unit), local heads
+  std::vector<double> local_dir;                // m (unit), local heads
   double local_amp = 0.0;                       // a_l
   std::vector<double> sink_dir;                 // u (unit), sink heads
   std::vector<double> sink_query;               // beta_s u_post
   std::vector<std::vector<double>> span_dirs;   // v_j (unit), retrieval heads
   std::vector<std::vector<double>> span_targets;  // tau_j (unit, post-RoPE)
   std::vector<double> span_pref;                // pi_j
-  std::vector<double> span_token_amp(T, 0.0);   // a_r nu_t on span tokens, 0 elsewhere
-  std::vector<int> span_of(T, -1);
+  std::vector<double> span_token_amp;           // a_r nu_t on span tokens, 0 elsewhere
+  std::vector<int> span_of;
   double span_amp = 0.0;
+};
+
+HeadSynth::HeadSynth(const SynthParams& params, int layer_index, int kv_head_index)
+    : p(params),
+      layer(layer_index),
+      kv_head(kv_head_index),
+      plan(plan_head(p, layer, kv_head)),
+      d(p.head_dim),
+      P(pairs_of(d)),
+      T(p.prompt_len),
+      W(p.obs_window),
+      S(p.decode_steps),
+      g(p.group_size),
+      sqrt_d(std::sqrt(static_cast<double>(d))),
+      omega(rope_frequencies(d, p.rope_theta)),
+      sigma(d, 1.0),
+      is_outlier(d, false),
+      local_dir(d, 0.0),
+      span_token_amp(T, 0.0),
+      span_of(T, -1) {
+  for (int c : plan.outliers) {
+    sigma[c] = p.outlier_strength;
+    is_outlier[c] = true;
+  }
+  // Structure (pre-RoPE key components and post-RoPE query components, at lambda = 1).
+  Rng srng(head_seed(p.seed, layer, kv_head, Stream::Structure));
+  const double log_t = std::log(static_cast<double>(T));
+  for (int i = structure_first_pair(d); i < P; ++i)
+    if (pair_clean(i)) {
+      struct_channels.push_back(2 * i);
+      struct_channels.push_back(2 * i + 1);
+    }
+  in_struct.assign(d, false);
+  for (int c : struct_channels) in_struct[c] = true;
 
   switch (plan.kind) {
-    case HeadKind::Sink: {
-      // Keys t < 4 get a_s w_t u with a_s = kappa_s; the query component beta_s u_post with
-      // beta_s = sqrt(d) then gives logit kappa_s w_t (u_post . R(t) u) ~ kappa_s w_t.
-      const double kappa = log_t + 6.0;
-      sink_dir = random_direction(srng, d, struct_channels);
-      std::vector<double> target(d, 0.0), rot(d);
-      for (int t = 0; t < kSinkTokens; ++t) {
-        rope_rotate(sink_dir.data(), rot.data(), t, omega);
-        for (int c = 0; c < d; ++c) target[c] += kSinkWeights[t] * rot[c];
-      }
-      normalize(target);
-      sink_query.resize(d);
-      for (int c = 0; c < d; ++c) sink_query[c] = sqrt_d * target[c];
-      for (double& x : sink_dir) x *= kappa;  // stored with its amplitude
+    case HeadKind::Sink:
+      draw_sink_structure(srng, log_t);
       break;
-    }
-    case HeadKind::Local: {
-      // Every key carries a_l m (m unit: a shared pre-RoPE key mean); the query carries
-      // a_l m before RoPE too, so the logit is a_l^2 m^T R(t - p) m / sqrt(d) = kappa_l g(t - p)
-      // with a_l^2 = kappa_l sqrt(d) and g(D) = sum_i h_i cos(omega_i D), sum h_i = 1: RoPE
-      // turns the shared direction into a relative-position (recency) kernel. Query and key
-      // share the amplitude, which balances the two cross terms with the content.
-      const double kappa = log_t + 6.0;
-      local_amp = std::sqrt(kappa * sqrt_d);
-      for (int i = 0; i < P; ++i) {
-        if (!pair_clean(i)) continue;
-        const double z = std::log(omega[i] * kLocalCenterPeriod) / kLocalLogWidth;
-        const double h = std::exp(-0.5 * z * z);
-        const double phase = srng.uniform(0.0, 2.0 * std::numbers::pi);
-        local_dir[2 * i] = std::sqrt(h) * std::cos(phase);
-        local_dir[2 * i + 1] = std::sqrt(h) * std::sin(phase);
-      }
-      normalize(local_dir);
+    case HeadKind::Local:
+      draw_local_structure(srng, log_t);
       break;
-    }
-    case HeadKind::Retrieval: {
-      // Span j tokens get a_r nu_t v_j (v_j orthonormal when the subspace allows); queries
-      // carry sqrt(d) pi_j tau_j, tau_j the unit post-RoPE mean of the span's key direction:
-      // logit ~ kappa_r pi_j nu_t on span j.
-      const int n = static_cast<int>(plan.spans.size());
-      const double kappa = std::log(static_cast<double>(T) / (static_cast<double>(n) * p.span_len)) + 7.0;
-      span_amp = kappa;
-      for (int j = 0; j < n; ++j) {
-        std::vector<double> v = random_direction(srng, d, struct_channels);
-        if (j < static_cast<int>(struct_channels.size())) {  // Gram-Schmidt against the earlier ones
-          for (int rep = 0; rep < 2; ++rep)
-            for (const auto& u : span_dirs) {
-              double dot = 0.0;
-              for (int c = 0; c < d; ++c) dot += v[c] * u[c];
-              for (int c = 0; c < d; ++c) v[c] -= dot * u[c];
-            }
-          normalize(v);
-        }
-        span_dirs.push_back(v);
-        span_pref.push_back(srng.uniform(kSpanPreferenceMin, 1.0));
-        std::vector<double> target(d, 0.0), rot(d);
-        for (int t = plan.spans[j].begin; t < plan.spans[j].end; ++t) {
-          span_of[t] = j;
-          span_token_amp[t] = span_amp * srng.uniform(kSpanTokenMin, 1.0);
-          rope_rotate(v.data(), rot.data(), t, omega);
-          for (int c = 0; c < d; ++c) target[c] += rot[c];
-        }
-        normalize(target);
-        span_targets.push_back(target);
-      }
+    case HeadKind::Retrieval:
+      draw_retrieval_structure(srng);
       break;
-    }
     case HeadKind::Diffuse:
       break;
   }
+}
 
-  HeadData out;
-  out.layer = layer;
-  out.kv_head = kv_head;
-  out.spans = plan.spans;
+void HeadSynth::draw_sink_structure(Rng& srng, double log_t) {
+  // Keys t < 4 get a_s w_t u with a_s = kappa_s; the query component beta_s u_post with
+  // beta_s = sqrt(d) then gives logit kappa_s w_t (u_post . R(t) u) ~ kappa_s w_t.
+  const double kappa = log_t + 6.0;
+  sink_dir = random_direction(srng, d, struct_channels);
+  std::vector<double> target(d, 0.0), rot(d);
+  for (int t = 0; t < kSinkTokens; ++t) {
+    rope_rotate(sink_dir.data(), rot.data(), t, omega);
+    for (int c = 0; c < d; ++c) target[c] += kSinkWeights[t] * rot[c];
+  }
+  normalize(target);
+  sink_query.resize(d);
+  for (int c = 0; c < d; ++c) sink_query[c] = sqrt_d * target[c];
+  for (double& x : sink_dir) x *= kappa;  // stored with its amplitude
+}
 
-  // Keys: pre = content + structure; post = R(t) pre. prompt_index < 0 for decode keys.
-  auto make_key = [&](Rng& rng, int prompt_index, double* pre) {
-    for (int c = 0; c < d; ++c) pre[c] = sigma[c] * rng.normal();
-    if (plan.kind == HeadKind::Local)
-      for (int c = 0; c < d; ++c) pre[c] += local_amp * local_dir[c];
-    if (prompt_index >= 0 && prompt_index < kSinkTokens && plan.kind == HeadKind::Sink)
-      for (int c = 0; c < d; ++c) pre[c] += kSinkWeights[prompt_index] * sink_dir[c];
-    if (prompt_index >= 0 && plan.kind == HeadKind::Retrieval && span_of[prompt_index] >= 0) {
-      const auto& v = span_dirs[span_of[prompt_index]];
-      for (int c = 0; c < d; ++c) pre[c] += span_token_amp[prompt_index] * v[c];
+void HeadSynth::draw_local_structure(Rng& srng, double log_t) {
+  // Every key carries a_l m (m unit: a shared pre-RoPE key mean); the query carries
+  // a_l m before RoPE too, so the logit is a_l^2 m^T R(t - p) m / sqrt(d) = kappa_l g(t - p)
+  // with a_l^2 = kappa_l sqrt(d) and g(D) = sum_i h_i cos(omega_i D), sum h_i = 1: RoPE
+  // turns the shared direction into a relative-position (recency) kernel. Query and key
+  // share the amplitude, which balances the two cross terms with the content.
+  const double kappa = log_t + 6.0;
+  local_amp = std::sqrt(kappa * sqrt_d);
+  for (int i = 0; i < P; ++i) {
+    if (!pair_clean(i)) continue;
+    const double z = std::log(omega[i] * kLocalCenterPeriod) / kLocalLogWidth;
+    const double h = std::exp(-0.5 * z * z);
+    const double phase = srng.uniform(0.0, 2.0 * std::numbers::pi);
+    local_dir[2 * i] = std::sqrt(h) * std::cos(phase);
+    local_dir[2 * i + 1] = std::sqrt(h) * std::sin(phase);
+  }
+  normalize(local_dir);
+}
+
+void HeadSynth::draw_retrieval_structure(Rng& srng) {
+  // Span j tokens get a_r nu_t v_j (v_j orthonormal when the subspace allows); queries
+  // carry sqrt(d) pi_j tau_j, tau_j the unit post-RoPE mean of the span's key direction:
+  // logit ~ kappa_r pi_j nu_t on span j.
+  const int n = static_cast<int>(plan.spans.size());
+  const double kappa = std::log(static_cast<double>(T) / (static_cast<double>(n) * p.span_len)) + 7.0;
+  span_amp = kappa;
+  for (int j = 0; j < n; ++j) {
+    std::vector<double> v = random_direction(srng, d, struct_channels);
+    if (j < static_cast<int>(struct_channels.size())) {  // Gram-Schmidt against the earlier ones
+      for (int rep = 0; rep < 2; ++rep)
+        for (const auto& u : span_dirs) {
+          double dot = 0.0;
+          for (int c = 0; c < d; ++c) dot += v[c] * u[c];
+          for (int c = 0; c < d; ++c) v[c] -= dot * u[c];
+        }
+      normalize(v);
     }
-  };
+    span_dirs.push_back(v);
+    span_pref.push_back(srng.uniform(kSpanPreferenceMin, 1.0));
+    std::vector<double> target(d, 0.0), rot(d);
+    for (int t = plan.spans[j].begin; t < plan.spans[j].end; ++t) {
+      span_of[t] = j;
+      span_token_amp[t] = span_amp * srng.uniform(kSpanTokenMin, 1.0);
+      rope_rotate(v.data(), rot.data(), t, omega);
+      for (int c = 0; c < d; ++c) target[c] += rot[c];
+    }
+    normalize(target);
+    span_targets.push_back(target);
+  }
+}
 
+// Keys: pre = content + structure; post = R(t) pre. prompt_index < 0 for decode keys.
+void HeadSynth::make_key(Rng& rng, int prompt_index, double* pre) const {
+  for (int c = 0; c < d; ++c) pre[c] = sigma[c] * rng.normal();
+  if (plan.kind == HeadKind::Local)
+    for (int c = 0; c < d; ++c) pre[c] += local_amp * local_dir[c];
+  if (prompt_index >= 0 && prompt_index < kSinkTokens && plan.kind == HeadKind::Sink)
+    for (int c = 0; c < d; ++c) pre[c] += kSinkWeights[prompt_index] * sink_dir[c];
+  if (prompt_index >= 0 && plan.kind == HeadKind::Retrieval && span_of[prompt_index] >= 0) {
+    const auto& v = span_dirs[span_of[prompt_index]];
+    for (int c = 0; c < d; ++c) pre[c] += span_token_amp[prompt_index] * v[c];
+  }
+}
+
+void HeadSynth::synth_prompt_keys(HeadData& out) const {
   out.keys.resize(T, d);
   out.keys_pre_rope.resize(T, d);
-  {
-    Rng rng(head_seed(p.seed, layer, kv_head, Stream::Keys));
-    std::vector<double> pre(d), post(d);
-    for (int t = 0; t < T; ++t) {
-      make_key(rng, t, pre.data());
-      rope_rotate(pre.data(), post.data(), t, omega);
-      for (int c = 0; c < d; ++c) {
-        out.keys_pre_rope(t, c) = static_cast<float>(pre[c]);
-        out.keys(t, c) = static_cast<float>(post[c]);
-      }
+  Rng rng(head_seed(p.seed, layer, kv_head, Stream::Keys));
+  std::vector<double> pre(d), post(d);
+  for (int t = 0; t < T; ++t) {
+    make_key(rng, t, pre.data());
+    rope_rotate(pre.data(), post.data(), t, omega);
+    for (int c = 0; c < d; ++c) {
+      out.keys_pre_rope(t, c) = static_cast<float>(pre[c]);
+      out.keys(t, c) = static_cast<float>(post[c]);
     }
   }
-  out.decode_keys.resize(S, d);
-  {
-    Rng rng(head_seed(p.seed, layer, kv_head, Stream::DecodeKeys));
-    std::vector<double> pre(d), post(d);
-    for (int s = 1; s <= S; ++s) {
-      const int pos = T + s - 1;
-      make_key(rng, -1, pre.data());
-      rope_rotate(pre.data(), post.data(), pos, omega);
-      for (int c = 0; c < d; ++c) out.decode_keys(s - 1, c) = static_cast<float>(post[c]);
-    }
-  }
-  auto fill_values = [&](MatrixRM& m, int rows, Stream stream) {
-    Rng rng(head_seed(p.seed, layer, kv_head, stream));
-    m.resize(rows, d);
-    for (int t = 0; t < rows; ++t)
-      for (int c = 0; c < d; ++c) m(t, c) = static_cast<float>(rng.normal());
-  };
-  fill_values(out.values, T, Stream::Values);
-  fill_values(out.decode_values, S, Stream::DecodeValues);
+}
 
+void HeadSynth::synth_decode_keys(HeadData& out) const {
+  out.decode_keys.resize(S, d);
+  Rng rng(head_seed(p.seed, layer, kv_head, Stream::DecodeKeys));
+  std::vector<double> pre(d), post(d);
+  for (int s = 1; s <= S; ++s) {
+    const int pos = T + s - 1;
+    make_key(rng, -1, pre.data());
+    rope_rotate(pre.data(), post.data(), pos, omega);
+    for (int c = 0; c < d; ++c) out.decode_keys(s - 1, c) = static_cast<float>(post[c]);
+  }
+}
+
+void HeadSynth::fill_values(MatrixRM& m, int rows, Stream stream) const {
+  Rng rng(head_seed(p.seed, layer, kv_head, stream));
+  m.resize(rows, d);
+  for (int t = 0; t < rows; ++t)
+    for (int c = 0; c < d; ++c) m(t, c) = static_cast<float>(rng.normal());
+}
+
+void HeadSynth::synth_queries(HeadData& out) const {
   // Queries. Content is N(0, 1) on the content channels (all but the sink/span subspace
   // for sink and retrieval heads), scaled so that its logit against the key content has
   // standard deviation eta: Var = s_q^2 (1 + eps^2) sum_{c in content} vbar_c / d, where
@@ -688,7 +729,30 @@ HeadData synth_head(const SynthParams& p, int layer, int kv_head) {
       make_query(decode_rng, T + s - 1, &drift, &out.decode_queries(static_cast<Eigen::Index>(k) * S + (s - 1), 0));
     }
   }
+}
+
+HeadData HeadSynth::generate() const {
+  HeadData out;
+  out.layer = layer;
+  out.kv_head = kv_head;
+  out.spans = plan.spans;
+  synth_prompt_keys(out);
+  synth_decode_keys(out);
+  fill_values(out.values, T, Stream::Values);
+  fill_values(out.decode_values, S, Stream::DecodeValues);
+  synth_queries(out);
   return out;
+}
+
+}  // namespace
+
+HeadData synth_head(const SynthParams& p, int layer, int kv_head) {
+  p.validate();
+  if (layer < 0 || layer >= p.n_layers)
+    throw InputError("synthetic head layer = " + str(layer) + " is out of range [0, " + str(p.n_layers) + ").");
+  if (kv_head < 0 || kv_head >= p.n_kv_heads)
+    throw InputError("synthetic head kv_head = " + str(kv_head) + " is out of range [0, " + str(p.n_kv_heads) + ").");
+  return HeadSynth(p, layer, kv_head).generate();
 }
 
 // ---- whole trace ------------------------------------------------------------------

@@ -97,14 +97,12 @@ std::string ReplayOptions::validate() const {
   return {};
 }
 
-ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, const KeyCompression& comp) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (const std::string p = options.validate(); !p.empty()) throw InputError("replay: " + p + ".");
-  const Llama2cConfig& c = model.config();
-  const std::vector<std::int32_t> prompt = resolve_prompt(model, options.prompt);
-  const int T = static_cast<int>(prompt.size()), S = options.decode_steps;
-  const int W = options.obs_window < 0 ? std::min(kDefaultObsWindow, T) : options.obs_window;
-  const int N = options.redecide_every, V = c.vocab_size, hs = c.head_size(), g = c.group_size();
+namespace {
+
+// The replay's lengths against the model and the compression: the prompt and the decode
+// steps fit the context, the window fits the prompt, and the compression fits the model.
+void check_replay_fits(const Llama2cModel& model, const Llama2cConfig& c, const KeyCompression& comp, int T, int S,
+                       int W, int N) {
   if (static_cast<long long>(T) + S > c.seq_len) {
     throw InputError("replay: " + std::to_string(T) + " prompt tokens + " + std::to_string(S) +
                      " decode steps exceed " + model.name() + "'s seq_len = " + std::to_string(c.seq_len) + ".");
@@ -125,40 +123,11 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
                      " x " + std::to_string(c.n_kv_heads) + " x " + std::to_string(T) + ".");
   }
   if (!comp.compress) comp.ladder.validate();
+}
 
-  ReplayResult r;
-  r.model = model.name();
-  r.checkpoint = model.path();
-  r.compression = comp.label;
-  r.ladder = comp.compress ? std::string("(per-method compressor)") : comp.ladder.name();
-  r.mode = options.mode;
-  r.prompt_len = T;
-  r.decode_steps = S;
-  r.obs_window = W;
-  r.redecide_every = N;
-  r.prompt = prompt;
-
-  // Prefill with the full cache, recording the queries (observation queries).
-  ActivationRecorder::Fields qonly;
-  qonly.keys = qonly.keys_pre_rope = qonly.values = false;
-  qonly.keys_pre_rope = static_cast<bool>(comp.compress);  // pre-RoPE quantizers (KVQuant)
-  ActivationRecorder full_rec(c, T + S, qonly);
-  Llama2cSession full(model);
-  const float* logits = nullptr;
-  for (int pos = 0; pos < T; ++pos) logits = full.forward(prompt[pos], pos, &full_rec);
-  const std::int32_t first = argmax(logits, V);
-  Llama2cSession compressed = full;
-  ActivationRecorder comp_rec = full_rec;
-
-  // The full cache's own greedy continuation x_1..x_{S+1}.
-  r.full_continuation.push_back(first);
-  if (options.mode == ReplayMode::FreeRunning) {
-    Llama2cSession ref = full;
-    for (int s = 1; s <= S; ++s) r.full_continuation.push_back(argmax(ref.forward(r.full_continuation[s - 1], T + s - 1), V));
-  }
-
-  // The exact prompt keys and values, per layer (T x kv_dim).
-  std::vector<MatrixRM> exact_keys(static_cast<std::size_t>(c.n_layers)), values(static_cast<std::size_t>(c.n_layers));
+// The exact prompt keys and values of the full cache, per layer (T x kv_dim).
+void read_exact_prompt_cache(const Llama2cSession& full, const Llama2cConfig& c, int T,
+                             std::vector<MatrixRM>& exact_keys, std::vector<MatrixRM>& values) {
   for (int l = 0; l < c.n_layers; ++l) {
     exact_keys[l].resize(T, c.kv_dim());
     values[l].resize(T, c.kv_dim());
@@ -167,72 +136,105 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
       values[l].row(t) = Eigen::Map<const Eigen::RowVectorXf>(full.value(l, t), c.kv_dim());
     }
   }
+}
 
+// One replay's compressed cache and the steps that fill and read it: deciding the prompt's
+// keys from the exact ones (again every N steps), and decoding S steps with the full and
+// the compressed cache side by side. It sums the rate and evicted share of each decision.
+struct CompressedReplay {
+  const ReplayOptions& options;
+  const KeyCompression& comp;
+  const Llama2cConfig& c;
+  const int T, W;
+  const std::vector<MatrixRM>& exact_keys;  // per layer, T x kv_dim
+  const std::vector<MatrixRM>& values;
+  const ActivationRecorder& full_rec;
+  Llama2cSession& full;
+  Llama2cSession& compressed;
+  ActivationRecorder& comp_rec;
+  ReplayResult& r;
+  const int S = options.decode_steps, N = options.redecide_every, V = c.vocab_size, hs = c.head_size(),
+            g = c.group_size();
   double rate_code = 0, rate_total = 0, evicted = 0;
   long long decided_heads = 0;
-  // Puts one head's compressed prompt keys (T x head size) and kept flags into the
-  // compressed cache and counts its rate and evicted share.
-  auto store_head = [&](int l, int h, const MatrixRM& keys, const std::vector<std::uint8_t>& kept, const Rate& rate) {
-    int n_evicted = 0;
-    for (int t = 0; t < T; ++t) {
-      compressed.set_key(l, h, t, keys.row(t).data());
-      compressed.set_kept(l, h, t, kept[t] != 0);
-      n_evicted += kept[t] == 0;
-    }
-    rate_code += rate.code_bits;
-    rate_total += rate.total_bits;
-    evicted += static_cast<double>(n_evicted) / T;
-    ++decided_heads;
-  };
-  // (Re)compress the prompt's keys from the exact ones, with the W queries before `end`.
-  // A generic compressor sees every head at once.
-  auto decide_all = [&](int end) {
-    std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(c.n_layers));
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        HeadData hd;
-        hd.layer = l;
-        hd.kv_head = h;
-        hd.keys = exact_keys[l].middleCols(h * hs, hs);
-        hd.keys_pre_rope = full_rec.keys_pre_rope(l).topRows(T).middleCols(h * hs, hs);
-        hd.values = values[l].middleCols(h * hs, hs);
-        hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
-        heads[static_cast<std::size_t>(l)].push_back(std::move(hd));
-      }
-    const std::vector<std::vector<CompressedHead>> out = comp.compress(heads);
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        const CompressedHead& ch = out.at(static_cast<std::size_t>(l)).at(static_cast<std::size_t>(h));
-        if (ch.keys.rows() != T || ch.keys.cols() != hs || static_cast<int>(ch.kept.size()) != T)
-          throw InputError("replay: " + comp.label + " gave compressed keys of the wrong shape for head (" +
-                           std::to_string(l) + ", " + std::to_string(h) + ").");
-        store_head(l, h, ch.keys, ch.kept, ch.rate);
-      }
-    ++r.decisions;
-  };
-  auto decide = [&](int end) {
-    if (comp.compress) return decide_all(end);
-    for (int l = 0; l < c.n_layers; ++l) {
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        HeadData hd;
-        hd.layer = l;
-        hd.kv_head = h;
-        hd.keys = exact_keys[l].middleCols(h * hs, hs);
-        hd.values = values[l].middleCols(h * hs, hs);
-        hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
-        const TokenWeights w = token_weights(hd.keys, hd.values, hd.obs_queries);
-        const std::vector<std::uint8_t> tiers = comp.allocate(hd, w);
-        if (static_cast<int>(tiers.size()) != T) {
-          throw InputError("replay: " + comp.label + " gave " + std::to_string(tiers.size()) + " tiers for head (" +
-                           std::to_string(l) + ", " + std::to_string(h) + "), expected T = " + std::to_string(T) + ".");
-        }
-        const MaterializedKeys mk = materialize(hd.keys, comp.ladder, tiers);
-        store_head(l, h, mk.keys, mk.kept, mk.rate);
-      }
-    }
-    ++r.decisions;
-  };
 
+  void store_head(int l, int h, const MatrixRM& keys, const std::vector<std::uint8_t>& kept, const Rate& rate);
+  void decide_all(int end);
+  void decide(int end);
+  void decode(std::int32_t first);
+};
+
+// Puts one head's compressed prompt keys (T x head size) and kept flags into the
+// compressed cache and counts its rate and evicted share.
+void CompressedReplay::store_head(int l, int h, const MatrixRM& keys, const std::vector<std::uint8_t>& kept,
+                                  const Rate& rate) {
+  int n_evicted = 0;
+  for (int t = 0; t < T; ++t) {
+    compressed.set_key(l, h, t, keys.row(t).data());
+    compressed.set_kept(l, h, t, kept[t] != 0);
+    n_evicted += kept[t] == 0;
+  }
+  rate_code += rate.code_bits;
+  rate_total += rate.total_bits;
+  evicted += static_cast<double>(n_evicted) / T;
+  ++decided_heads;
+}
+
+// (Re)compress the prompt's keys from the exact ones, with the W queries before `end`.
+// A generic compressor sees every head at once.
+void CompressedReplay::decide_all(int end) {
+  std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      HeadData hd;
+      hd.layer = l;
+      hd.kv_head = h;
+      hd.keys = exact_keys[l].middleCols(h * hs, hs);
+      hd.keys_pre_rope = full_rec.keys_pre_rope(l).topRows(T).middleCols(h * hs, hs);
+      hd.values = values[l].middleCols(h * hs, hs);
+      hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
+      heads[static_cast<std::size_t>(l)].push_back(std::move(hd));
+    }
+  const std::vector<std::vector<CompressedHead>> out = comp.compress(heads);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const CompressedHead& ch = out.at(static_cast<std::size_t>(l)).at(static_cast<std::size_t>(h));
+      if (ch.keys.rows() != T || ch.keys.cols() != hs || static_cast<int>(ch.kept.size()) != T)
+        throw InputError("replay: " + comp.label + " gave compressed keys of the wrong shape for head (" +
+                         std::to_string(l) + ", " + std::to_string(h) + ").");
+      store_head(l, h, ch.keys, ch.kept, ch.rate);
+    }
+  ++r.decisions;
+}
+
+// (Re)compress the prompt's keys from the exact ones, with the W queries before `end`:
+// per head, the allocation of the compression's policy materialized on its ladder.
+void CompressedReplay::decide(int end) {
+  if (comp.compress) return decide_all(end);
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      HeadData hd;
+      hd.layer = l;
+      hd.kv_head = h;
+      hd.keys = exact_keys[l].middleCols(h * hs, hs);
+      hd.values = values[l].middleCols(h * hs, hs);
+      hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
+      const TokenWeights w = token_weights(hd.keys, hd.values, hd.obs_queries);
+      const std::vector<std::uint8_t> tiers = comp.allocate(hd, w);
+      if (static_cast<int>(tiers.size()) != T) {
+        throw InputError("replay: " + comp.label + " gave " + std::to_string(tiers.size()) + " tiers for head (" +
+                         std::to_string(l) + ", " + std::to_string(h) + "), expected T = " + std::to_string(T) + ".");
+      }
+      const MaterializedKeys mk = materialize(hd.keys, comp.ladder, tiers);
+      store_head(l, h, mk.keys, mk.kept, mk.rate);
+    }
+  }
+  ++r.decisions;
+}
+
+// Decode steps 1..S from `first` with both caches (re-deciding every N steps), comparing
+// the next-token distributions, and the summary of the steps and decisions.
+void CompressedReplay::decode(std::int32_t first) {
   std::vector<float> p_logits(static_cast<std::size_t>(V));
   double sum_kl = 0, sum_nll_full = 0, sum_nll_comp = 0;
   int matches = 0, continuation_matches = 0;
@@ -278,6 +280,68 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
   r.key_rate.code_bits = rate_code / decided_heads;
   r.key_rate.total_bits = rate_total / decided_heads;
   r.evicted_fraction = evicted / decided_heads;
+}
+
+}  // namespace
+
+ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, const KeyCompression& comp) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (const std::string p = options.validate(); !p.empty()) throw InputError("replay: " + p + ".");
+  const Llama2cConfig& c = model.config();
+  const std::vector<std::int32_t> prompt = resolve_prompt(model, options.prompt);
+  const int T = static_cast<int>(prompt.size()), S = options.decode_steps;
+  const int W = options.obs_window < 0 ? std::min(kDefaultObsWindow, T) : options.obs_window;
+  const int N = options.redecide_every, V = c.vocab_size;
+  check_replay_fits(model, c, comp, T, S, W, N);
+
+  ReplayResult r;
+  r.model = model.name();
+  r.checkpoint = model.path();
+  r.compression = comp.label;
+  r.ladder = comp.compress ? std::string("(per-method compressor)") : comp.ladder.name();
+  r.mode = options.mode;
+  r.prompt_len = T;
+  r.decode_steps = S;
+  r.obs_window = W;
+  r.redecide_every = N;
+  r.prompt = prompt;
+
+  // Prefill with the full cache, recording the queries (observation queries).
+  ActivationRecorder::Fields qonly;
+  qonly.keys = qonly.keys_pre_rope = qonly.values = false;
+  qonly.keys_pre_rope = static_cast<bool>(comp.compress);  // pre-RoPE quantizers (KVQuant)
+  ActivationRecorder full_rec(c, T + S, qonly);
+  Llama2cSession full(model);
+  const float* logits = nullptr;
+  for (int pos = 0; pos < T; ++pos) logits = full.forward(prompt[pos], pos, &full_rec);
+  const std::int32_t first = argmax(logits, V);
+  Llama2cSession compressed = full;
+  ActivationRecorder comp_rec = full_rec;
+
+  // The full cache's own greedy continuation x_1..x_{S+1}.
+  r.full_continuation.push_back(first);
+  if (options.mode == ReplayMode::FreeRunning) {
+    Llama2cSession ref = full;
+    for (int s = 1; s <= S; ++s) r.full_continuation.push_back(argmax(ref.forward(r.full_continuation[s - 1], T + s - 1), V));
+  }
+
+  // The exact prompt keys and values, per layer (T x kv_dim).
+  std::vector<MatrixRM> exact_keys(static_cast<std::size_t>(c.n_layers)), values(static_cast<std::size_t>(c.n_layers));
+  read_exact_prompt_cache(full, c, T, exact_keys, values);
+
+  CompressedReplay run{.options = options,
+                       .comp = comp,
+                       .c = c,
+                       .T = T,
+                       .W = W,
+                       .exact_keys = exact_keys,
+                       .values = values,
+                       .full_rec = full_rec,
+                       .full = full,
+                       .compressed = compressed,
+                       .comp_rec = comp_rec,
+                       .r = r};
+  run.decode(first);
   r.seconds = seconds_since(t0);
   return r;
 }
