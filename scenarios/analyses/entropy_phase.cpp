@@ -86,7 +86,56 @@ std::vector<int> equal_count_bins(const std::vector<double>& x, int bins) {
   return out;
 }
 
-std::string write_entropy_phase_tables(const Scenario& sc, int bins, const std::vector<nlohmann::json>& cells,
+namespace {
+
+// The summary.md section: the bins x budgets table and the two boundaries.
+std::string entropy_phase_summary(std::size_t n_heads, double lo, double hi, int nb, const nlohmann::json& rows,
+                                  const std::vector<double>& budgets, double boundary, const nlohmann::json& recomputed) {
+  std::ostringstream s;
+  s << "\n## Dominance phase map (attention entropy x budget)\n\n"
+    << n_heads << " heads binned by their mean attention entropy H on the observation queries ("
+    << format_or_nan(lo, "%.2f") << " to " << format_or_nan(hi, "%.2f") << " nats) into " << nb
+    << " bins of equal head counts. "
+    << "Winner by exact recomputation (most heads in the bin), with the shares of heads won by E and M:\n\n"
+    << "| H range (nats) | median H | heads |";
+  for (double B : budgets) s << " B = " << format_or_nan(B) << " |";
+  s << " median R(2) |\n|---|---|---|";
+  for (std::size_t k = 0; k < budgets.size(); ++k) s << "---|";
+  s << "---|\n";
+  for (std::size_t i = 0; i < rows.size(); i += budgets.size()) {
+    const auto& r = rows[i];
+    s << "| " << format_or_nan(double_or_nan(r, "entropy_lo"), "%.2f") << "-"
+      << format_or_nan(double_or_nan(r, "entropy_hi"), "%.2f") << " | "
+      << format_or_nan(double_or_nan(r, "entropy_median"), "%.2f") << " | " << r["heads"] << " |";
+    for (std::size_t k = 0; k < budgets.size(); ++k) {
+      const auto& rk = rows[i + k];
+      s << ' ' << rk["winner"].get<std::string>() << " (E " << format_or_nan(100 * double_or_nan(rk, "share_E"), "%.0f")
+        << "%, M " << format_or_nan(100 * double_or_nan(rk, "share_M"), "%.0f") << "%) |";
+    }
+    s << ' ' << format_or_nan(double_or_nan(r, "R2_median"), "%.3f") << " |\n";
+  }
+  if (std::isfinite(boundary))
+    s << "\nThe surrogate's boundary (median R_h(2) = 1) lies at H = " << format_or_nan(boundary, "%.2f")
+      << " nats: sharper heads (lower entropy) have their 2-bit tier dominated.";
+  else
+    s << "\nThe bins' median R_h(2) does not cross 1 within the measured entropies (no surrogate boundary in range).";
+  s << " By exact recomputation, the share of heads won by eviction crosses 1/2 at";
+  bool any = false;
+  for (const auto& r : recomputed) {
+    const double e = double_or_nan(r, "entropy");
+    if (!std::isfinite(e)) continue;
+    s << (any ? "," : "") << " H = " << format_or_nan(e, "%.2f") << " (B = " << format_or_nan(r["budget"].get<double>())
+      << ")";
+    any = true;
+  }
+  if (!any) s << " no entropy within range at any budget";
+  s << ".\n";
+  return s.str();
+}
+
+}  // namespace
+
+std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vector<nlohmann::json>& cells,
                                        const std::string& tables_dir) {
   struct HeadRow {
     std::string cell;
@@ -212,46 +261,7 @@ std::string write_entropy_phase_tables(const Scenario& sc, int bins, const std::
   write_file_atomically(tables_dir + "/phase_entropy.csv", pc.str());
   write_file_atomically(tables_dir + "/phase_entropy.json", table.dump(1) + "\n");
 
-  std::ostringstream s;
-  s << "\n## Dominance phase map (attention entropy x budget)\n\n"
-    << heads.size() << " heads binned by their mean attention entropy H on the observation queries ("
-    << format_or_nan(lo, "%.2f") << " to " << format_or_nan(hi, "%.2f") << " nats) into " << nb
-    << " bins of equal head counts. "
-    << "Winner by exact recomputation (most heads in the bin), with the shares of heads won by E and M:\n\n"
-    << "| H range (nats) | median H | heads |";
-  for (double B : budgets) s << " B = " << format_or_nan(B) << " |";
-  s << " median R(2) |\n|---|---|---|";
-  for (std::size_t k = 0; k < budgets.size(); ++k) s << "---|";
-  s << "---|\n";
-  for (std::size_t i = 0; i < rows.size(); i += budgets.size()) {
-    const auto& r = rows[i];
-    s << "| " << format_or_nan(double_or_nan(r, "entropy_lo"), "%.2f") << "-"
-      << format_or_nan(double_or_nan(r, "entropy_hi"), "%.2f") << " | "
-      << format_or_nan(double_or_nan(r, "entropy_median"), "%.2f") << " | " << r["heads"] << " |";
-    for (std::size_t k = 0; k < budgets.size(); ++k) {
-      const auto& rk = rows[i + k];
-      s << ' ' << rk["winner"].get<std::string>() << " (E " << format_or_nan(100 * double_or_nan(rk, "share_E"), "%.0f")
-        << "%, M " << format_or_nan(100 * double_or_nan(rk, "share_M"), "%.0f") << "%) |";
-    }
-    s << ' ' << format_or_nan(double_or_nan(r, "R2_median"), "%.3f") << " |\n";
-  }
-  if (std::isfinite(boundary))
-    s << "\nThe surrogate's boundary (median R_h(2) = 1) lies at H = " << format_or_nan(boundary, "%.2f")
-      << " nats: sharper heads (lower entropy) have their 2-bit tier dominated.";
-  else
-    s << "\nThe bins' median R_h(2) does not cross 1 within the measured entropies (no surrogate boundary in range).";
-  s << " By exact recomputation, the share of heads won by eviction crosses 1/2 at";
-  bool any = false;
-  for (const auto& r : recomputed) {
-    const double e = double_or_nan(r, "entropy");
-    if (!std::isfinite(e)) continue;
-    s << (any ? "," : "") << " H = " << format_or_nan(e, "%.2f") << " (B = " << format_or_nan(r["budget"].get<double>())
-      << ")";
-    any = true;
-  }
-  if (!any) s << " no entropy within range at any budget";
-  s << ".\n";
-  return s.str();
+  return entropy_phase_summary(heads.size(), lo, hi, nb, rows, budgets, boundary, recomputed);
 }
 
 // ---- the analysis (analysis.hpp) --------------------------------------------------------

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -95,7 +96,7 @@ std::vector<int> allocate_bits_exact(const std::vector<std::vector<double>>& cos
   return out;
 }
 
-nlohmann::json mismatch_cell(const Scenario& sc, const MismatchSpec& spec, const TraceReader& trace, Recomputer& backend,
+nlohmann::json mismatch_cell(const Scenario&, const MismatchSpec& spec, const TraceReader& trace, Recomputer& backend,
                              const std::atomic<bool>* stop) {
   const TraceMeta& meta = trace.meta();
   const std::size_t Qn = spec.quantizers.size(), Kn = spec.bits.size();
@@ -216,6 +217,81 @@ nlohmann::json mismatch_cell(const Scenario& sc, const MismatchSpec& spec, const
   return {{"bits", spec.bits}, {"quantizers", labels}, {"heads", jh}, {"allocations", allocs}};
 }
 
+namespace {
+
+// The summary.md section: beta per quantizer, then per budget the model x actual error table.
+std::string mismatch_summary(const MismatchSpec& spec, const std::vector<std::string>& labels,
+                             const std::vector<std::string>& models, const nlohmann::json& beta_rows,
+                             const std::function<double(double, const std::string&, const std::string&)>& mean_err) {
+  std::ostringstream s;
+  s << "\n## Distortion-model mismatch\n\n"
+    << "Per head and quantizer, the mean logit noise n_h(b) = mean_t mean_q (q.(k^_t - k_t))^2 / d on the observation "
+       "queries at b = ";
+  for (std::size_t i = 0; i < spec.bits.size(); ++i) s << (i ? ", " : "") << spec.bits[i];
+  s << " bits, fitted as alpha beta^(-b) (least squares on log n).\n\n"
+    << "| quantizer | heads | median beta | IQR of beta | median fit residual (RMS of log n) |\n|---|---|---|---|---|\n";
+  for (const auto& r : beta_rows)
+    s << "| " << r["quantizer"].get<std::string>() << " | " << r["heads"] << " | "
+      << format_or_nan(double_or_nan(r, "beta_median"), "%.3f") << " | ["
+      << format_or_nan(double_or_nan(r, "beta_q25"), "%.3f") << ", "
+      << format_or_nan(double_or_nan(r, "beta_q75"), "%.3f") << "] | "
+      << format_or_nan(double_or_nan(r, "fit_residual_median"), "%.3f") << " |\n";
+  s << "\n(beta = 4 is the textbook 6 dB per bit: each bit divides the noise by 4.)\n";
+  for (const double B : spec.budgets) {
+    s << "\nAt B = " << format_or_nan(B)
+      << " bits per head (mean), per-head bits chosen exactly with the model of the row's quantizer "
+      << "(min sum_h w_h alpha_h beta_h^(-b_h)), applied to the column's quantizer; recomputed error (decode queries) "
+         "relative to uniform B-bit quantization with the column's quantizer (< 1: better than uniform); "
+         "`measured` minimises the column quantizer's measured surrogate directly:\n\n| model \\ actual |";
+    for (const auto& y : labels) s << ' ' << y << " |";
+    s << "\n|---|";
+    for (std::size_t i = 0; i < labels.size(); ++i) s << "---|";
+    s << '\n';
+    for (const auto& m : models) {
+      if (m == "uniform") continue;
+      s << "| " << m << " |";
+      for (const auto& y : labels) {
+        const double e = mean_err(B, m, y), u = mean_err(B, "uniform", y);
+        s << ' ' << format_or_nan(u > 0 ? e / u : kNaN, "%.3f") << (m == y ? " (matched)" : "") << " |";
+      }
+      s << '\n';
+    }
+    for (const auto& y : labels) {
+      const double u = mean_err(B, "uniform", y), mat = mean_err(B, y, y);
+      double worst = -1;
+      std::string wx;
+      for (const auto& x : labels) {
+        if (x == y) continue;
+        const double e = mean_err(B, x, y);
+        if (std::isfinite(e) && mat > 0 && e / mat > worst) worst = e / mat, wx = x;
+      }
+      s << "- " << y << ", B = " << format_or_nan(B) << ": uniform error " << format_or_nan(u, "%.4g")
+        << ", matched allocation " << format_or_nan(mat, "%.4g") << " ("
+        << format_or_nan(u > 0 ? mat / u : kNaN, "%.3f") << " x uniform)";
+      if (!wx.empty())
+        s << "; the worst mismatched model is " << wx << "'s: " << format_or_nan(mean_err(B, wx, y), "%.4g") << " ("
+          << format_or_nan(worst, "%.3f") << " x matched, "
+          << format_or_nan(u > 0 ? mean_err(B, wx, y) / u : kNaN, "%.3f") << " x uniform)";
+      s << ".\n";
+    }
+    int beats = 0, best = 0;
+    for (const auto& y : labels) {
+      const double u = mean_err(B, "uniform", y), mat = mean_err(B, y, y);
+      double least = INFINITY;
+      for (const auto& x : labels)
+        if (const double e = mean_err(B, x, y); std::isfinite(e)) least = std::min(least, e);
+      beats += mat < u ? 1 : 0;
+      best += mat <= least ? 1 : 0;
+    }
+    s << "- At B = " << format_or_nan(B) << " the matched model beats uniform for " << beats << " of " << labels.size()
+      << " quantizers and gives the least recomputed error of the " << labels.size() << " models for " << best << " of "
+      << labels.size() << " (the fitted models optimise the local surrogate, not the recomputed error).\n";
+  }
+  return s.str();
+}
+
+}  // namespace
+
 std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, const std::vector<nlohmann::json>& cells,
                                   const std::string& dir) {
   std::vector<std::string> labels;
@@ -318,72 +394,7 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
   write_file_atomically(dir + "/mismatch.json",
                         nlohmann::json({{"budgets", spec.budgets}, {"quantizers", labels}, {"rows", rows}}).dump(1) + "\n");
 
-  // ---- summary section
-  std::ostringstream s;
-  s << "\n## Distortion-model mismatch\n\n"
-    << "Per head and quantizer, the mean logit noise n_h(b) = mean_t mean_q (q.(k^_t - k_t))^2 / d on the observation "
-       "queries at b = ";
-  for (std::size_t i = 0; i < spec.bits.size(); ++i) s << (i ? ", " : "") << spec.bits[i];
-  s << " bits, fitted as alpha beta^(-b) (least squares on log n).\n\n"
-    << "| quantizer | heads | median beta | IQR of beta | median fit residual (RMS of log n) |\n|---|---|---|---|---|\n";
-  for (const auto& r : beta_rows)
-    s << "| " << r["quantizer"].get<std::string>() << " | " << r["heads"] << " | "
-      << format_or_nan(double_or_nan(r, "beta_median"), "%.3f") << " | ["
-      << format_or_nan(double_or_nan(r, "beta_q25"), "%.3f") << ", "
-      << format_or_nan(double_or_nan(r, "beta_q75"), "%.3f") << "] | "
-      << format_or_nan(double_or_nan(r, "fit_residual_median"), "%.3f") << " |\n";
-  s << "\n(beta = 4 is the textbook 6 dB per bit: each bit divides the noise by 4.)\n";
-  for (const double B : spec.budgets) {
-    s << "\nAt B = " << format_or_nan(B)
-      << " bits per head (mean), per-head bits chosen exactly with the model of the row's quantizer "
-      << "(min sum_h w_h alpha_h beta_h^(-b_h)), applied to the column's quantizer; recomputed error (decode queries) "
-         "relative to uniform B-bit quantization with the column's quantizer (< 1: better than uniform); "
-         "`measured` minimises the column quantizer's measured surrogate directly:\n\n| model \\ actual |";
-    for (const auto& y : labels) s << ' ' << y << " |";
-    s << "\n|---|";
-    for (std::size_t i = 0; i < labels.size(); ++i) s << "---|";
-    s << '\n';
-    for (const auto& m : models) {
-      if (m == "uniform") continue;
-      s << "| " << m << " |";
-      for (const auto& y : labels) {
-        const double e = mean_err(B, m, y), u = mean_err(B, "uniform", y);
-        s << ' ' << format_or_nan(u > 0 ? e / u : kNaN, "%.3f") << (m == y ? " (matched)" : "") << " |";
-      }
-      s << '\n';
-    }
-    for (const auto& y : labels) {
-      const double u = mean_err(B, "uniform", y), mat = mean_err(B, y, y);
-      double worst = -1;
-      std::string wx;
-      for (const auto& x : labels) {
-        if (x == y) continue;
-        const double e = mean_err(B, x, y);
-        if (std::isfinite(e) && mat > 0 && e / mat > worst) worst = e / mat, wx = x;
-      }
-      s << "- " << y << ", B = " << format_or_nan(B) << ": uniform error " << format_or_nan(u, "%.4g")
-        << ", matched allocation " << format_or_nan(mat, "%.4g") << " ("
-        << format_or_nan(u > 0 ? mat / u : kNaN, "%.3f") << " x uniform)";
-      if (!wx.empty())
-        s << "; the worst mismatched model is " << wx << "'s: " << format_or_nan(mean_err(B, wx, y), "%.4g") << " ("
-          << format_or_nan(worst, "%.3f") << " x matched, "
-          << format_or_nan(u > 0 ? mean_err(B, wx, y) / u : kNaN, "%.3f") << " x uniform)";
-      s << ".\n";
-    }
-    int beats = 0, best = 0;
-    for (const auto& y : labels) {
-      const double u = mean_err(B, "uniform", y), mat = mean_err(B, y, y);
-      double least = INFINITY;
-      for (const auto& x : labels)
-        if (const double e = mean_err(B, x, y); std::isfinite(e)) least = std::min(least, e);
-      beats += mat < u ? 1 : 0;
-      best += mat <= least ? 1 : 0;
-    }
-    s << "- At B = " << format_or_nan(B) << " the matched model beats uniform for " << beats << " of " << labels.size()
-      << " quantizers and gives the least recomputed error of the " << labels.size() << " models for " << best << " of "
-      << labels.size() << " (the fitted models optimise the local surrogate, not the recomputed error).\n";
-  }
-  return s.str();
+  return mismatch_summary(spec, labels, models, beta_rows, mean_err);
 }
 
 // ---- the analysis (analysis.hpp) --------------------------------------------------------

@@ -186,29 +186,20 @@ nlohmann::json smoothing_cell(const Scenario& sc, const SmoothingSpec& s, const 
           {"heads", heads}};
 }
 
-std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
-                                   const std::string& tables_dir) {
-  const nlohmann::json* first = nullptr;
-  for (const auto& c : cells)
-    if (c.contains("smoothing")) {
-      first = &c;
-      break;
-    }
-  if (first == nullptr) return "";
-  const nlohmann::json& spec = (*first)["smoothing"];
-  const std::vector<double> budgets = spec["budgets"].get<std::vector<double>>();
-  const bool decode = sc.queries == QuerySet::Decode;
-  const char* err_key = decode ? "err_decode" : "err_obs";
-  const std::string qname(to_string(sc.queries));
+namespace {
 
-  // Per (family, budget, variant): sums over the cells' heads.
-  struct Acc {
-    int spans = 0, truncated = 0, fully = 0, split = 0, heads = 0, span_heads = 0;
-    std::vector<double> err, err_span_heads, ratio, sur_ratio, evicted;
-    int better = 0, worse = 0, compared = 0;
-  };
-  using Key = std::tuple<std::string, double, std::string>;
-  std::map<Key, Acc> acc;
+// Per (family, budget, variant): sums over the cells' heads.
+struct SmoothingAcc {
+  int spans = 0, truncated = 0, fully = 0, split = 0, heads = 0, span_heads = 0;
+  std::vector<double> err, err_span_heads, ratio, sur_ratio, evicted;
+  int better = 0, worse = 0, compared = 0;
+};
+using SmoothingKey = std::tuple<std::string, double, std::string>;
+
+// smoothing_heads.csv (cell x head x budget x family x variant) and the sums per row.
+std::map<SmoothingKey, SmoothingAcc> smoothing_heads_table(const std::vector<nlohmann::json>& cells, const char* err_key,
+                                                           const std::string& tables_dir) {
+  std::map<SmoothingKey, SmoothingAcc> acc;
   std::ostringstream hc;
   hc << "cell,layer,kv_head,spans,budget,family,variant,feasible,truncated,fully_evicted,split,evicted_fraction,"
         "surrogate,surrogate_rel,err_obs,err_decode,err_ratio_to_raw\n";
@@ -235,7 +226,7 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
            << format_or_nan(double_or_nan(o, "err_obs")) << ',' << format_or_nan(double_or_nan(o, "err_decode")) << ','
            << format_or_nan(ratio) << '\n';
         if (!o["feasible"].get<bool>()) continue;
-        Acc& a = acc[{fam, B, var}];
+        SmoothingAcc& a = acc[{fam, B, var}];
         ++a.heads;
         a.spans += spans;
         a.truncated += o["truncated"].get<int>();
@@ -262,6 +253,13 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
   }
   write_file_atomically(tables_dir + "/smoothing_heads.csv", hc.str());
 
+  return acc;
+}
+
+// smoothing.csv/.json: one row per family x budget x variant.
+nlohmann::json smoothing_rows_table(const Scenario& sc, const nlohmann::json& spec, const std::vector<double>& budgets,
+                                    const std::map<SmoothingKey, SmoothingAcc>& acc, const std::string& qname,
+                                    const std::string& tables_dir) {
   std::ostringstream tc;
   tc << "family,budget,variant,pool,kernel,heads,span_heads,spans,truncated,fully_evicted,split,truncation_rate,"
         "split_rate,mean_evicted_fraction,mean_err,median_err,mean_err_span_heads,median_err_ratio_to_raw,"
@@ -273,7 +271,7 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
         const std::string fn = fam.get<std::string>(), vn = v["name"].get<std::string>();
         const auto it = acc.find({fn, B, vn});
         if (it == acc.end()) continue;
-        const Acc& a = it->second;
+        const SmoothingAcc& a = it->second;
         const double trunc = a.spans ? static_cast<double>(a.truncated) / a.spans : kNaN;
         const double split = a.spans ? static_cast<double>(a.split) / a.spans : kNaN;
         const double better = a.compared ? static_cast<double>(a.better) / a.compared : kNaN;
@@ -318,6 +316,12 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
   write_file_atomically(tables_dir + "/smoothing.csv", tc.str());
   write_file_atomically(tables_dir + "/smoothing.json", table.dump(1) + "\n");
 
+  return rows;
+}
+
+// The summary.md section: one table per family, then one finding per family and budget.
+std::string smoothing_summary(const nlohmann::json& spec, const std::vector<double>& budgets, const nlohmann::json& rows,
+                              const std::string& qname) {
   // ---- summary.md section: one table per family (rows: scores; per budget: truncated
   // spans and the error), then one finding per family and budget.
   std::ostringstream s;
@@ -416,6 +420,28 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
       s << "\n";
     }
   return s.str();
+}
+
+}  // namespace
+
+std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
+                                   const std::string& tables_dir) {
+  const nlohmann::json* first = nullptr;
+  for (const auto& c : cells)
+    if (c.contains("smoothing")) {
+      first = &c;
+      break;
+    }
+  if (first == nullptr) return "";
+  const nlohmann::json& spec = (*first)["smoothing"];
+  const std::vector<double> budgets = spec["budgets"].get<std::vector<double>>();
+  const bool decode = sc.queries == QuerySet::Decode;
+  const char* err_key = decode ? "err_decode" : "err_obs";
+  const std::string qname(to_string(sc.queries));
+
+  const auto acc = smoothing_heads_table(cells, err_key, tables_dir);
+  const nlohmann::json rows = smoothing_rows_table(sc, spec, budgets, acc, qname, tables_dir);
+  return smoothing_summary(spec, budgets, rows, qname);
 }
 
 // ---- the analysis (analysis.hpp) --------------------------------------------------------
