@@ -1,5 +1,5 @@
 #pragma once
-// The two entry points of the CUDA recomputation backend (gpu/cuda_recompute.cpp),
+// The two entry points of the CUDA recomputation backend (gpu/cuda_recompute.cpp and cuda_recompute_pass.cpp),
 // compiled only when TIERLAB_HAVE_CUDA is defined. recompute.cpp reaches the CUDA
 // backend through these alone; the backend computes what gpu/recompute.hpp states.
 #include <memory>

@@ -11,7 +11,7 @@
 // there are none); below, sums over t and "kept"/"evicted" are over the tokens the row
 // sees. Past vis_i the stored S is -1e30 and E, P are 0, so no formula picks them up.
 //
-// Preparation, once per head and query set (cached by gpu/cuda_recompute.cpp):
+// Preparation, once per head and query set (cached by gpu/cuda_recompute.cpp, used by cuda_recompute_pass.cpp):
 //   S_it   = fl32( q_i.k_t / sqrt(d) )             dot product accumulated in double
 //   E_vit  = fl32( q_i.(k^v_t - k_t) / sqrt(d) )   the logit change of variant v, from the
 //                                                  key difference in double (keeps its
