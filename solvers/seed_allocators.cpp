@@ -28,38 +28,32 @@ double to_double(const std::string& method, const std::string& p, const std::str
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not a number");
 }
 
-const std::map<std::string, std::vector<MethodParam>>& param_table() {
-  static const std::map<std::string, std::vector<MethodParam>> t = {
-      {"ratequant",
-       {{"quantizer", "", "quantizer whose fit n_h(b) is used: kivi, token, turboquant, ... (default: the quantizer of the ladder's first finite tier)"}}},
-      {"rdkv",
-       {{"score", "attention", "token score: attention (mean_q p) | weight (a_t)"},
-        {"kernel", "5", "reflect-padded average pool kernel (1 = none)"},
-        {"eps", "", "eps(b) per ladder tier, comma-separated (default: paper NMSE by bits {0,2,4,8,16})"}}},
-      {"routed",
-       {{"scope", "head", "head (own budget per head) | model (heads pool the budget)"},
-        {"solver", "exact", "exact | greedy | waterfill"},
-        {"route_tolerance", "0", "keep an endpoint family within (1 + tol) of the mixed objective"}}}};
-  return t;
-}
+// The registry (one entry per seed allocator, declared once at the end of this file).
+struct SeedAllocatorEntry {
+  MethodInfo info;  // name, kind, summary, source, parameters with their defaults
+  SeedAllocation (*allocate)(const SeedProblem&, const MethodParams&);
+};
+const std::vector<SeedAllocatorEntry>& seed_registry();
 
-MethodParams with_defaults(const std::string& name, const MethodParams& given) {
-  const auto& table = param_table();
-  auto it = table.find(name);
-  if (it == table.end() && name == "kvcobra")
+const SeedAllocatorEntry& seed_entry(const std::string& name) {
+  for (const auto& e : seed_registry())
+    if (e.info.name == name) return e;
+  if (name == "kvcobra")
     throw InputError("seed allocator 'kvcobra' allocates a (rank, bits) per head from the heads' keys, not tiers "
                      "from surrogate costs: use allocate_kvcobra (solvers/kvcobra_allocator.hpp) or "
                      "`tierlab eval TRACE --seed kvcobra`");
-  if (it == table.end()) {
-    std::vector<std::string> names;
-    for (const auto& [n, _] : table) names.push_back(n);
-    throw InputError("seed allocator '" + name + "' is unknown; valid: " + join(names));
-  }
+  std::vector<std::string> names;
+  for (const auto& e : seed_registry()) names.push_back(e.info.name);
+  std::sort(names.begin(), names.end());
+  throw InputError("seed allocator '" + name + "' is unknown; valid: " + join(names));
+}
+
+MethodParams with_defaults(const SeedAllocatorEntry& e, const MethodParams& given) {
   MethodParams out;
   std::vector<std::string> valid;
-  for (const auto& p : it->second) out[p.name] = p.default_value, valid.push_back(p.name);
+  for (const auto& p : e.info.params) out[p.name] = p.default_value, valid.push_back(p.name);
   for (const auto& [k, v] : given) {
-    if (!out.count(k)) throw InputError("method '" + name + "': unknown parameter '" + k + "'; valid: " + join(valid));
+    if (!out.count(k)) throw InputError("method '" + e.info.name + "': unknown parameter '" + k + "'; valid: " + join(valid));
     out[k] = v;
   }
   return out;
@@ -306,29 +300,47 @@ std::vector<double> ladder_rates(const SeedProblem& pr) {
   return r;
 }
 
+namespace {
+
+const std::vector<SeedAllocatorEntry>& seed_registry() {
+  static const std::vector<SeedAllocatorEntry> r = {
+      {{"ratequant", "seed allocator",
+        "per-head bits by reverse water-filling on per-quantizer fitted n_h(b) = alpha beta^-b, projected to the ladder",
+        "arXiv 2605.06675 (RateQuant)",
+        {{"quantizer", "", "quantizer whose fit n_h(b) is used: kivi, token, turboquant, ... (default: the quantizer of the ladder's first finite tier)"}}},
+       rate_quant},
+      {{"rdkv", "seed allocator",
+        "per-token argmin s eps(b) + lambda b, lambda by bisection, scores reflect-avg-pooled k5 (keys per channel: quantizer rdkv-channel)",
+        "arXiv 2605.08317, Junkai1860/RDKV",
+        {{"score", "attention", "token score: attention (mean_q p) | weight (a_t)"},
+        {"kernel", "5", "reflect-padded average pool kernel (1 = none)"},
+        {"eps", "", "eps(b) per ladder tier, comma-separated (default: paper NMSE by bits {0,2,4,8,16})"}}},
+       rdkv},
+      {{"routed", "seed allocator", "each head routes to family Q, E or M (MODEL.md section 5)",
+        "tierlab (solvers/families.hpp)",
+        {{"scope", "head", "head (own budget per head) | model (heads pool the budget)"},
+        {"solver", "exact", "exact | greedy | waterfill"},
+        {"route_tolerance", "0", "keep an endpoint family within (1 + tol) of the mixed objective"}}},
+       routed}};
+  return r;
+}
+
+}  // namespace
+
 const std::vector<MethodInfo>& seed_allocator_methods() {
   static const std::vector<MethodInfo> v = [] {
-    const auto& t = param_table();
-    return std::vector<MethodInfo>{
-        {"ratequant", "seed allocator",
-         "per-head bits by reverse water-filling on per-quantizer fitted n_h(b) = alpha beta^-b, projected to the ladder",
-         "arXiv 2605.06675 (RateQuant)", t.at("ratequant")},
-        {"rdkv", "seed allocator",
-         "per-token argmin s eps(b) + lambda b, lambda by bisection, scores reflect-avg-pooled k5 (keys per channel: quantizer rdkv-channel)",
-         "arXiv 2605.08317, Junkai1860/RDKV", t.at("rdkv")},
-        {"routed", "seed allocator", "each head routes to family Q, E or M (MODEL.md section 5)",
-         "tierlab (solvers/families.hpp)", t.at("routed")}};
+    std::vector<MethodInfo> out;
+    for (const auto& e : seed_registry()) out.push_back(e.info);
+    return out;
   }();
   return v;
 }
 
 SeedAllocation allocate_seed(std::string_view name_view, const MethodParams& given, const SeedProblem& problem) {
-  const std::string name(name_view);
-  const MethodParams p = with_defaults(name, given);
+  const SeedAllocatorEntry& e = seed_entry(std::string(name_view));
+  const MethodParams p = with_defaults(e, given);
   problem.validate();
-  if (name == "ratequant") return rate_quant(problem, p);
-  if (name == "rdkv") return rdkv(problem, p);
-  return routed(problem, p);
+  return e.allocate(problem, p);
 }
 
 }  // namespace tierlab
