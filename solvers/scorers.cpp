@@ -60,22 +60,74 @@ bool snap_family(ScorerKind k) {
   return k == ScorerKind::SnapKV || k == ScorerKind::AdaKV || k == ScorerKind::PyramidKV;
 }
 
+// One entry per scorer, declared once: its name (kScorerKinds), its summary and source, the
+// parameters it takes and its defaults (the settings of ScorerConfig it changes). `tierlab
+// methods`, make_scorer and the scenario files read it.
+struct ScorerEntry {
+  ScorerKind kind;
+  const char* summary;
+  const char* source;
+  std::vector<std::string> params;
+  void (*defaults)(ScorerConfig&);
+};
+
+// The SnapKV family's parameters (snapkv, adakv, pyramidkv share the window score).
+#define TIERLAB_SNAP_PARAMS "window", "reduce", "pool", "kernel", "count_include_pad", "group_order", "gqa", "causal"
+
+const std::vector<ScorerEntry>& scorer_registry() {
+  static const std::vector<ScorerEntry> r = {
+      {ScorerKind::Streaming, "keep sink tokens + the most recent", "arXiv 2309.17453, mit-han-lab/streaming-llm",
+       {"sinks"}, [](ScorerConfig& c) { c.sinks = 4, c.window = 0; }},
+      {ScorerKind::H2O,
+       "accumulated attention (all queries so far, decode-time accumulation); heavy hitters + recent window",
+       "arXiv 2306.14048, FMInference/H2O", {"window", "gqa", "causal", "recent_fraction", "sinks", "group_size"},
+       [](ScorerConfig& c) { c.window = 0; }},
+      {ScorerKind::SnapKV, "window attention (sum|mean), pooled (avg|max); top-k per head + the window",
+       "arXiv 2404.14469, FasterDecoding/SnapKV; NVIDIA/kvpress",
+       {TIERLAB_SNAP_PARAMS, "sinks", "selection", "group_size"}, [](ScorerConfig& c) { c.window = 32, c.kernel = 5; }},
+      {ScorerKind::Tova, "last query's attention averaged over the layer's heads; one shared top-k per layer",
+       "arXiv 2401.06104, schwartz-lab-NLP/TOVA", {"sinks", "group_size"}, [](ScorerConfig& c) { c.window = 1; }},
+      {ScorerKind::AdaKV, "SnapKV score; layer-wide top-k, head budget = share won with a floor",
+       "arXiv 2407.11550, FFY0/AdaKV", {TIERLAB_SNAP_PARAMS, "floor", "group_size"},
+       [](ScorerConfig& c) { c.window = 32, c.kernel = 5; }},
+      {ScorerKind::PyramidKV, "SnapKV score; layer budgets decreasing linearly with depth",
+       "arXiv 2406.02069, Zefan-Cai/KVCache-Factory", {TIERLAB_SNAP_PARAMS, "beta", "group_size"},
+       [](ScorerConfig& c) { c.window = 32, c.kernel = 5; }},
+      {ScorerKind::DropKV, "sum_i (p/(1-p))^2 ||v - o_i||^2 over the window, avg-pooled (k 11); top-k",
+       "METHODS.md (DropKV)",
+       {"window", "kernel", "count_include_pad", "group_order", "gqa", "causal", "sinks", "recent", "selection",
+        "group_size"},
+       [](ScorerConfig& c) { c.window = 32, c.kernel = 11, c.recent = 32; }},
+      {ScorerKind::OBCache, "optimal-brain saliency: value sum p^2||v||^2, key sum (p z)^2 ||v - o||^2",
+       "arXiv 2510.07651, DreamSoul-AI/OBCache",
+       {"window", "score", "pool", "kernel", "count_include_pad", "gqa", "causal", "sinks", "recent", "selection",
+        "group_size"},
+       [](ScorerConfig& c) { c.window = 32, c.kernel = 1, c.sinks = 4, c.recent = 32; }},
+      {ScorerKind::Expected,
+       "attention to the expected future query (mean, covariance of window queries, post-RoPE) x ||v||",
+       "NVIDIA/kvpress ExpectedAttentionPress (arXiv 2510.00636)",
+       {"window", "use_covariance", "use_value_norm", "gqa", "sinks", "recent", "selection", "group_size"},
+       [](ScorerConfig& c) { c.window = 32, c.kernel = 1, c.sinks = 4; }},
+      {ScorerKind::KeyDiff, "-cos(k_t, mean normalised key); no attention", "arXiv 2504.15364 (KeyDiff)",
+       {"sinks", "recent", "selection"}, [](ScorerConfig& c) { c.window = 0, c.kernel = 1; }},
+      {ScorerKind::LaProx, "approximation: single-removal output cost c_t(0) / layer output norm; model-wide top-k",
+       "arXiv 2605.07234 (formula not public; tierlab approximation)", {"sinks", "recent", "selection"},
+       [](ScorerConfig& c) { c.window = 0, c.kernel = 1, c.selection = Scope::Model; }}};
+  return r;
+}
+#undef TIERLAB_SNAP_PARAMS
+
+const ScorerEntry& scorer_entry(ScorerKind k) {
+  for (const ScorerEntry& e : scorer_registry())
+    if (e.kind == k) return e;
+  throw std::logic_error("scorer kind " + std::string(kind_name(k)) + " has no registry entry");
+}
+
 ScorerConfig defaults(ScorerKind k) {
   ScorerConfig c;
   c.kind = k;
-  switch (k) {
-    case ScorerKind::Streaming: c.sinks = 4; c.window = 0; break;
-    case ScorerKind::H2O: c.window = 0; break;
-    case ScorerKind::SnapKV:
-    case ScorerKind::AdaKV:
-    case ScorerKind::PyramidKV: c.window = 32; c.kernel = 5; break;
-    case ScorerKind::Tova: c.window = 1; break;
-    case ScorerKind::DropKV: c.window = 32; c.kernel = 11; c.recent = 32; break;
-    case ScorerKind::OBCache: c.window = 32; c.kernel = 1; c.sinks = 4; c.recent = 32; break;
-    case ScorerKind::Expected: c.window = 32; c.kernel = 1; c.sinks = 4; break;
-    case ScorerKind::KeyDiff: c.window = 0; c.kernel = 1; break;
-    case ScorerKind::LaProx: c.window = 0; c.kernel = 1; c.selection = Scope::Model; break;
-  }
+  scorer_entry(k).defaults(c);
+  // Only the scorers that pool take a kernel; the others read the scores unpooled.
   if (k != ScorerKind::SnapKV && k != ScorerKind::AdaKV && k != ScorerKind::PyramidKV && k != ScorerKind::DropKV &&
       k != ScorerKind::OBCache)
     c.kernel = 1;
@@ -83,33 +135,7 @@ ScorerConfig defaults(ScorerKind k) {
 }
 
 // Parameter names each method accepts.
-std::vector<std::string> param_names(ScorerKind k) {
-  switch (k) {
-    case ScorerKind::Streaming: return {"sinks"};
-    case ScorerKind::H2O: return {"window", "gqa", "causal", "recent_fraction", "sinks", "group_size"};
-    case ScorerKind::SnapKV:
-      return {"window", "reduce", "pool", "kernel", "count_include_pad", "group_order", "gqa", "causal", "sinks",
-              "selection", "group_size"};
-    case ScorerKind::AdaKV:
-      return {"window", "reduce", "pool", "kernel", "count_include_pad", "group_order", "gqa", "causal", "floor",
-              "group_size"};
-    case ScorerKind::PyramidKV:
-      return {"window", "reduce", "pool", "kernel", "count_include_pad", "group_order", "gqa", "causal", "beta",
-              "group_size"};
-    case ScorerKind::Tova: return {"sinks", "group_size"};
-    case ScorerKind::DropKV:
-      return {"window", "kernel", "count_include_pad", "group_order", "gqa", "causal", "sinks", "recent", "selection",
-              "group_size"};
-    case ScorerKind::OBCache:
-      return {"window", "score", "pool", "kernel", "count_include_pad", "gqa", "causal", "sinks", "recent",
-              "selection", "group_size"};
-    case ScorerKind::Expected:
-      return {"window", "use_covariance", "use_value_norm", "gqa", "sinks", "recent", "selection", "group_size"};
-    case ScorerKind::KeyDiff: return {"sinks", "recent", "selection"};
-    case ScorerKind::LaProx: return {"sinks", "recent", "selection"};
-  }
-  return {};
-}
+const std::vector<std::string>& param_names(ScorerKind k) { return scorer_entry(k).params; }
 
 std::string value_of(const ScorerConfig& c, const std::string& p) {
   std::ostringstream os;
@@ -386,39 +412,15 @@ std::string ScorerConfig::name() const {
 const std::vector<MethodInfo>& eviction_scorer_methods() {
   static const std::vector<MethodInfo> infos = [] {
     std::vector<MethodInfo> v;
-    const std::map<ScorerKind, std::pair<std::string, std::string>> text = {
-        {ScorerKind::Streaming, {"keep sink tokens + the most recent", "arXiv 2309.17453, mit-han-lab/streaming-llm"}},
-        {ScorerKind::H2O,
-         {"accumulated attention (all queries so far, decode-time accumulation); heavy hitters + recent window",
-          "arXiv 2306.14048, FMInference/H2O"}},
-        {ScorerKind::SnapKV,
-         {"window attention (sum|mean), pooled (avg|max); top-k per head + the window",
-          "arXiv 2404.14469, FasterDecoding/SnapKV; NVIDIA/kvpress"}},
-        {ScorerKind::Tova, {"last query's attention averaged over the layer's heads; one shared top-k per layer",
-                            "arXiv 2401.06104, schwartz-lab-NLP/TOVA"}},
-        {ScorerKind::AdaKV, {"SnapKV score; layer-wide top-k, head budget = share won with a floor",
-                             "arXiv 2407.11550, FFY0/AdaKV"}},
-        {ScorerKind::PyramidKV, {"SnapKV score; layer budgets decreasing linearly with depth",
-                                 "arXiv 2406.02069, Zefan-Cai/KVCache-Factory"}},
-        {ScorerKind::DropKV, {"sum_i (p/(1-p))^2 ||v - o_i||^2 over the window, avg-pooled (k 11); top-k",
-                              "METHODS.md (DropKV)"}},
-        {ScorerKind::OBCache, {"optimal-brain saliency: value sum p^2||v||^2, key sum (p z)^2 ||v - o||^2",
-                               "arXiv 2510.07651, DreamSoul-AI/OBCache"}},
-        {ScorerKind::Expected,
-         {"attention to the expected future query (mean, covariance of window queries, post-RoPE) x ||v||",
-          "NVIDIA/kvpress ExpectedAttentionPress (arXiv 2510.00636)"}},
-        {ScorerKind::KeyDiff, {"-cos(k_t, mean normalised key); no attention", "arXiv 2504.15364 (KeyDiff)"}},
-        {ScorerKind::LaProx,
-         {"approximation: single-removal output cost c_t(0) / layer output norm; model-wide top-k",
-          "arXiv 2605.07234 (formula not public; tierlab approximation)"}}};
     for (ScorerKind k : all_kinds()) {
+      const ScorerEntry& e = scorer_entry(k);
       MethodInfo info;
       info.name = kind_name(k);
       info.kind = "eviction scorer";
-      info.summary = text.at(k).first;
-      info.source = text.at(k).second;
+      info.summary = e.summary;
+      info.source = e.source;
       const ScorerConfig c = defaults(k);
-      for (const auto& p : param_names(k)) info.params.push_back({p, value_of(c, p), help_of(p)});
+      for (const auto& p : e.params) info.params.push_back({p, value_of(c, p), help_of(p)});
       v.push_back(std::move(info));
     }
     return v;
