@@ -112,17 +112,6 @@ inline double hsum(const V8& v) {
   return s;
 }
 
-// Neumaier's compensated sum (the base objective of millions of items to ~1 ulp).
-struct Compensated {
-  double sum = 0, carry = 0;
-  void add(double x) {
-    const double t = sum + x;
-    carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
-    sum = t;
-  }
-  long double value() const { return static_cast<long double>(sum) + carry; }
-};
-
 // What one main pass over all items gathers for a bracket [lo, hi] of lambda*.
 struct MainScan {
   double lo = 0, hi = 0, lo_c = 0;  // bracket; lo_c = max(lo, 0)
@@ -130,7 +119,7 @@ struct MainScan {
   std::vector<Upgrade> window;      // upgrades with lo <= e <= hi
   std::vector<std::int64_t> items;  // items owning a window upgrade (decided after lambda*)
   std::vector<double> costs;        // their costs, sorted-rate order, m per item
-  Compensated fixed_cost;           // other items: sum c at base
+  CompensatedSum fixed_cost;           // other items: sum c at base
   double fixed_rate_bits = 0;       // ... sum (r - r_min) at base, bits
   double fixed_units = 0;           // ... in capacity units
   double scale = 0;                 // max |c| at base
@@ -315,7 +304,7 @@ void trivial_pass(const Setup& s, Relaxed& r) {
   const int m = s.geom.m;
   std::vector<double> c(m), eff(m);
   std::vector<int> hull(m);
-  Compensated obj;
+  CompensatedSum obj;
   double rate = 0;
   for (std::int64_t i = 0; i < s.inst.items(); ++i) {
     s.gather(i, c.data());
@@ -327,7 +316,7 @@ void trivial_pass(const Setup& s, Relaxed& r) {
   }
   r.trivial = true;
   r.lambda = 0;
-  r.lagr_sum = r.base_obj = obj.value();
+  r.lagr_sum = r.base_obj = obj.value_extended();
   r.base_rate = rate;
 }
 
@@ -378,7 +367,7 @@ Relaxed relax(const Setup& s, const ExactOptions& opt) {
       std::vector<double> eff(m), lr(m);
       std::vector<int> hull(m);
       for (int k = 0; k < m; ++k) lr[k] = lambda * s.geom.rate[k];
-      Compensated lagr, obj;
+      CompensatedSum lagr, obj;
       double units = 0, scale = scan.scale;
       for (std::size_t t = 0; t < scan.items.size(); ++t) {
         const double* c = scan.costs.data() + t * static_cast<std::size_t>(m);
@@ -402,8 +391,8 @@ Relaxed relax(const Setup& s, const ExactOptions& opt) {
         r.choice[i] = static_cast<std::uint8_t>(s.geom.order[kb]);
         r.alt_key[i] = rc_key(alt);
       }
-      r.lagr_sum = scan.fixed_cost.value() + static_cast<long double>(lambda) * scan.fixed_rate_bits + lagr.value();
-      r.base_obj = scan.fixed_cost.value() + obj.value();
+      r.lagr_sum = scan.fixed_cost.value_extended() + static_cast<long double>(lambda) * scan.fixed_rate_bits + lagr.value_extended();
+      r.base_obj = scan.fixed_cost.value_extended() + obj.value_extended();
       r.base_rate = scan.fixed_units + units;
       r.scale = scale + lambda * s.geom.rate.back();
       return r;

@@ -35,21 +35,6 @@ void throw_nonfinite_cost(std::int64_t i, int j, double v) {
                    " is not finite; costs must be finite numbers.");
 }
 
-namespace {
-
-// Neumaier's compensated sum: the objective of millions of items to ~1 ulp.
-struct CompensatedSum {
-  double sum = 0.0, carry = 0.0;
-  void add(double x) {
-    const double t = sum + x;
-    carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
-    sum = t;
-  }
-  double value() const { return sum + carry; }
-};
-
-}  // namespace
-
 CostView CostView::item_major(const double* data, std::int64_t items, int tiers) {
   return CostView{data, items, tiers, tiers, 1};
 }
