@@ -127,7 +127,7 @@ void add_totals(AllocationReport& rep, const TraceMeta& meta, std::vector<std::v
     rep.spans_unsmoothed += h.spans_unsmoothed;
     unsm += std::isnan(h.unsmoothed_objective) ? 0.0L : static_cast<long double>(h.unsmoothed_objective);
   }
-  for (const auto& s : rep.scopes) bound += s.bound;
+  for (const auto& s : rep.scopes) bound += s.lower_bound;
   rep.objective = static_cast<double>(obj);
   rep.relative_objective = static_cast<double>(rel);
   rep.bound = static_cast<double>(bound);
@@ -244,6 +244,7 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
                          group_names[g] + "); the two share one budget and ladder, so this is a bug.");
     }
     ScopeReport sr;
+    sr.objective = sr.lower_bound = sr.gap = 0.0;  // what an infeasible scope reports
     sr.name = group_names[g];
     sr.status = r.status;
     sr.message = r.message;
@@ -295,8 +296,8 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
       tiers[static_cast<std::size_t>(i)] = fr.tiers;
     }
     sr.objective = objective;
-    sr.bound = smoothed ? r_true.lower_bound : r.lower_bound;
-    sr.gap = std::max(0.0, objective - sr.bound);
+    sr.lower_bound = smoothed ? r_true.lower_bound : r.lower_bound;
+    sr.gap = std::max(0.0, objective - sr.lower_bound);
     if (smoothed) sr.status = sr.gap <= 1e-12 * std::max(std::fabs(objective), 1e-300) ? SolveStatus::Optimal
                                                                                         : SolveStatus::Feasible;
     if (smoothed)
@@ -408,7 +409,7 @@ nlohmann::json to_json(const AllocationReport& r) {
                       {"message", s.message},
                       {"method", s.method},
                       {"objective", s.objective},
-                      {"bound", s.bound},
+                      {"bound", s.lower_bound},
                       {"gap", s.gap},
                       {"lambda", s.lambda},
                       {"rate_used_bits", s.rate_used},
@@ -498,7 +499,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
     if (o.scope == Scope::Layer)
       for (const auto& sc : r.scopes)
         if (sc.name == "layer " + std::to_string(l)) {
-          lb = sc.bound;
+          lb = sc.lower_bound;
           have_lb = true;
         }
     const double bound = have_lb ? lb : std::numeric_limits<double>::quiet_NaN();

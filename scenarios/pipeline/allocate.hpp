@@ -87,14 +87,12 @@ struct HeadSolveReport {
 };
 
 // One budget scope (a head, a layer, or the model) as the solver reported it.
-struct ScopeReport {
+// The solve summary (solvers/mckp.hpp SolveSummary: status, message, objective, lower_bound,
+// gap, lambda, rate_used and rate_budget in bits of the budget's kind, seconds) and the scope's
+// name and method. An infeasible scope reports objective = lower_bound = gap = 0.
+struct ScopeReport : SolveSummary {
   std::string name;  // "L0.H1", "layer 0", "model"
-  SolveStatus status = SolveStatus::Feasible;
-  std::string message, method;
-  double objective = 0, bound = 0, gap = 0;
-  double lambda = std::numeric_limits<double>::quiet_NaN();
-  double rate_used = 0, rate_budget = 0;  // bits (nominal, budget's kind)
-  double seconds = 0;
+  std::string method;
 };
 
 struct AllocationReport {
