@@ -103,7 +103,7 @@ TEST_CASE("every solver, family and scope gives a feasible allocation within the
         CHECK(r.budget_rate <= 4.0 + 1e-9);  // mean nominal code rate over the scope
         CHECK(r.rate.code_bits == Approx(r.budget_rate).epsilon(1e-12));
         CHECK(r.gap >= 0);
-        CHECK(r.bound <= r.objective * (1 + 1e-12) + 1e-300);
+        CHECK(r.lower_bound <= r.objective * (1 + 1e-12) + 1e-300);
         double share = 0;
         for (double v : r.family_share) share += v;
         CHECK(share == Approx(1.0));
@@ -138,7 +138,7 @@ TEST_CASE("trace-level relations: M <= endpoints, pooled <= per head, heuristics
     const auto Rm = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Routed, Scope::Model, B));
     CHECK(Rl.objective <= Rh.objective * (1 + 1e-12));
     CHECK(Rm.objective <= Rh.objective * (1 + 1e-12));
-    CHECK(Rm.bound <= Rm.objective * (1 + 1e-12));
+    CHECK(Rm.lower_bound <= Rm.objective * (1 + 1e-12));
     const auto G = allocate_trace(trace, options(AllocSolver::Greedy, FamilyChoice::Mixed, Scope::Model, B));
     const auto Mm = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Mixed, Scope::Model, B));
     CHECK(G.objective >= Mm.objective * (1 - 1e-12));
@@ -159,7 +159,7 @@ TEST_CASE("smoothing with kernel 1 is the exact solver, and smoothing never beat
   const auto k5 = allocate_trace(trace, o);
   CHECK(k5.objective >= ex.objective * (1 - 1e-12));
   CHECK(k5.unsmoothed_objective == Approx(ex.objective).epsilon(1e-12));
-  CHECK(k5.bound <= ex.objective * (1 + 1e-12));
+  CHECK(k5.lower_bound <= ex.objective * (1 + 1e-12));
   // The spans of the trace are reported both ways when it has any.
   bool spans = false;
   for (const auto& s : trace.meta().spans) spans |= !s.empty();

@@ -130,8 +130,8 @@ void add_totals(AllocationReport& rep, const TraceMeta& meta, std::vector<std::v
   for (const auto& s : rep.scopes) bound += s.lower_bound;
   rep.objective = static_cast<double>(obj);
   rep.relative_objective = static_cast<double>(rel);
-  rep.bound = static_cast<double>(bound);
-  rep.gap = std::max(0.0, rep.objective - rep.bound);
+  rep.lower_bound = static_cast<double>(bound);
+  rep.gap = std::max(0.0, rep.objective - rep.lower_bound);
   rep.relative_gap = rep.gap / std::max(std::fabs(rep.objective), 1e-300);
   rep.has_spans = rep.spans.spans > 0;
   if (smoothed) rep.unsmoothed_objective = static_cast<double>(unsm);
@@ -187,6 +187,7 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
   opt.validate();
   const TraceMeta& meta = trace.meta();
   AllocationReport rep;
+  rep.objective = rep.lower_bound = rep.gap = rep.relative_gap = 0.0;  // what an infeasible call reports
   rep.options = opt;
   rep.trace_path = trace.path();
   const RateLadder& ladder = opt.ladder;
@@ -420,7 +421,7 @@ nlohmann::json to_json(const AllocationReport& r) {
                           {"budget_rate", r.budget_rate},
                           {"objective", r.objective},
                           {"relative_objective", r.relative_objective},
-                          {"bound", r.bound},
+                          {"bound", r.lower_bound},
                           {"gap", r.gap},
                           {"relative_gap", r.relative_gap},
                           {"family_share", {{"Q", r.family_share[0]}, {"E", r.family_share[1]}, {"M", r.family_share[2]}}},
@@ -508,7 +509,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
   }
   RowSum all;
   for (const auto& h : r.heads) all.add(h);
-  os << row("model", fam_label(all), all, r.bound, r.gap);
+  os << row("model", fam_label(all), all, r.lower_bound, r.gap);
   os << "family column: heads routed Q/E/M. rates: bits per key element (code, total with the groups formed, "
         "and the nominal "
      << to_string(o.rate_kind) << " rate the budget " << o.budget << " counted)\n";
@@ -522,7 +523,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
   }
   os << ")\n";
   std::snprintf(buf, sizeof buf, "objective %.6e (relative %.4e), bound %.6e, gap %.3e (relative %.3e)\n", r.objective,
-                r.relative_objective, r.bound, r.gap, r.relative_gap);
+                r.relative_objective, r.lower_bound, r.gap, r.relative_gap);
   os << buf;
   if (o.solver == AllocSolver::Smoothed) {
     std::snprintf(buf, sizeof buf, "unsmoothed exact objective %.6e (smoothing costs %+.3e on the surrogate)\n",

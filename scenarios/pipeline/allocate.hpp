@@ -95,28 +95,25 @@ struct ScopeReport : SolveSummary {
   std::string method;
 };
 
-struct AllocationReport {
+// The solve summary over every scope (SolveSummary: status = the worst over the scopes,
+// Infeasible if any; objective = sum over heads (true costs); lower_bound = sum of the scopes'
+// bounds; gap, relative_gap; seconds = the whole call), then the allocation and its details.
+struct AllocationReport : SolveSummary {
   AllocateOptions options;
   std::string trace_path;
-  SolveStatus status = SolveStatus::Feasible;  // worst over the scopes (Infeasible if any)
-  std::string message;
   Allocation allocation;  // empty tiers when Infeasible
   std::vector<HeadSolveReport> heads;
   std::vector<ScopeReport> scopes;
   std::vector<int> histogram;
   Rate rate;                       // mean over heads
   double budget_rate = 0;          // mean nominal rate in the budget's kind
-  double objective = 0;            // sum over heads (true costs)
   double relative_objective = 0;   // mean over heads
-  double bound = 0, gap = 0, relative_gap = 0;
   std::array<double, 3> family_share{0, 0, 0};  // Q, E, M fractions of heads
   std::map<std::string, int> option_counts;     // heads per option name
   bool has_spans = false;
   SpanTruncation spans, spans_unsmoothed;
   double unsmoothed_objective = std::numeric_limits<double>::quiet_NaN();
-  double seconds_costs = 0, seconds_solve = 0, seconds = 0;
-
-  bool has_solution() const { return status != SolveStatus::Infeasible; }
+  double seconds_costs = 0, seconds_solve = 0;
 };
 
 AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& options,
