@@ -428,6 +428,15 @@ const std::vector<MethodInfo>& eviction_scorer_methods() {
   return infos;
 }
 
+ScorerConfig make_scorer_for_trace(std::string_view name, const MethodParams& params, int group_size) {
+  MethodParams p = params;
+  const ScorerKind kind = parse_enum(kScorerKinds, name);
+  const auto& takes = param_names(kind);
+  if (!p.count("group_size") && std::find(takes.begin(), takes.end(), "group_size") != takes.end())
+    p["group_size"] = std::to_string(group_size);
+  return make_scorer(name, p);
+}
+
 ScorerConfig make_scorer(std::string_view name_view, const MethodParams& params) {
   const std::string name(name_view);
   const ScorerKind kind = parse_enum(kScorerKinds, name);

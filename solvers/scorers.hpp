@@ -154,6 +154,10 @@ struct ScorerConfig {
 // values, throw InputError listing the valid ones.
 const std::vector<MethodInfo>& eviction_scorer_methods();
 ScorerConfig make_scorer(std::string_view name, const MethodParams& params = {});
+// make_scorer for a trace whose KV heads serve `group_size` query heads each: the scorers that
+// aggregate over a GQA group get group_size unless params give it; the others are not handed a
+// parameter they do not take. `tierlab eval --scorer` and scenario files both build this way.
+ScorerConfig make_scorer_for_trace(std::string_view name, const MethodParams& params, int group_size);
 // The ladder every scorer allocates on: {evict, exact}.
 RateLadder eviction_ladder();
 

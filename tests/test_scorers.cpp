@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/error.hpp"
+#include "model/synthetic.hpp"
 #include "solvers/scorers.hpp"
 #include "tests/support.hpp"
 
@@ -349,4 +350,26 @@ TEST_CASE("Layer-wide selection trades slots between heads (comparable units)", 
   const auto head = plan_eviction(make_scorer("dropkv", p), {{h, h2}}, Budget::count(1));
   CHECK(head.head_budget[0] == std::vector<int>{1, 1});
   CHECK(kept(head.keep[0][0]) == std::vector<int>{1});
+}
+
+TEST_CASE("every registered scorer runs with its defaults on a trace, given group_size exactly when it takes it") {
+  SynthParams p = synth_preset("tiny");
+  p.n_layers = 1;
+  p.prompt_len = 96;
+  p.obs_window = 32;  // the SnapKV family's default window
+  std::vector<std::vector<HeadData>> model(1);
+  for (int h = 0; h < p.n_kv_heads; ++h) model[0].push_back(synth_head(p, 0, h));
+  for (const MethodInfo& m : eviction_scorer_methods()) {
+    INFO("scorer " << m.name);
+    bool takes_group = false;
+    for (const MethodParam& q : m.params) takes_group = takes_group || q.name == "group_size";
+    ScorerConfig cfg;
+    REQUIRE_NOTHROW(cfg = make_scorer_for_trace(m.name, {}, p.group_size));
+    CHECK(cfg.group_size == (takes_group ? p.group_size : 1));
+    // A group size the user gives wins.
+    if (takes_group) CHECK(make_scorer_for_trace(m.name, {{"group_size", "2"}}, p.group_size).group_size == 2);
+    const EvictionPlan plan = plan_eviction(cfg, model, Budget::ratio(0.5));
+    CHECK(plan.kept > 0);
+    CHECK(plan.kept <= plan.tokens);
+  }
 }

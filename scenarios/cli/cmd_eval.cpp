@@ -55,9 +55,7 @@ TraceEvaluation evaluate_method(const TraceReader& trace, const std::string& qua
     ev.policy = "quantizer " + label;
     return ev;
   }
-  std::map<std::string, std::string> scorer_params = params;
-  if (!scorer_params.count("group_size")) scorer_params["group_size"] = std::to_string(meta.group_size);
-  const ScorerConfig cfg = make_scorer(scorer_name, scorer_params);
+  const ScorerConfig cfg = make_scorer_for_trace(scorer_name, params, meta.group_size);
   // Layer- and model-wide rules need every head's scores: plan over the whole trace.
   std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
   for (int l = 0; l < meta.n_layers; ++l)

@@ -298,14 +298,7 @@ ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& 
       });
     }
     case MethodSpec::Kind::Scorer: {
-      MethodParams p = m.params;
-      // The GQA group size, for the scorers that aggregate over a group (registry's parameter list).
-      bool takes_group = false;
-      for (const auto& info : eviction_scorer_methods())
-        if (info.name == m.name)
-          for (const auto& prm : info.params) takes_group = takes_group || prm.name == "group_size";
-      if (takes_group && !p.count("group_size")) p["group_size"] = std::to_string(ctx.group_size);
-      const ScorerConfig cfg = make_scorer(m.name, p);
+      const ScorerConfig cfg = make_scorer_for_trace(m.name, m.params, ctx.group_size);
       const Budget budget = Budget::parse(m.keep);
       return wrap([cfg, budget](const std::vector<std::vector<HeadData>>& heads) {
         const EvictionPlan plan = plan_eviction(cfg, heads, budget);
