@@ -119,6 +119,7 @@ TraceEvaluation evaluate_heads(const TraceReader& trace, Recomputer& backend, co
   TraceEvaluation out;
   out.trace_path = trace.path();
   out.backend = backend.description();
+  out.has_decode = meta.decode_steps > 0;
   out.layers.resize(static_cast<std::size_t>(meta.n_layers));
   const int total = meta.n_heads();
   int done = 0;

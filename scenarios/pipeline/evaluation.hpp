@@ -45,6 +45,7 @@ struct TraceEvaluation {
   std::vector<HeadEvaluation> heads;   // in (layer, head) order
   std::vector<Aggregate> layers;       // means over each layer's heads
   Aggregate model;                     // mean over all heads
+  bool has_decode = false;             // the trace has decode steps (else the decode errors are undefined)
   double seconds = 0;
 };
 

@@ -6,12 +6,16 @@
 namespace tierlab {
 namespace {
 
+// A trace without decode steps has no decode error: "n/a", not 0.
 std::string row(const std::string& label, const Rate& rate, const ErrorMetrics& obs, const ErrorMetrics& dec,
-                double pred_rel, double pred_abs) {
+                double pred_rel, double pred_abs, bool has_decode) {
+  char dec_text[32];
+  if (has_decode) std::snprintf(dec_text, sizeof dec_text, "%10.3e", dec.rel_error);
+  else std::snprintf(dec_text, sizeof dec_text, "%10s", "n/a");
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-12s %6.3f %6.3f  %10.3e %10.3e %10.3e  %10.3e %10.3e  %8.4f %9.3e\n",
+  std::snprintf(buf, sizeof buf, "%-12s %6.3f %6.3f  %10.3e %10.3e %10.3e  %10.3e %s  %8.4f %9.3e\n",
                 label.c_str(), rate.code_bits, rate.total_bits, obs.rel_error, pred_rel, obs.abs_error, pred_abs,
-                dec.rel_error, obs.attn_tv, obs.logit_error);
+                dec_text, obs.attn_tv, obs.logit_error);
   return buf;
 }
 
@@ -22,10 +26,12 @@ nlohmann::json to_json(const ErrorMetrics& e) {
 }
 
 nlohmann::json to_json(const TraceEvaluation& ev) {
-  auto agg = [](const Aggregate& a) {
+  // Without decode steps the decode errors are undefined: null.
+  auto decode = [&ev](const ErrorMetrics& e) { return ev.has_decode ? to_json(e) : nlohmann::json(nullptr); };
+  auto agg = [&decode](const Aggregate& a) {
     return nlohmann::json{{"rate", {{"code_bits", a.rate.code_bits}, {"total_bits", a.rate.total_bits}}},
                           {"obs", to_json(a.obs)},
-                          {"decode", to_json(a.decode)},
+                          {"decode", decode(a.decode)},
                           {"surrogate", {{"predicted_abs", a.predicted_abs}, {"predicted_rel", a.predicted_rel}}}};
   };
   nlohmann::json heads = nlohmann::json::array();
@@ -35,7 +41,7 @@ nlohmann::json to_json(const TraceEvaluation& ev) {
                      {"rate", {{"code_bits", h.rate.code_bits}, {"total_bits", h.rate.total_bits}}},
                      {"evicted_fraction", h.evicted_fraction},
                      {"obs", to_json(h.obs)},
-                     {"decode", to_json(h.decode)},
+                     {"decode", decode(h.decode)},
                      {"surrogate", {{"predicted_abs", h.predicted_abs}, {"predicted_rel", h.predicted_rel}}}});
   }
   nlohmann::json layers = nlohmann::json::array();
@@ -55,12 +61,12 @@ std::string text_report(const TraceEvaluation& ev, bool per_head) {
       for (const auto& h : ev.heads)
         if (h.layer == static_cast<int>(l))
           os << row("  L" + std::to_string(h.layer) + ".H" + std::to_string(h.kv_head), h.rate, h.obs, h.decode,
-                    h.predicted_rel, h.predicted_abs);
+                    h.predicted_rel, h.predicted_abs, ev.has_decode);
     const Aggregate& a = ev.layers[l];
-    os << row("layer " + std::to_string(l), a.rate, a.obs, a.decode, a.predicted_rel, a.predicted_abs);
+    os << row("layer " + std::to_string(l), a.rate, a.obs, a.decode, a.predicted_rel, a.predicted_abs, ev.has_decode);
   }
   const Aggregate& m = ev.model;
-  os << row("model", m.rate, m.obs, m.decode, m.predicted_rel, m.predicted_abs);
+  os << row("model", m.rate, m.obs, m.decode, m.predicted_rel, m.predicted_abs, ev.has_decode);
   char buf[96];
   std::snprintf(buf, sizeof buf, "(%.2f s)\n", ev.seconds);
   os << buf;
