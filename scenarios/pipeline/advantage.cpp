@@ -18,47 +18,64 @@
 
 namespace tierlab {
 
-InteriorReport interior_advantage(const TraceReader& trace, const InteriorOptions& opt, Recomputer& backend,
-                                  const Progress& progress) {
+std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const InteriorOptions& opt,
+                                               const std::vector<double>& budgets, Recomputer& backend,
+                                               const std::atomic<bool>* stop, const Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   opt.validate();
   const TraceMeta& meta = trace.meta();
-  InteriorReport rep;
-  rep.options = opt;
-  rep.trace_path = trace.path();
-  rep.backend = backend.description();
-  rep.has_decode = meta.decode_steps > 0;
+  std::vector<InteriorReport> reps(budgets.size());
+  std::vector<InteriorOptions> opts(budgets.size(), opt);
+  for (std::size_t b = 0; b < budgets.size(); ++b) {
+    opts[b].budget = budgets[b];
+    opts[b].validate();
+    reps[b].options = opts[b];
+    reps[b].trace_path = trace.path();
+    reps[b].backend = backend.description();
+    reps[b].has_decode = meta.decode_steps > 0;
+  }
   const RateLadder& ladder = opt.ladder;
-  const int two = ladder.index_of_bits(2);
-  int dominated = 0;
   const int total = meta.n_heads();
   int done = 0;
+  // Head-major: each head's costs and rates once, then every budget.
   for (int l = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h) {
+      throw_if_cancelled(stop);
       const HeadData head = trace.head(l, h);
       const SurrogateCosts sc = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
-      rep.heads.push_back(head_interior(head, meta.rope, sc, ladder_rates(head, meta.rope, ladder, opt.rate_kind), opt, backend));
-      dominated += rep.heads.back().dominated_2bit ? 1 : 0;
+      const std::vector<double> rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
+      for (std::size_t b = 0; b < budgets.size(); ++b)
+        reps[b].heads.push_back(head_interior(head, meta.rope, sc, rates, opts[b], backend));
       if (progress) progress(++done, total);
     }
-
-  auto mean_of = [&](double HeadInterior::*field, int& defined) {
-    double s = 0.0;
-    defined = 0;
-    for (const auto& h : rep.heads)
-      if (!std::isnan(h.*field)) {
-        s += h.*field;
-        ++defined;
-      }
-    return defined > 0 ? s / defined : std::numeric_limits<double>::quiet_NaN();
-  };
-  rep.mean_advantage_decode = mean_of(&HeadInterior::advantage_decode, rep.defined_decode);
-  rep.mean_advantage_obs = mean_of(&HeadInterior::advantage_obs, rep.defined_obs);
-  rep.mean_advantage_surrogate = mean_of(&HeadInterior::advantage_surrogate, rep.defined_surrogate);
-  if (two >= 0 && !rep.heads.empty()) rep.dominated_share = static_cast<double>(dominated) / rep.heads.size();
-  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return rep;
+  const int two = ladder.index_of_bits(2);
+  for (InteriorReport& rep : reps) {
+    auto mean_of = [&](double HeadInterior::*field, int& defined) {
+      double s = 0.0;
+      defined = 0;
+      for (const auto& h : rep.heads)
+        if (!std::isnan(h.*field)) {
+          s += h.*field;
+          ++defined;
+        }
+      return defined > 0 ? s / defined : std::numeric_limits<double>::quiet_NaN();
+    };
+    rep.mean_advantage_decode = mean_of(&HeadInterior::advantage_decode, rep.defined_decode);
+    rep.mean_advantage_obs = mean_of(&HeadInterior::advantage_obs, rep.defined_obs);
+    rep.mean_advantage_surrogate = mean_of(&HeadInterior::advantage_surrogate, rep.defined_surrogate);
+    int dominated = 0;
+    for (const auto& h : rep.heads) dominated += h.dominated_2bit ? 1 : 0;
+    if (two >= 0 && !rep.heads.empty()) rep.dominated_share = static_cast<double>(dominated) / rep.heads.size();
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return reps;
 }
+
+InteriorReport interior_advantage(const TraceReader& trace, const InteriorOptions& opt, Recomputer& backend,
+                                  const Progress& progress) {
+  return interior_advantage(trace, opt, {opt.budget}, backend, nullptr, progress).front();
+}
+
 
 namespace {
 

@@ -43,9 +43,16 @@ struct InteriorReport {
   double seconds = 0;
 };
 
-// Every head of the trace through head_interior (pipeline/head.hpp).
+// Every head of the trace through head_interior (pipeline/head.hpp), at options.budget.
 InteriorReport interior_advantage(const TraceReader& trace, const InteriorOptions& options, Recomputer& backend,
                                   const Progress& progress = {});
+// The same at several budgets (options.budget ignored), each head's surrogate costs computed
+// once for all of them; element b is the report at budgets[b]. Throws Cancelled between heads
+// when *stop is set.
+std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const InteriorOptions& options,
+                                               const std::vector<double>& budgets, Recomputer& backend,
+                                               const std::atomic<bool>* stop = nullptr,
+                                               const Progress& progress = {});
 
 nlohmann::json to_json(const InteriorReport&);
 std::string text_report(const InteriorReport&, bool per_head);
