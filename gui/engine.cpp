@@ -20,10 +20,13 @@ using namespace detail;
 
 namespace {
 
+// `visible`: the rows' causal limits (empty: every row sees every token).
 ErrorMetrics recompute_one(Recomputer& backend, const MatrixRM& queries, const MatrixRM& exact, const MatrixRM& values,
-                           const MatrixRM& variant, const std::vector<std::uint8_t>& sel) {
+                           const MatrixRM& variant, const std::vector<std::uint8_t>& sel,
+                           std::vector<int> visible = {}) {
   std::vector<HeadBatch> batches(1);
   batches[0].problem.queries = &queries;
+  batches[0].problem.visible = std::move(visible);
   batches[0].problem.exact_keys = &exact;
   batches[0].problem.values = &values;
   batches[0].problem.variants = {&variant};
@@ -201,7 +204,7 @@ std::shared_ptr<Engine::LadderEntry> Engine::ladder_(int l, int h, const RateLad
   e->T = static_cast<int>(hd.keys.rows());
   e->d = static_cast<int>(hd.keys.cols());
   const RopeParams& rope = source_->meta().rope;
-  e->costs = surrogate_costs(hd, rope, hd.obs_queries, ladder);
+  e->costs = surrogate_costs(hd, rope, observation_queries(hd), ladder);
   e->rates = ladder_rates(hd, rope, ladder, kind);
   const VectorD& a = e->costs.weights.a;
   e->order.resize(static_cast<std::size_t>(a.size()));
@@ -338,15 +341,17 @@ ErrorMetrics Engine::obs_error_(const std::atomic<bool>* cancel) {
   if (w.keys.rows() != w.T) prompt = w.keys.topRows(w.T);
   const MatrixRM& keys = w.keys.rows() == w.T ? w.keys : prompt;
   const int nq = static_cast<int>(hd.obs_queries.rows());
+  const std::vector<int> visible = observation_queries(hd).visible;  // causal (MODEL.md section 9)
   // 64 rows (the CPU backend's row tile) per 32k tokens: ~0.1 s per chunk on 2 cores.
   const int chunk = 64 * std::max(1, (1 << 21) / (64 * std::max(1, w.T)));
-  if (chunk >= nq) return recompute_one(*backend_, hd.obs_queries, hd.keys, hd.values, keys, sel);
+  if (chunk >= nq) return recompute_one(*backend_, hd.obs_queries, hd.keys, hd.values, keys, sel, visible);
   ErrorMetrics m;
   for (int r0 = 0; r0 < nq; r0 += chunk) {
     check(cancel);
     const int n = std::min(chunk, nq - r0);
     const MatrixRM q = hd.obs_queries.middleRows(r0, n);
-    const ErrorMetrics c = recompute_one(*backend_, q, hd.keys, hd.values, keys, sel);
+    const ErrorMetrics c = recompute_one(*backend_, q, hd.keys, hd.values, keys, sel,
+                                         std::vector<int>(visible.begin() + r0, visible.begin() + r0 + n));
     const double f = static_cast<double>(n) / nq;
     m.rel_error += f * c.rel_error, m.abs_error += f * c.abs_error;
     m.attn_tv += f * c.attn_tv, m.logit_error += f * c.logit_error;

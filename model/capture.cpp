@@ -210,6 +210,7 @@ CaptureResult capture(const Llama2cModel& model, const CaptureOptions& options) 
       HeadData hd;
       hd.layer = l;
       hd.kv_head = h;
+      hd.group_size = g;
       const int col = h * hs;
       hd.keys = rec.keys(l).block(0, col, T, hs);
       hd.keys_pre_rope = rec.keys_pre_rope(l).block(0, col, T, hs);

@@ -68,7 +68,8 @@ struct Accumulated {
   double output_norm2 = 0.0;
 };
 
-void check_shapes(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries, const char* where) {
+void check_shapes(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& qs, const char* where) {
+  const MatrixRM& queries = qs.queries();
   if (keys.rows() < 1) throw InputError(std::string(where) + ": the keys have no tokens (T = 0).");
   if (queries.rows() < 1) throw InputError(std::string(where) + ": the query set is empty.");
   if (values.rows() != keys.rows())
@@ -77,15 +78,21 @@ void check_shapes(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& 
   if (queries.cols() != keys.cols())
     throw InputError(std::string(where) + ": queries have dimension " + std::to_string(queries.cols()) +
                      " but keys have " + std::to_string(keys.cols()) + ".");
+  if (qs.visible.size() != static_cast<std::size_t>(queries.rows()))
+    throw InputError(std::string(where) + ": " + std::to_string(qs.visible.size()) + " causal limits for " +
+                     std::to_string(queries.rows()) + " queries.");
+  for (std::size_t r = 0; r < qs.visible.size(); ++r)
+    if (qs.visible[r] < 1 || qs.visible[r] > keys.rows())
+      throw InputError(std::string(where) + ": query " + std::to_string(r) + " sees " + std::to_string(qs.visible[r]) +
+                       " tokens; the limit must be in 1.." + std::to_string(keys.rows()) + ".");
 }
 
 // Exact cost of removing token t* alone for one query, computed without the
 // cancellation of 1 - p near 1: o = p v* + (1 - p) o_rest, so
 // ||o^ - o||^2 = p^2 ||v* - o||^2 / (1 - p)^2 = p^2 ||v* - o_rest||^2, with o_rest the
-// softmax output over the other tokens (its own max subtraction). With T = 1 the
-// output after removal is zero and the cost is ||v*||^2.
-double removal_cost_stable(const double* s, const MatrixRMd& V, Eigen::Index t_star, double p_star) {
-  const Eigen::Index T = V.rows();
+// softmax output over the other visible tokens 0..T-1 (its own max subtraction). With T = 1
+// the output after removal is zero and the cost is ||v*||^2.
+double removal_cost_stable(const double* s, const MatrixRMd& V, Eigen::Index T, Eigen::Index t_star, double p_star) {
   if (T == 1) return V.row(0).squaredNorm();
   double m = -std::numeric_limits<double>::infinity();
   for (Eigen::Index u = 0; u < T; ++u)
@@ -102,8 +109,12 @@ double removal_cost_stable(const double* s, const MatrixRMd& V, Eigen::Index t_s
   return p_star * p_star * (V.row(t_star) - o_rest).squaredNorm();
 }
 
-Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+// The causal mask (CausalQueries::visible): query r has p_{r,t} = 0 for t >= visible[r], so it adds
+// nothing to a_t, c_t(0) or c_t(tau) of those tokens; n_t(tau) is the mean over the queries
+// that see t (the logit noise a quantized key adds to the logits that exist).
+Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& qs,
                        const std::vector<MatrixRMd>& key_errors) {
+  const MatrixRM& queries = qs.queries();
   const Eigen::Index T = keys.rows();
   const Eigen::Index d = keys.cols();
   const Eigen::Index m = queries.rows();
@@ -126,6 +137,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Matri
   std::vector<MatrixRMd> D(n_fin);
   std::vector<Eigen::Index> star_t;
   std::vector<double> star_cost;
+  std::vector<double> seen_by(static_cast<std::size_t>(T), 0.0);  // queries that see token t
 
   for (Eigen::Index q0 = 0; q0 < m; q0 += kQueryChunk) {
     const Eigen::Index C = std::min(kQueryChunk, m - q0);
@@ -142,20 +154,22 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Matri
     for (Eigen::Index r = 0; r < C; ++r) {
       const double* s = S.row(r).data();
       double* p = P.row(r).data();
-      const double mx = *std::max_element(s, s + T);
+      const Eigen::Index Tr = qs.visible[static_cast<std::size_t>(q0 + r)];
+      const double mx = *std::max_element(s, s + Tr);
       double z = 0.0;
-      for (Eigen::Index t = 0; t < T; ++t) {
+      for (Eigen::Index t = 0; t < Tr; ++t) {
         p[t] = std::exp(s[t] - mx);
         z += p[t];
       }
+      for (Eigen::Index t = Tr; t < T; ++t) p[t] = 0.0;
       Eigen::Index arg = 0;
-      for (Eigen::Index t = 0; t < T; ++t) {
+      for (Eigen::Index t = 0; t < Tr; ++t) {
         p[t] /= z;
         if (p[t] > p[arg]) arg = t;
       }
       if (p[arg] > 0.5) {
         star_t[r] = arg;
-        star_cost[r] = removal_cost_stable(s, V, arg, p[arg]);
+        star_cost[r] = removal_cost_stable(s, V, Tr, arg, p[arg]);
       }
     }
     product_pv(P, V, O);  // outputs, C x dv
@@ -166,6 +180,8 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Matri
       double a = 0.0, ev = 0.0, att = 0.0;
       const auto vt = V.row(t);
       for (Eigen::Index r = 0; r < C; ++r) {
+        if (t >= qs.visible[static_cast<std::size_t>(q0 + r)]) continue;  // masked: p = 0, no logit
+        seen_by[static_cast<std::size_t>(t)] += 1.0;
         const double p = P(r, t);
         const double diff2 = (vt - O.row(r)).squaredNorm();
         const double w = p * p * diff2;  // p_{q,t}^2 ||v_t - o_q||^2
@@ -195,14 +211,17 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Matri
   acc.weights.evict_cost *= inv_m;
   acc.weights.attention *= inv_m;
   acc.cost *= inv_m;
-  acc.noise *= inv_m;
+  for (Eigen::Index t = 0; t < T; ++t) {
+    const double n_t = seen_by[static_cast<std::size_t>(t)];
+    acc.noise.col(t) *= n_t > 0 ? 1.0 / n_t : 0.0;
+  }
   acc.output_norm2 *= inv_m;
   return acc;
 }
 
 }  // namespace
 
-TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries) {
+TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& queries) {
   check_shapes(keys, values, queries, "token_weights");
   return accumulate(keys, values, queries, {}).weights;
 }
@@ -210,7 +229,7 @@ TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const M
 namespace {
 
 // Costs of every tier against `queries`, the tiers quantized densely through the interface.
-SurrogateCosts costs_of(const TierInput& in, const MatrixRM& values, const MatrixRM& queries,
+SurrogateCosts costs_of(const TierInput& in, const MatrixRM& values, const CausalQueries& queries,
                         const RateLadder& ladder) {
   const MatrixRM& keys = *in.keys;
   check_shapes(keys, values, queries, "surrogate_costs");
@@ -249,12 +268,12 @@ SurrogateCosts costs_of(const TierInput& in, const MatrixRM& values, const Matri
 
 }  // namespace
 
-SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& queries,
                                const RateLadder& ladder) {
   return costs_of(TierInput::keys_only(keys), values, queries, ladder);
 }
 
-SurrogateCosts surrogate_costs(const HeadData& head, const RopeParams& rope, const MatrixRM& queries,
+SurrogateCosts surrogate_costs(const HeadData& head, const RopeParams& rope, const CausalQueries& queries,
                                const RateLadder& ladder) {
   return costs_of(TierInput::of_head(head, rope), head.values, queries, ladder);
 }

@@ -34,7 +34,9 @@ struct TokenWeights {
   VectorD attention;   // mean_q p_{q,t} (for scorers and plots)
 };
 
-TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries);
+// `queries` carries its causal mask (trace.hpp CausalQueries; observation_queries(head)): a query
+// gives p = 0 to the tokens it does not see; n_t(tau) averages over the queries that see t.
+TokenWeights token_weights(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& queries);
 
 // Costs of every tier of a ladder for every token: cost(i, t) = c_t(ladder.tiers[i]).
 struct SurrogateCosts {
@@ -47,11 +49,12 @@ struct SurrogateCosts {
 };
 
 // On keys alone: every tier but those that need the head (kvquant, kvcobra: InputError).
-SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& queries,
                                const RateLadder& ladder);
 // On the head (keys, values, and what published quantizers calibrate on) with the trace's
-// RoPE; `queries` is the query set (head.obs_queries, or decode queries).
-SurrogateCosts surrogate_costs(const HeadData& head, const RopeParams& rope, const MatrixRM& queries,
+// RoPE; `queries` is the query set with its causal mask (observation_queries(head), or the
+// decode queries against the prompt, all_visible).
+SurrogateCosts surrogate_costs(const HeadData& head, const RopeParams& rope, const CausalQueries& queries,
                                const RateLadder& ladder);
 
 // n_h(b) = alpha * beta^(-b); residual = RMS of log n - log n_h over the fitted points.

@@ -752,7 +752,9 @@ HeadData synth_head(const SynthParams& p, int layer, int kv_head) {
     throw InputError("synthetic head layer = " + str(layer) + " is out of range [0, " + str(p.n_layers) + ").");
   if (kv_head < 0 || kv_head >= p.n_kv_heads)
     throw InputError("synthetic head kv_head = " + str(kv_head) + " is out of range [0, " + str(p.n_kv_heads) + ").");
-  return HeadSynth(p, layer, kv_head).generate();
+  HeadData head = HeadSynth(p, layer, kv_head).generate();
+  head.group_size = p.group_size;
+  return head;
 }
 
 // ---- whole trace ------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // docs/trace-format.md describes the format for users.
 #include "model/trace.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -347,7 +348,39 @@ HeadData TraceReader::head(int layer, int kv_head) const {
   hd.decode_keys = read("decode_keys", S);
   hd.decode_values = read("decode_values", S);
   if (!meta_.spans.empty()) hd.spans = meta_.spans[static_cast<std::size_t>(layer * meta_.n_kv_heads + kv_head)];
+  hd.group_size = meta_.group_size;
   return hd;
+}
+
+CausalQueries observation_queries(const HeadData& head) { return observation_queries(head, head.group_size); }
+
+CausalQueries observation_queries(const HeadData& head, int g) {
+  const auto where = [&] {
+    return "head (" + std::to_string(head.layer) + ", " + std::to_string(head.kv_head) + "): ";
+  };
+  const Eigen::Index rows = head.obs_queries.rows(), T = head.keys.rows();
+  if (g < 1 || rows % g != 0)
+    throw InputError(where() + "obs_queries has " + std::to_string(rows) + " rows, not a multiple of the group size " +
+                     std::to_string(g) + ".");
+  const Eigen::Index W = rows / g;
+  const Eigen::Index first = head.obs_first_position >= 0 ? head.obs_first_position : T - W;
+  if (first < 0)
+    throw InputError(where() + "the observation window W = " + std::to_string(W) + " is longer than the prompt T = " +
+                     std::to_string(T) + ".");
+  CausalQueries qs;
+  qs.rows = &head.obs_queries;
+  qs.visible.resize(static_cast<std::size_t>(rows));
+  for (int j = 0; j < g; ++j)
+    for (Eigen::Index i = 0; i < W; ++i)
+      qs.visible[static_cast<std::size_t>(j * W + i)] = static_cast<int>(std::min<Eigen::Index>(T, first + i + 1));
+  return qs;
+}
+
+CausalQueries all_visible(const MatrixRM& queries, Eigen::Index tokens) {
+  CausalQueries qs;
+  qs.rows = &queries;
+  qs.visible.assign(static_cast<std::size_t>(queries.rows()), static_cast<int>(tokens));
+  return qs;
 }
 
 // ---- writer ----------------------------------------------------------------------

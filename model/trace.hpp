@@ -70,7 +70,31 @@ struct HeadData {
   MatrixRM decode_keys;     // S x d
   MatrixRM decode_values;   // S x d
   std::vector<Span> spans;
+  // The layout of obs_queries, for their causal mask (MODEL.md section 9): g query heads of
+  // W rows each, observation query i at prompt position obs_first_position + i (-1: the
+  // trace convention T - W, the last W prompt positions). Set by every reader.
+  int group_size = 1;
+  int obs_first_position = -1;
 };
+
+// A query set with its causal limits (MODEL.md section 9, "every query is causal"): row r
+// attends to the tokens 0 .. visible[r] - 1 only. Every surrogate, scorer and recomputation
+// of a head takes its queries as a CausalQueries, so none can forget the mask.
+struct CausalQueries {
+  const MatrixRM* rows = nullptr;  // not owned
+  std::vector<int> visible;        // one limit per row, 1 <= visible[r] <= T
+  const MatrixRM& queries() const { return *rows; }
+};
+
+// The head's observation queries: row j W + i (query head j, window row i, at position
+// p_i = obs_first_position + i) sees min(T, p_i + 1) prompt tokens. InputError naming the
+// head when the rows do not split into group_size heads, or a position is negative.
+CausalQueries observation_queries(const HeadData& head);
+// The same with an explicit group size g (a scorer's group_size parameter).
+CausalQueries observation_queries(const HeadData& head, int group_size);
+// Queries that see all `tokens` tokens (decode queries against the prompt: every decode step
+// comes after the whole prompt; arrays a user built without positions).
+CausalQueries all_visible(const MatrixRM& queries, Eigen::Index tokens);
 
 // Reads a trace one head at a time through the memory map. The constructor checks
 // the metadata and that every expected tensor exists with the right shape and dtype;

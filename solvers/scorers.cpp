@@ -243,9 +243,11 @@ MatrixRMd window_logits(const HeadData& head, int g, int j, int window, bool cau
   const int T = static_cast<int>(head.keys.rows());
   const double scale = 1.0 / std::sqrt(static_cast<double>(head.keys.cols()));
   MatrixRMd z(window, T);
+  const std::vector<int> visible = observation_queries(head, g).visible;  // trace.hpp
   for (int i = 0; i < window; ++i) {
-    const auto q = head.obs_queries.row(j * wtr + (wtr - window) + i).cast<double>();
-    const int last_visible = causal ? T - window + i : T - 1;
+    const int row = j * wtr + (wtr - window) + i;
+    const auto q = head.obs_queries.row(row).cast<double>();
+    const int last_visible = causal ? visible[static_cast<std::size_t>(row)] - 1 : T - 1;
     for (int t = 0; t < T; ++t)
       z(i, t) = t <= last_visible ? scale * q.dot(head.keys.row(t).cast<double>()) : -kInf;
   }
@@ -505,7 +507,7 @@ VectorD head_scores(const ScorerConfig& c, const HeadData& h) {
       return s;
     }
     case ScorerKind::LaProx: {
-      const TokenWeights w = token_weights(h.keys, h.values, h.obs_queries);
+      const TokenWeights w = token_weights(h.keys, h.values, observation_queries(h, c.group_size));
       return w.evict_cost;
     }
     case ScorerKind::Tova: {
@@ -559,13 +561,18 @@ std::vector<VectorD> layer_scores(const ScorerConfig& c, const std::vector<HeadD
   }
   if (c.kind == ScorerKind::LaProx && !layer.empty()) {
     double norm = 0;
-    for (const auto& h : layer) {
-      const int T = static_cast<int>(h.keys.rows());
-      const MatrixRMd z = window_logits(h, 1, 0, static_cast<int>(h.obs_queries.rows()), false);
-      const MatrixRMd p = softmax_rows(z);
-      const MatrixRMd O = p * h.values.cast<double>();
-      norm += O.rowwise().squaredNorm().mean();
-      (void)T;
+    for (const auto& h : layer) {  // mean_q ||o_q||^2 over the causal window queries
+      const CausalQueries qs = observation_queries(h, c.group_size);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(h.keys.cols()));
+      double sum = 0;
+      for (Eigen::Index r = 0; r < h.obs_queries.rows(); ++r) {
+        const int T = qs.visible[static_cast<std::size_t>(r)];
+        const VectorD zr = h.keys.topRows(T).cast<double>() * h.obs_queries.row(r).transpose().cast<double>() * scale;
+        VectorD p(T);
+        softmax_row(zr.data(), p.data(), T);
+        sum += (h.values.topRows(T).cast<double>().transpose() * p).squaredNorm();
+      }
+      norm += sum / static_cast<double>(h.obs_queries.rows());
     }
     norm /= static_cast<double>(layer.size());
     for (auto& o : out) o /= (norm > 0 ? norm : 1.0);

@@ -51,7 +51,7 @@
 //   keydiff     x_t = -cos(k_t, kbar), kbar = mean_u k_u / ||k_u|| (no attention)
 //   laprox      the exact formula is not public; approximation used: the single-removal
 //               output cost c_t(0) of model/surrogate.hpp (mean over all g W window
-//               queries, no causal mask) divided by the layer's output norm
+//               queries, causal as every query set) divided by the layer's output norm
 //               mean_h mean_q ||o_q||^2, x_t = c_t(0) / N_l; comparable across layers
 //               and heads; one model-wide top-K
 //

@@ -12,6 +12,7 @@
 #include "model/capture.hpp"
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
+#include "model/surrogate.hpp"
 #include "model/trace.hpp"
 
 using namespace tierlab;
@@ -178,4 +179,43 @@ TEST_CASE("a sampled prompt depends on the seed only", "[capture]") {
   CHECK(pa == pb);
   CHECK(pa != pc);
   CHECK(a.describe() == "sampled 30 from BOS (temperature 1, seed 5)");
+}
+
+TEST_CASE("on a captured trace the observation queries give no weight to later tokens, as the model did",
+          "[capture][causal]") {
+  Llama2cModel model(kCheckpoint);
+  CaptureOptions opt;
+  opt.prompt.generate = 48;
+  opt.decode_steps = 2;
+  opt.obs_window = 16;
+  opt.keep_attention_outputs = true;
+  const CaptureResult cap = capture(model, opt);
+  const int T = 48, W = 16, g = cap.meta.group_size, d = cap.meta.head_dim;
+  double worst_causal = 0, worst_unmasked = 0, later_weight = 0;
+  for (const HeadData& hd : cap.heads) {
+    const CausalQueries obs = observation_queries(hd);
+    REQUIRE(obs.visible.size() == std::size_t(g * W));
+    for (int j = 0; j < g; ++j)
+      for (int i = 0; i < W; ++i) {
+        const int r = j * W + i, pos = T - W + i;
+        CHECK(obs.visible[std::size_t(r)] == pos + 1);  // the model's own causal limit
+        // One query at a time: the surrogate's attention is that query's p_t.
+        const MatrixRM one = hd.obs_queries.row(r);
+        CausalQueries qs{&one, {obs.visible[std::size_t(r)]}};
+        const TokenWeights w = token_weights(hd.keys, hd.values, qs);
+        const TokenWeights u = token_weights(hd.keys, hd.values, all_visible(one, T));
+        for (int t = pos + 1; t < T; ++t) later_weight = std::max(later_weight, w.attention[t]);
+        const float* ref = cap.attention_outputs[std::size_t(hd.layer)].row(pos).data() + (hd.kv_head * g + j) * d;
+        for (int c = 0; c < d; ++c) {
+          double oc = 0, ou = 0;
+          for (int t = 0; t < T; ++t) oc += w.attention[t] * hd.values(t, c), ou += u.attention[t] * hd.values(t, c);
+          worst_causal = std::max(worst_causal, std::abs(oc - ref[c]) / (1.0 + std::abs(ref[c])));
+          worst_unmasked = std::max(worst_unmasked, std::abs(ou - ref[c]) / (1.0 + std::abs(ref[c])));
+        }
+      }
+  }
+  INFO("causal " << worst_causal << ", unmasked " << worst_unmasked);
+  CHECK(later_weight == 0.0);
+  CHECK(worst_causal < 2e-6);     // the forward pass's own output, to float precision
+  CHECK(worst_unmasked > 1e-2);   // seeing the future would not be what the model computed
 }

@@ -123,7 +123,7 @@ TEST_CASE("explorer core: a budget change moves the water level and the allocati
 
     // theta against the solvers' own continuous water-filling on the same weights and model.
     const HeadData hd = reader.head(s.layer, s.kv_head);
-    const TokenWeights tw = token_weights(hd.keys, hd.values, hd.obs_queries);
+    const TokenWeights tw = token_weights(hd.keys, hd.values, observation_queries(hd));
     WaterfillProblem wp;
     wp.weights.assign(tw.a.data(), tw.a.data() + tw.a.size());
     wp.models = {DistortionModel{hi.alpha, hi.beta}};
@@ -480,7 +480,7 @@ TEST_CASE("tierlab solve and the explorer fit the same noise model for the same 
       // And the one convention, computed here from its definition: a log-linear fit on the
       // tiers' rates in the budget's kind.
       const HeadData hd = reader.head(h.layer, h.kv_head);
-      const SurrogateCosts c = surrogate_costs(hd, reader.meta().rope, hd.obs_queries, o.ladder);
+      const SurrogateCosts c = surrogate_costs(hd, reader.meta().rope, observation_queries(hd), o.ladder);
       std::vector<double> b, nz;
       for (int j = 1; j <= 3; ++j) b.push_back(rate_of(o.ladder.tiers[j].nominal_rate(32), kind)), nz.push_back(c.noise.row(j).mean());
       const NoiseFit f = fit_noise(b, nz);

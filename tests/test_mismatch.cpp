@@ -124,18 +124,24 @@ TEST_CASE("mismatch on a tiny synthetic trace: fits, allocations and their invar
           MethodParams p = spec.params;
           p["bits"] = std::to_string(b);
           const QuantizedHeadKeys k = make_key_quantizer(spec.name, p)->quantize(head, meta.rope);
-          // mean_t mean_q (q.(k^_t - k_t))^2 / d, plain loops in double.
+          // mean_t of n_t = mean over the queries that see t of (q.(k^_t - k_t))^2 / d, plain
+          // loops in double; query i = j W + r sits at position T - W + r (causal).
           double s = 0;
           const int T = static_cast<int>(head.keys.rows()), d = static_cast<int>(head.keys.cols());
-          const int nq = static_cast<int>(head.obs_queries.rows());
-          for (int i = 0; i < nq; ++i)
-            for (int t = 0; t < T; ++t) {
+          const int nq = static_cast<int>(head.obs_queries.rows()), W = nq / meta.group_size;
+          for (int t = 0; t < T; ++t) {
+            double sum = 0;
+            int seen = 0;
+            for (int i = 0; i < nq; ++i) {
+              if (t > T - W + i % W) continue;
               double e = 0;
               for (int c = 0; c < d; ++c)
                 e += static_cast<double>(head.obs_queries(i, c)) * (static_cast<double>(k.keys(t, c)) - head.keys(t, c));
-              s += e * e / d;
+              sum += e * e / d, ++seen;
             }
-          xs.push_back(b), ys.push_back(std::log(s / (static_cast<double>(nq) * T)));
+            s += sum / seen;
+          }
+          xs.push_back(b), ys.push_back(std::log(s / T));
         }
         // log n = log alpha - b log beta: the least-squares slope gives -log beta.
         const double n = static_cast<double>(xs.size());

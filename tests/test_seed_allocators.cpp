@@ -27,7 +27,7 @@ std::vector<SurrogateCosts> random_heads(const RateLadder& ladder, int heads, in
   std::vector<SurrogateCosts> out;
   for (int h = 0; h < heads; ++h) {
     const MatrixRM k = gaussian(T, d, rng, 0.5f + 0.7f * h), v = gaussian(T, d, rng), q = gaussian(8, d, rng, 0.5f + 0.3f * h);
-    out.push_back(surrogate_costs(k, v, q, ladder));
+    out.push_back(surrogate_costs(k, v, all_visible(q, k.rows()), ladder));
   }
   return out;
 }

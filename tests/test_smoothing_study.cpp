@@ -106,11 +106,11 @@ TEST_CASE("attention entropy on hand-computed cases, and equal-count bins") {
   k << 0.0f, static_cast<float>(std::log(3.0));
   q << 1.0f;
   const double h = -(0.25 * std::log(0.25) + 0.75 * std::log(0.75));
-  CHECK(mean_attention_entropy(k, q) == Approx(h).epsilon(1e-6));
+  CHECK(mean_attention_entropy(k, all_visible(q, k.rows())) == Approx(h).epsilon(1e-6));
   // Equal logits over 8 tokens: ln 8; two query rows average.
   MatrixRM k8 = MatrixRM::Zero(8, 2), q2(2, 2);
   q2 << 1.0f, 0.0f, 0.0f, 0.0f;
-  CHECK(mean_attention_entropy(k8, q2) == Approx(std::log(8.0)));
+  CHECK(mean_attention_entropy(k8, all_visible(q2, k8.rows())) == Approx(std::log(8.0)));
   // Equal-count bins by rank: 7 values into 3 bins -> ranks 0..6 -> floor(r * 3 / 7).
   const std::vector<double> x{5.0, 0.1, 3.0, 0.2, 9.0, 0.3, 4.0};  // ranks 5, 0, 3, 1, 6, 2, 4
   CHECK(equal_count_bins(x, 3) == std::vector<int>{2, 0, 1, 0, 2, 0, 1});

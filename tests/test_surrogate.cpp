@@ -76,7 +76,7 @@ TEST_CASE("surrogate costs match a slow long-double implementation of the header
   for (unsigned seed : {1u, 2u, 3u}) {
     const int T = 37 + 11 * seed, d = 8, dv = 6, m = 70;  // m > 64 crosses a query chunk
     const Head h = random_head(T, d, dv, m, 1.5, seed);
-    const SurrogateCosts sc = surrogate_costs(h.K, h.V, h.Q, ladder);
+    const SurrogateCosts sc = surrogate_costs(h.K, h.V, all_visible(h.Q, h.K.rows()), ladder);
     REQUIRE(sc.cost.rows() == ladder.size());
     REQUIRE(sc.cost.cols() == T);
 
@@ -118,7 +118,7 @@ TEST_CASE("surrogate costs match a slow long-double implementation of the header
       }
     }
     // token_weights is the same computation without tiers.
-    const TokenWeights tw = token_weights(h.K, h.V, h.Q);
+    const TokenWeights tw = token_weights(h.K, h.V, all_visible(h.Q, h.K.rows()));
     CHECK(tw.a.isApprox(sc.weights.a, 1e-12));
     CHECK(tw.evict_cost.isApprox(sc.weights.evict_cost, 1e-12));
     // Nominal rates of the ladder.
@@ -136,7 +136,7 @@ TEST_CASE("c_t(0) is the exact squared output change of removing token t alone",
     double max_p = 0;
     for (int q = 0; q < m; ++q) {
       const MatrixRM one_q = h.Q.row(q);
-      const TokenWeights tw = token_weights(h.K, h.V, one_q);
+      const TokenWeights tw = token_weights(h.K, h.V, all_visible(one_q, h.K.rows()));
       const Attn full = attend(h.K, h.V, h.Q.row(q).data(), std::vector<bool>(T, true));
       for (int t = 0; t < T; ++t) {
         max_p = std::max(max_p, (double)full.p[t]);
@@ -161,7 +161,7 @@ TEST_CASE("c_t(0) is the exact squared output change of removing token t alone",
 
 TEST_CASE("a finite tier's cost is a_t n_t when there is one query", "[surrogate]") {
   const Head h = random_head(30, 8, 8, 1, 1.0, 7);
-  const SurrogateCosts sc = surrogate_costs(h.K, h.V, h.Q, RateLadder::kivi({2, 4}));
+  const SurrogateCosts sc = surrogate_costs(h.K, h.V, all_visible(h.Q, h.K.rows()), RateLadder::kivi({2, 4}));
   for (int t = 0; t < 30; ++t)
     for (int i = 1; i <= 2; ++i) CHECK(sc.cost(i, t) == Approx(sc.weights.a[t] * sc.noise(i, t)).epsilon(1e-12));
 }
@@ -198,7 +198,7 @@ TEST_CASE("fit_noise recovers alpha and beta of exact synthetic data", "[surroga
 TEST_CASE("fit_noise over a ladder fits mean_t n_t of that quantizer's tiers", "[surrogate]") {
   const Head h = random_head(128, 16, 16, 8, 1.0, 12);
   const RateLadder ladder = RateLadder::parse("kivi2,token3,kivi4,kivi8");
-  const SurrogateCosts sc = surrogate_costs(h.K, h.V, h.Q, ladder);
+  const SurrogateCosts sc = surrogate_costs(h.K, h.V, all_visible(h.Q, h.K.rows()), ladder);
   const NoiseFit f = fit_noise(sc, QuantizerKind::KiviPerChannel);
   const NoiseFit g = fit_noise({2, 4, 8}, {sc.noise.row(1).mean(), sc.noise.row(3).mean(), sc.noise.row(4).mean()});
   CHECK(f.alpha == g.alpha);
@@ -209,7 +209,34 @@ TEST_CASE("fit_noise over a ladder fits mean_t n_t of that quantizer's tiers", "
 
 TEST_CASE("surrogate inputs are checked", "[surrogate]") {
   const Head h = random_head(10, 4, 4, 2, 1.0, 1);
-  CHECK_THROWS_AS(token_weights(h.K, MatrixRM(9, 4), h.Q), InputError);
-  CHECK_THROWS_AS(token_weights(h.K, h.V, MatrixRM(2, 5)), InputError);
-  CHECK_THROWS_AS(token_weights(h.K, h.V, MatrixRM(0, 4)), InputError);
+  CHECK_THROWS_AS(token_weights(h.K, MatrixRM(9, 4), all_visible(h.Q, h.K.rows())), InputError);
+  CHECK_THROWS_AS(token_weights(h.K, h.V, all_visible(MatrixRM(2, 5), h.K.rows())), InputError);
+  CHECK_THROWS_AS(token_weights(h.K, h.V, all_visible(MatrixRM(0, 4), h.K.rows())), InputError);
+}
+
+TEST_CASE("a causal mask changes which token the surrogate would evict first", "[surrogate][causal]") {
+  // T = 4, d = 1, W = 2 observation queries at positions 2 and 3. Keys (0, 0, 0, 3); query 0
+  // (q = 2) sees tokens 0..2 only, query 1 (q = -2) sees all four. Unmasked, query 0 would put
+  // ~0.99 of its mass on token 3 (logit 6); causally token 3 gets only query 1's e^-6/(3+e^-6).
+  MatrixRM K(4, 1), V(4, 1), Q(2, 1);
+  K << 0, 0, 0, 3;
+  V << 1, 5, 2, 4;
+  Q << 2, -2;
+  const CausalQueries causal{&Q, {3, 4}};
+  const TokenWeights c = token_weights(K, V, causal);
+  const TokenWeights u = token_weights(K, V, all_visible(Q, 4));
+  const double e6 = std::exp(-6.0);
+  CHECK(c.attention[3] == Approx(0.5 * e6 / (3 + e6)));
+  CHECK(c.attention[0] == Approx(0.5 * (1.0 / 3 + 1.0 / (3 + e6))));
+  CHECK(u.attention[3] > 0.49);
+  // c_t(0): causally token 3 is the cheapest to evict, unmasked the dearest.
+  Eigen::Index cheapest_c = 0, cheapest_u = 0;
+  c.evict_cost.minCoeff(&cheapest_c);
+  u.evict_cost.minCoeff(&cheapest_u);
+  CHECK(cheapest_c == 3);
+  CHECK(cheapest_u != 3);
+  CHECK(u.evict_cost.maxCoeff() == u.evict_cost[3]);
+  // A limit outside 1..T is refused.
+  CHECK_THROWS_AS(token_weights(K, V, CausalQueries{&Q, {0, 4}}), InputError);
+  CHECK_THROWS_AS(token_weights(K, V, CausalQueries{&Q, {3}}), InputError);
 }

@@ -39,7 +39,7 @@ TEST_CASE("c_t(0) equals the recomputed error of removing token t alone", "[surr
         for (int i = 0; i < q.size(); ++i) q.data()[i] = 2.5f * n01(rng);
         for (int i = 0; i < k.size(); ++i) k.data()[i] = n01(rng);
         for (int i = 0; i < v.size(); ++i) v.data()[i] = n01(rng);
-        const TokenWeights w = token_weights(k, v, q);
+        const TokenWeights w = token_weights(k, v, all_visible(q, k.rows()));
         HeadBatch batch;
         batch.problem.queries = &q;
         batch.problem.exact_keys = &k;

@@ -62,19 +62,23 @@ std::unique_ptr<KeyQuantizer> turboquant(int bits) {
 }
 
 // c_t(tau) = mean_q p_{q,t}^2 ||v_t - o_q||^2 (q.(k^_t - k_t))^2 / d, straight from MODEL.md.
+// MODEL.md sections 3 and 9, causal: observation query r = j W + i sits at position T - W + i
+// and sees tokens 0..T-W+i (g query heads of W rows).
 std::vector<double> tier_cost_by_formula(const HeadData& h, const MatrixRM& dequant) {
   const int T = static_cast<int>(h.keys.rows()), d = static_cast<int>(h.keys.cols());
-  const MatrixRMd K = h.keys.cast<double>(), V = h.values.cast<double>(), Kh = dequant.cast<double>();
   std::vector<double> c(static_cast<std::size_t>(T), 0.0);
-  const int m = static_cast<int>(h.obs_queries.rows());
+  const int m = static_cast<int>(h.obs_queries.rows()), W = m / h.group_size;
   for (int r = 0; r < m; ++r) {
+    const int seen = T - W + r % W + 1;
+    const MatrixRMd K = h.keys.topRows(seen).cast<double>(), V = h.values.topRows(seen).cast<double>();
+    const MatrixRMd Kh = dequant.topRows(seen).cast<double>();
     const VectorD q = h.obs_queries.row(r).transpose().cast<double>();
     VectorD s = K * q / std::sqrt(double(d));
     s.array() -= s.maxCoeff();
     VectorD p = s.array().exp();
     p /= p.sum();
     const Eigen::RowVectorXd o = p.transpose() * V;
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < seen; ++t) {
       const double dl = q.dot((Kh.row(t) - K.row(t)).transpose());
       c[t] += p[t] * p[t] * (V.row(t) - o).squaredNorm() * dl * dl / d / m;
     }
@@ -200,7 +204,7 @@ TEST_CASE("the surrogate cost of a turboquant tier is c_t of the dense turboquan
   const SmallHead s = small_head(64);
   const int d = static_cast<int>(s.head.keys.cols());
   const RateLadder ladder = RateLadder::parse("evict,turboquant2,turboquant4,exact");
-  const SurrogateCosts costs = surrogate_costs(s.head, s.rope, s.head.obs_queries, ladder);
+  const SurrogateCosts costs = surrogate_costs(s.head, s.rope, observation_queries(s.head), ladder);
   for (int j : {1, 2}) {
     const int b = j == 1 ? 2 : 4;
     INFO("turboquant" << b);
@@ -212,11 +216,11 @@ TEST_CASE("the surrogate cost of a turboquant tier is c_t of the dense turboquan
     CHECK(costs.rates[j].total_bits == Approx(b + 16.0 / d));
   }
   // The key-only form gives the same costs for a tier that reads keys only.
-  const SurrogateCosts key_only = surrogate_costs(s.head.keys, s.head.values, s.head.obs_queries, ladder);
+  const SurrogateCosts key_only = surrogate_costs(s.head.keys, s.head.values, observation_queries(s.head), ladder);
   CHECK((key_only.cost.array() == costs.cost.array()).all());
   // And the fit n_h(b) runs per quantizer family on a ladder that mixes two.
   const RateLadder two = RateLadder::parse("turboquant2,quarot3,turboquant4");
-  const SurrogateCosts c2 = surrogate_costs(s.head, s.rope, s.head.obs_queries, two);
+  const SurrogateCosts c2 = surrogate_costs(s.head, s.rope, observation_queries(s.head), two);
   const NoiseFit fit = fit_noise(c2, "turboquant");
   CHECK(fit.beta > 1.0);
   CHECK(fit(2) == Approx(c2.noise.row(1).mean()));
@@ -227,7 +231,7 @@ TEST_CASE("the exact solver solves a TurboQuant ladder and matches the oracle", 
   const SmallHead s = small_head(48);
   const int T = static_cast<int>(s.head.keys.rows()), d = static_cast<int>(s.head.keys.cols());
   const RateLadder ladder = RateLadder::parse("evict,turboquant2,turboquant4,exact");
-  const SurrogateCosts costs = surrogate_costs(s.head, s.rope, s.head.obs_queries, ladder);
+  const SurrogateCosts costs = surrogate_costs(s.head, s.rope, observation_queries(s.head), ladder);
   std::vector<double> rates;
   for (const Rate& r : costs.rates) rates.push_back(rate_of(r, RateKind::Total));
   CHECK(rates == std::vector<double>{0.0, 2.0 + 16.0 / d, 4.0 + 16.0 / d, 16.0});
@@ -253,7 +257,7 @@ TEST_CASE("kvquant and kvcobra tiers need the head: the key-only forms say so, t
   const RateLadder ladder = RateLadder::parse("evict,kvquant2,kvcobra4,exact");
   const std::vector<std::uint8_t> tiers = mixed_allocation(T, ladder.size());
 
-  CHECK_THROWS_WITH(surrogate_costs(s.head.keys, s.head.values, s.head.obs_queries, ladder),
+  CHECK_THROWS_WITH(surrogate_costs(s.head.keys, s.head.values, observation_queries(s.head), ladder),
                     Contains("Tier kvquant2 needs the head") && Contains("HeadData and RopeParams"));
   CHECK_THROWS_WITH(materialize(s.head.keys, ladder, tiers), Contains("needs the head"));
   CHECK_THROWS_WITH(dense_tier_keys(s.head.keys, Tier::parse("kvcobra4")), Contains("Tier kvcobra4 needs the head"));
@@ -284,7 +288,7 @@ TEST_CASE("kvquant and kvcobra tiers need the head: the key-only forms say so, t
   const Rate kvc_nominal = nominal_rate(s.head, s.rope, Tier::parse("kvcobra4"));
   CHECK(kvc_nominal.code_bits <= 4.0);
   CHECK(kvc_nominal.code_bits > 0.0);
-  const SurrogateCosts costs = surrogate_costs(s.head, s.rope, s.head.obs_queries, ladder);
+  const SurrogateCosts costs = surrogate_costs(s.head, s.rope, observation_queries(s.head), ladder);
   CHECK(costs.rates[1].total_bits == kvq_nominal.total_bits);
   CHECK(costs.rates[2].total_bits == kvc_nominal.total_bits);
 }
@@ -292,8 +296,8 @@ TEST_CASE("kvquant and kvcobra tiers need the head: the key-only forms say so, t
 TEST_CASE("seed allocators run on a published ladder with data-dependent rates", "[tier_quantizer][solver]") {
   const SmallHead a = small_head(64, 0, 0), b = small_head(64, 0, 1);
   const RateLadder ladder = RateLadder::parse("evict,kvquant2,turboquant4,exact");
-  const SurrogateCosts ca = surrogate_costs(a.head, a.rope, a.head.obs_queries, ladder);
-  const SurrogateCosts cb = surrogate_costs(b.head, b.rope, b.head.obs_queries, ladder);
+  const SurrogateCosts ca = surrogate_costs(a.head, a.rope, observation_queries(a.head), ladder);
+  const SurrogateCosts cb = surrogate_costs(b.head, b.rope, observation_queries(b.head), ladder);
   SeedProblem pr;
   pr.ladder = ladder;
   pr.heads = {&ca, &cb};

@@ -39,8 +39,10 @@ double crossing(const std::vector<std::pair<double, double>>& xy, double level) 
 
 }  // namespace
 
-double mean_attention_entropy(const MatrixRM& keys, const MatrixRM& queries) {
-  const Eigen::Index T = keys.rows(), n = queries.rows();
+double mean_attention_entropy(const MatrixRM& keys, const CausalQueries& qs) {
+  const MatrixRM& queries = qs.queries();
+  const Eigen::Index n = queries.rows();
+  Eigen::Index T = keys.rows();
   if (T == 0 || n == 0) return kNaN;
   if (keys.cols() != queries.cols())
     throw InputError("attention entropy: keys have " + std::to_string(keys.cols()) + " columns and queries " +
@@ -50,9 +52,10 @@ double mean_attention_entropy(const MatrixRM& keys, const MatrixRM& queries) {
   double total = 0;
   Eigen::VectorXd s(T);
   for (Eigen::Index r = 0; r < n; ++r) {
-    s.noalias() = k * q.row(r).transpose();
-    s *= scale;
-    const double mx = s.maxCoeff();
+    T = qs.visible.at(static_cast<std::size_t>(r));  // the causal mask: tokens 0..T-1
+    s.head(T).noalias() = k.topRows(T) * q.row(r).transpose();
+    s.head(T) *= scale;
+    const double mx = s.head(T).maxCoeff();
     double z = 0, zs = 0;
     for (Eigen::Index t = 0; t < T; ++t) {
       const double e = std::exp(s[t] - mx);
@@ -71,7 +74,7 @@ nlohmann::json head_entropies(const TraceReader& trace) {
   for (int l = 0; l < m.n_layers; ++l)
     for (int h = 0; h < m.n_kv_heads; ++h) {
       const HeadData head = trace.head(l, h);
-      out.push_back(finite_or_null(mean_attention_entropy(head.keys, head.obs_queries)));
+      out.push_back(finite_or_null(mean_attention_entropy(head.keys, observation_queries(head))));
     }
   return out;
 }

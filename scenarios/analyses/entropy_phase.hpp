@@ -34,8 +34,9 @@ namespace tierlab {
 
 struct Scenario;
 
-// H_h above for one head (keys T x d, queries rows x d); computed in double.
-double mean_attention_entropy(const MatrixRM& keys, const MatrixRM& queries);
+// H_h above for one head (keys T x d, queries rows x d with their causal mask: each row's
+// entropy over the tokens it sees); computed in double.
+double mean_attention_entropy(const MatrixRM& keys, const CausalQueries& queries);
 
 // H_h of every head of a trace, in (layer, kv_head) order (the cell's "entropy" array).
 nlohmann::json head_entropies(const TraceReader& trace);

@@ -58,7 +58,7 @@ void add_dominance_ratios(const CellContext& ctx, nlohmann::json& j) {
       for (int h = 0; h < m.n_kv_heads; ++h) {
         const HeadData head = trace.head(l, h);
         const DominanceReport d =
-            dominance(surrogate_costs(head, m.rope, head.obs_queries, sc.ladder), sc.rate_kind);
+            dominance(surrogate_costs(head, m.rope, observation_queries(head), sc.ladder), sc.rate_kind);
         r2v.push_back(d.R[static_cast<std::size_t>(two)]);
         r2.push_back(finite_or_null(r2v.back()));
       }

@@ -31,12 +31,20 @@ namespace {
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // mean_t mean_q (q.(k^_t - k_t))^2 / d, in double.
-double mean_logit_noise(const MatrixRM& keys, const MatrixRM& approx, const MatrixRM& queries) {
+double mean_logit_noise(const MatrixRM& keys, const MatrixRM& approx, const CausalQueries& qs) {
   const MatrixRMd dK = approx.cast<double>() - keys.cast<double>();
-  const MatrixRMd Q = queries.cast<double>();
+  const MatrixRMd Q = qs.queries().cast<double>();
   const MatrixRMd e = Q * dK.transpose();  // nq x T
   const double d = static_cast<double>(keys.cols());
-  return e.squaredNorm() / (static_cast<double>(e.rows()) * static_cast<double>(e.cols()) * d);
+  // n_t = mean over the queries that see t of e^2 / d (surrogate.hpp), then the mean over t.
+  double total = 0;
+  for (Eigen::Index t = 0; t < e.cols(); ++t) {
+    double sum = 0, seen = 0;
+    for (Eigen::Index r = 0; r < e.rows(); ++r)
+      if (t < qs.visible[static_cast<std::size_t>(r)]) sum += e(r, t) * e(r, t), seen += 1;
+    total += seen > 0 ? sum / (seen * d) : 0.0;
+  }
+  return e.cols() > 0 ? total / static_cast<double>(e.cols()) : 0.0;
 }
 
 // Relative output error of dense quantized keys (every token kept) on the observation queries.
@@ -117,8 +125,8 @@ nlohmann::json mismatch_cell(const Scenario&, const MismatchSpec& spec, const Tr
       m.layer = l, m.kv_head = h;
       const std::vector<std::uint8_t> all(static_cast<std::size_t>(head.keys.rows()), 1);
       double on2 = 0;
-      surrogate_abs_cost(head.keys, head.values, head.obs_queries, head.keys, all, &on2);
-      const TokenWeights w = token_weights(head.keys, head.values, head.obs_queries);
+      surrogate_abs_cost(head.keys, head.values, observation_queries(head), head.keys, all, &on2);
+      const TokenWeights w = token_weights(head.keys, head.values, observation_queries(head));
       m.weight = on2 > 0 ? w.a.sum() / on2 : 0.0;
       for (std::size_t q = 0; q < Qn; ++q) {
         std::vector<double> nz, su, er, cb, tb;
@@ -131,8 +139,8 @@ nlohmann::json mismatch_cell(const Scenario&, const MismatchSpec& spec, const Tr
                              std::to_string(spec.bits[k]) + " bits: " + e.what());
           }
           const Rate r = qk.rate();
-          nz.push_back(mean_logit_noise(head.keys, qk.keys, head.obs_queries));
-          su.push_back(on2 > 0 ? surrogate_abs_cost(head.keys, head.values, head.obs_queries, qk.keys, all, nullptr) / on2 : 0.0);
+          nz.push_back(mean_logit_noise(head.keys, qk.keys, observation_queries(head)));
+          su.push_back(on2 > 0 ? surrogate_abs_cost(head.keys, head.values, observation_queries(head), qk.keys, all, nullptr) / on2 : 0.0);
           er.push_back(meta.decode_steps > 0 ? evaluate_decode_steps(head, qk.keys, all, backend).rel_error
                                              : obs_error(head, qk.keys, backend));
           cb.push_back(r.code_bits), tb.push_back(r.total_bits);

@@ -96,7 +96,7 @@ nlohmann::json proxy_cell(const Scenario& sc, const ProxySpec& spec, const Scena
         const HeadData& hd = heads[l][h];
         const CompressedHead& c = comp.at(l).at(h);
         double on2 = 0;
-        const double abs = surrogate_abs_cost(hd.keys, hd.values, hd.obs_queries, c.keys, c.kept, &on2);
+        const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), c.keys, c.kept, &on2);
         sur += on2 > 0 ? abs / on2 : 0.0;
         err += meta.decode_steps > 0 ? evaluate_decode_steps(hd, c.keys, c.kept, backend).rel_error
                                      : evaluate_obs_queries(hd, c.keys, c.kept, backend).rel_error;

@@ -73,7 +73,7 @@ SmoothingHead smoothing_head(const HeadData& head, const SmoothingStudyOptions& 
   out.layer = head.layer;
   out.kv_head = head.kv_head;
   out.n_spans = static_cast<int>(head.spans.size());
-  const SurrogateCosts sc = surrogate_costs(head, opt.rope, head.obs_queries, opt.ladder);
+  const SurrogateCosts sc = surrogate_costs(head, opt.rope, observation_queries(head), opt.ladder);
   const std::vector<double> rates = ladder_rates(head, opt.rope, opt.ladder, opt.rate_kind);
   std::vector<MatrixRMd> pooled;
   for (const SmoothingOptions& v : opt.variants) pooled.push_back(smooth_costs(sc.cost, v));

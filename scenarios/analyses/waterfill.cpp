@@ -92,7 +92,7 @@ void WaterfillAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) 
                      std::to_string(m.n_kv_heads) + " KV heads).");
   const HeadData head = ctx.trace.head(w.layer, w.kv_head);
   const RopeParams& rope = ctx.trace.meta().rope;
-  const SurrogateCosts costs = surrogate_costs(head, rope, head.obs_queries, sc.ladder);
+  const SurrogateCosts costs = surrogate_costs(head, rope, observation_queries(head), sc.ladder);
   const HeadNoiseModel fit = fit_head_noise(costs, ladder_rates(head, rope, sc.ladder, sc.rate_kind));
   if (!fit.fitted)
     throw InputError(sc.file + ": waterfill head L" + std::to_string(w.layer) + ".H" + std::to_string(w.kv_head) +

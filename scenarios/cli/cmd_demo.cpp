@@ -67,7 +67,7 @@ void add_demo(CLI::App& app) {
     for (int l = 0; l < m.n_layers; ++l)
       for (int h = 0; h < m.n_kv_heads; ++h) {
         const HeadData head = trace.head(l, h);
-        const SurrogateCosts costs = surrogate_costs(head, m.rope, head.obs_queries, ladder);
+        const SurrogateCosts costs = surrogate_costs(head, m.rope, observation_queries(head), ladder);
         const DominanceReport rep = dominance(costs, RateKind::Code);
         const HeadNoiseModel fit = fit_head_noise(costs, ladder_rates(head, m.rope, ladder, RateKind::Code));
         if (fit.fitted) beta_sum += fit.beta, ++beta_n;

@@ -123,7 +123,7 @@ TraceEvaluation evaluate_seed(const TraceReader& trace, const std::string& name,
   for (int l = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h) {
       const HeadData head = trace.head(l, h);
-      costs.push_back(surrogate_costs(head, meta.rope, head.obs_queries, ladder));
+      costs.push_back(surrogate_costs(head, meta.rope, observation_queries(head), ladder));
       bar.update(l * meta.n_kv_heads + h + 1, 2 * meta.n_heads());
     }
   const std::size_t H = costs.size();

@@ -42,7 +42,7 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
     for (int h = 0; h < meta.n_kv_heads; ++h) {
       throw_if_cancelled(stop);
       const HeadData head = trace.head(l, h);
-      const SurrogateCosts sc = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
+      const SurrogateCosts sc = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
       const std::vector<double> rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
       for (std::size_t b = 0; b < budgets.size(); ++b)
         reps[b].heads.push_back(head_interior(head, meta.rope, sc, rates, opts[b], backend));

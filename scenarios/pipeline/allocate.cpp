@@ -81,7 +81,7 @@ std::vector<KeptHead> head_costs(const TraceReader& trace, const AllocateOptions
       KeptHead& k = kept[static_cast<std::size_t>(i)];
       {
         const HeadData head = trace.head(l, h);
-        SurrogateCosts sc = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
+        SurrogateCosts sc = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
         k.rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
         k.layer = l;
         k.kv_head = h;

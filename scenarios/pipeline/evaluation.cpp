@@ -67,6 +67,7 @@ ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, co
                                   Recomputer& backend) {
   HeadBatch obs;
   obs.problem.queries = &head.obs_queries;
+  obs.problem.visible = observation_queries(head).visible;
   obs.problem.exact_keys = &head.keys;
   obs.problem.values = &head.values;
   obs.problem.variants = {&keys};
@@ -79,6 +80,7 @@ std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::
   if (mats.empty()) return {};
   HeadBatch obs;
   obs.problem.queries = &head.obs_queries;
+  obs.problem.visible = observation_queries(head).visible;
   obs.problem.exact_keys = &head.keys;
   obs.problem.values = &head.values;
   for (std::size_t k = 0; k < mats.size(); ++k) {
@@ -139,9 +141,10 @@ TraceEvaluation evaluate_heads(const TraceReader& trace, Recomputer& backend, co
 
 }  // namespace
 
-double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& qs,
                           const MatrixRM& approx, const std::vector<std::uint8_t>& kept, double* output_norm2) {
-  const int T = static_cast<int>(keys.rows()), d = static_cast<int>(keys.cols());
+  const MatrixRM& queries = qs.queries();
+  const int d = static_cast<int>(keys.cols());
   const int nq = static_cast<int>(queries.rows());
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const MatrixRMd K = keys.cast<double>(), V = values.cast<double>();
@@ -149,13 +152,14 @@ double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const Ma
   double total = 0, on2 = 0;
   for (int i = 0; i < nq; ++i) {
     const VectorD q = queries.row(i).transpose().cast<double>();
-    VectorD s = K * q * scale;
+    const int T = qs.visible.at(static_cast<std::size_t>(i));  // the causal mask: tokens 0..T-1
+    VectorD s = K.topRows(T) * q * scale;
     const double m = s.maxCoeff();
     VectorD p = (s.array() - m).exp().matrix();
     p /= p.sum();
-    const VectorD o = V.transpose() * p;
+    const VectorD o = V.topRows(T).transpose() * p;
     on2 += o.squaredNorm();
-    const VectorD noise = dK * q;  // q.(k^_t - k_t)
+    const VectorD noise = dK.topRows(T) * q;  // q.(k^_t - k_t)
     for (int t = 0; t < T; ++t) {
       const double w = p[t] * p[t] * (V.row(t).transpose() - o).squaredNorm();
       if (kept[static_cast<std::size_t>(t)])
@@ -177,7 +181,7 @@ TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& c
       throw InputError("the compressed keys of layer " + std::to_string(head.layer) + " head " +
                        std::to_string(head.kv_head) + " have the wrong shape");
     double on2 = 0;
-    const double predicted = surrogate_abs_cost(head.keys, head.values, head.obs_queries, c.keys, c.kept, &on2);
+    const double predicted = surrogate_abs_cost(head.keys, head.values, observation_queries(head), c.keys, c.kept, &on2);
     return evaluate_head(head, c, predicted, on2, backend);
   });
 }
@@ -187,7 +191,7 @@ TraceEvaluation evaluate_trace(const TraceReader& trace, const RateLadder& ladde
                                const Progress& progress) {
   const TraceMeta& meta = trace.meta();
   TraceEvaluation out = evaluate_heads(trace, backend, progress, [&](const HeadData& head) {
-    const SurrogateCosts costs = surrogate_costs(head, meta.rope, head.obs_queries, ladder);
+    const SurrogateCosts costs = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
     const std::vector<std::uint8_t> tiers = allocate(head, costs.weights);
     if (static_cast<int>(tiers.size()) != meta.prompt_len)
       throw InputError("allocation for layer " + std::to_string(head.layer) + " head " +

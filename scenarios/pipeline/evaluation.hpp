@@ -69,12 +69,13 @@ using HeadCompressor = std::function<CompressedHead(const HeadData&)>;
 TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& compress, Recomputer& backend,
                                const Progress& progress = {});
 
-// sum_t [kept_t ? c_t(approx_t) : c_t(0)] for one head and query set, in double; sets
-// *output_norm2 = mean_q ||o_q||^2.
-double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const MatrixRM& queries,
+// sum_t [kept_t ? c_t(approx_t) : c_t(0)] for one head and query set (its causal mask
+// applied), in double; sets *output_norm2 = mean_q ||o_q||^2.
+double surrogate_abs_cost(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& queries,
                           const MatrixRM& approx, const std::vector<std::uint8_t>& kept, double* output_norm2);
 
-// Recomputed errors of one head's compressed keys on its observation queries: one variant
+// Recomputed errors of one head's compressed keys on its observation queries (causal:
+// observation_queries(head).visible): one variant
 // (keys; rows of evicted tokens ignored), token t attended to iff kept_t != 0 (the selection
 // is kept as given).
 ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, const std::vector<std::uint8_t>& kept,

@@ -193,6 +193,8 @@ void CompressedReplay::decide_all(int end) {
       hd.keys_pre_rope = full_rec.keys_pre_rope(l).topRows(T).middleCols(h * hs, hs);
       hd.values = values[l].middleCols(h * hs, hs);
       hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
+      hd.group_size = g;
+      hd.obs_first_position = end - W;
       heads[static_cast<std::size_t>(l)].push_back(std::move(hd));
     }
   const std::vector<std::vector<CompressedHead>> out = comp.compress(heads);
@@ -219,7 +221,9 @@ void CompressedReplay::decide(int end) {
       hd.keys = exact_keys[l].middleCols(h * hs, hs);
       hd.values = values[l].middleCols(h * hs, hs);
       hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
-      const TokenWeights w = token_weights(hd.keys, hd.values, hd.obs_queries);
+      hd.group_size = g;
+      hd.obs_first_position = end - W;
+      const TokenWeights w = token_weights(hd.keys, hd.values, observation_queries(hd));
       const std::vector<std::uint8_t> tiers = comp.allocate(hd, w);
       if (static_cast<int>(tiers.size()) != T) {
         throw InputError("replay: " + comp.label + " gave " + std::to_string(tiers.size()) + " tiers for head (" +

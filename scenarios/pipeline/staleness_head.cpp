@@ -68,7 +68,7 @@ StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, 
   const int T = static_cast<int>(head.keys.rows()), d = static_cast<int>(head.keys.cols());
   const int S = static_cast<int>(head.decode_keys.rows());
   const std::vector<double> rates = ladder_rates(head, opt.rope, opt.ladder, opt.rate_kind);
-  const FamilyOptima obs = optima(surrogate_costs(head, opt.rope, head.obs_queries, opt.ladder), opt, rates);
+  const FamilyOptima obs = optima(surrogate_costs(head, opt.rope, observation_queries(head), opt.ladder), opt, rates);
   out.family_obs = obs.best;
   if (S == 0 || head.decode_queries.rows() == 0 || !obs.m_feasible) return out;
   out.stale_tiers = obs.m_tiers;
@@ -78,7 +78,7 @@ StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, 
     if (s < 1 || s > S) continue;
     MatrixRM q(g, d);
     for (int j = 0; j < g; ++j) q.row(j) = head.decode_queries.row(j * S + (s - 1));
-    const FamilyOptima fresh_opt = optima(surrogate_costs(head, opt.rope, q, opt.ladder), opt, rates);
+    const FamilyOptima fresh_opt = optima(surrogate_costs(head, opt.rope, all_visible(q, T), opt.ladder), opt, rates);
     StalenessStep st;
     st.step = s;
     st.family = fresh_opt.best;

@@ -338,7 +338,7 @@ ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& 
       return wrap([m, kind, rope](const std::vector<std::vector<HeadData>>& heads) {
         std::vector<SurrogateCosts> costs;
         for (const auto& layer : heads)
-          for (const HeadData& h : layer) costs.push_back(surrogate_costs(h, rope, h.obs_queries, m.ladder));
+          for (const HeadData& h : layer) costs.push_back(surrogate_costs(h, rope, observation_queries(h), m.ladder));
         SeedProblem p;
         p.ladder = m.ladder;
         for (const auto& c : costs) p.heads.push_back(&c);
@@ -358,7 +358,7 @@ ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& 
       return wrap([policy, rope](const std::vector<std::vector<HeadData>>& heads) {
         const RateLadder ladder = policy.ladder();
         return per_head(heads, [&](const HeadData& h) {
-          const TokenWeights w = token_weights(h.keys, h.values, h.obs_queries);
+          const TokenWeights w = token_weights(h.keys, h.values, observation_queries(h));
           return from_tiers(h, rope, ladder, policy.allocate(static_cast<int>(h.keys.rows()), &w));
         });
       });
@@ -369,7 +369,7 @@ ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& 
       const RopeParams rope = ctx.rope;
       return wrap([m, choice, kind, rope](const std::vector<std::vector<HeadData>>& heads) {
         return per_head(heads, [&](const HeadData& h) {
-          const SurrogateCosts sc = surrogate_costs(h, rope, h.obs_queries, m.ladder);
+          const SurrogateCosts sc = surrogate_costs(h, rope, observation_queries(h), m.ladder);
           const HeadSolution r =
               solve_head(sc.cost, sc.weights.a, ladder_rates(h, rope, m.ladder, kind), m.ladder, m.budget, choice);
           if (!r.feasible)
