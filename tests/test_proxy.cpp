@@ -44,6 +44,7 @@ const char* kTiny =
     "    presets: [tiny]\n"
     "    seeds: [0, 1]\n"
     "budgets: [2]\n"
+    "rate_kind: code\n"  // methods at equal key code bits, as the published methods compare
     "methods:\n"
     "  - {quantizer: kivi, bits: [2, 4], residual: 0}\n"
     "  - {quantizer: turboquant, bits: 3}\n"

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "model/dominance.hpp"
+#include "model/error.hpp"
 #include "model/surrogate.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/figures/tables_io.hpp"
@@ -34,14 +35,28 @@ double verdict_err(const FamilyOutcome& f, QuerySet q) {
   return q == QuerySet::Decode ? f.decode.rel_error : f.obs.rel_error;
 }
 
-// Family with the least error; ties to the endpoint (Q, then E). "" when none feasible.
-std::string winner(double q, double e, double m) {
+// Family with the least error, errors compared as max(err, floor); ties to the endpoint (Q,
+// then E). "" when none is feasible or every feasible one is at or below the floor (a tie).
+std::string winner(double q, double e, double m, double floor) {
+  if (all_below_floor(m, q, e, floor)) return "";
   std::string best;
   double v = std::numeric_limits<double>::infinity();
   const std::pair<const char*, double> c[3] = {{"Q", q}, {"E", e}, {"M", m}};
   for (const auto& [name, err] : c)
-    if (std::isfinite(err) && err < v) v = err, best = name;
+    if (std::isfinite(err) && std::max(err, floor) < v) v = std::max(err, floor), best = name;
   return best;
+}
+
+// The mean measured rates of one family over the heads where it is feasible.
+nlohmann::json family_rates(const std::vector<HeadInterior>& heads, FamilyOutcome HeadInterior::*f) {
+  double code = 0, total = 0;
+  int n = 0, repaired = 0;
+  for (const HeadInterior& h : heads)
+    if ((h.*f).feasible) code += (h.*f).rate.code_bits, total += (h.*f).rate.total_bits, ++n, repaired += (h.*f).repaired;
+  return {{"code_bits", n ? nlohmann::json(code / n) : nlohmann::json()},
+          {"total_bits", n ? nlohmann::json(total / n) : nlohmann::json()},
+          {"heads", n},
+          {"repaired", repaired}};
 }
 
 // R_h(2-bit tier) per head (surrogate on the observation queries): cell keys R2, R2_median.
@@ -84,6 +99,7 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
   InteriorOptions opt;
   opt.rate_kind = sc.rate_kind;
   opt.ladder = sc.ladder;
+  opt.error_floor = sc.error_floor;
   // Every budget at once: each head's surrogate costs are computed once for all of them.
   const std::vector<InteriorReport> reports = interior_advantage(trace, opt, sc.budgets, backend, ctx.stop);
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
@@ -97,15 +113,23 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
         {"A_obs", finite_or_null(rep.mean_advantage_obs)},
         {"A_surrogate", finite_or_null(rep.mean_advantage_surrogate)},
         {"heads", nlohmann::json::array()}};
-    int wins[3] = {0, 0, 0}, defined = 0;
+    int wins[3] = {0, 0, 0}, defined = 0, below = 0;
     for (const HeadInterior& h : rep.heads) {
       const double q = verdict_err(h.Q, sc.queries), e = verdict_err(h.E, sc.queries), mm = verdict_err(h.M, sc.queries);
-      const std::string w = winner(q, e, mm);
+      const std::string w = winner(q, e, mm, sc.error_floor);
       if (w == "Q") ++wins[0];
       if (w == "E") ++wins[1];
       if (w == "M") ++wins[2];
       const double A = sc.queries == QuerySet::Decode ? h.advantage_decode : h.advantage_obs;
+      const bool tie = sc.queries == QuerySet::Decode ? h.below_floor_decode : h.below_floor_obs;
       defined += std::isfinite(A) ? 1 : 0;
+      below += tie ? 1 : 0;
+      auto rate = [](const FamilyOutcome& o, bool total) {
+        return o.feasible ? nlohmann::json(total ? o.rate.total_bits : o.rate.code_bits) : nlohmann::json();
+      };
+      std::string repaired;
+      for (const auto& [letter, o] : {std::pair{"Q", &h.Q}, std::pair{"E", &h.E}, std::pair{"M", &h.M}})
+        if (o->repaired) repaired += letter;
       b["heads"].push_back({{"layer", h.layer},
                             {"kv_head", h.kv_head},
                             {"A", finite_or_null(A)},
@@ -113,10 +137,25 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
                             {"err_Q", finite_or_null(q)},
                             {"err_E", finite_or_null(e)},
                             {"err_M", finite_or_null(mm)},
+                            {"code_Q", rate(h.Q, false)}, {"total_Q", rate(h.Q, true)},
+                            {"code_E", rate(h.E, false)}, {"total_E", rate(h.E, true)},
+                            {"code_M", rate(h.M, false)}, {"total_M", rate(h.M, true)},
+                            {"repaired", repaired},
+                            {"below_floor", tie},
                             {"option_Q", h.Q.option},
                             {"winner", w},
                             {"dominated_2bit", h.dominated_2bit}});
     }
+    b["below_floor"] = below;
+    b["share_below_floor"] = rep.heads.empty() ? nlohmann::json() : nlohmann::json(double(below) / rep.heads.size());
+    b["rates"] = {{"Q", family_rates(rep.heads, &HeadInterior::Q)},
+                  {"E", family_rates(rep.heads, &HeadInterior::E)},
+                  {"M", family_rates(rep.heads, &HeadInterior::M)}};
+    const CellAggregates agg = cell_aggregates(b, sc.error_floor);
+    b["A_median"] = finite_or_null(agg.median);
+    b["A_sum"] = finite_or_null(agg.sum);
+    b["share_M_wins"] = finite_or_null(agg.wins);
+    b["A_clipped_mean"] = finite_or_null(agg.clipped_mean);
     b["defined"] = defined;
     b["wins"] = {{"Q", wins[0]}, {"E", wins[1]}, {"M", wins[2]}};
     // Cell winner: the family winning the most heads (ties to the endpoint, Q before E).
@@ -135,8 +174,16 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
   // ---- cells.csv / heads.csv
   std::ostringstream cc, hc;
   cc << "cell,preset,seed,prompt_len,logit_scale,budget,dominated_share,R2_median,A_median,A,A_obs,A_decode,A_surrogate,"
-        "heads_defined,wins_Q,wins_E,wins_M,winner\n";
-  hc << "cell,preset,prompt_len,logit_scale,budget,layer,kv_head,A,A_surrogate,err_Q,err_E,err_M,winner,dominated_2bit,R2\n";
+        "heads_defined,wins_Q,wins_E,wins_M,winner,A_sum,share_M_wins,A_clipped_mean,share_below_floor,"
+        "code_Q,total_Q,code_E,total_E,code_M,total_M,repaired_heads\n";
+  hc << "cell,preset,prompt_len,logit_scale,budget,layer,kv_head,A,A_surrogate,err_Q,err_E,err_M,winner,dominated_2bit,R2,"
+        "code_Q,total_Q,code_E,total_E,code_M,total_M,repaired,below_floor\n";
+  // Errors and rates are written exactly (the shortest text that reads back the same double):
+  // six digits flip the sign of A where two errors agree to six digits.
+  auto exact = [](const nlohmann::json& j, const char* key) {
+    const double v = double_or_nan(j, key);
+    return std::isfinite(v) ? format_exact(v) : std::string("nan");
+  };
   nlohmann::json cells_json = nlohmann::json::array();
   for (const auto& c : cells) {
     for (const auto& b : c["budgets"]) {
@@ -148,13 +195,27 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
          << format_or_nan(double_or_nan(b, "A")) << ',' << format_or_nan(double_or_nan(b, "A_obs")) << ','
          << format_or_nan(double_or_nan(b, "A_decode")) << ',' << format_or_nan(double_or_nan(b, "A_surrogate")) << ','
          << b["defined"].get<int>() << ',' << w["Q"].get<int>() << ',' << w["E"].get<int>() << ',' << w["M"].get<int>()
-         << ',' << b["winner"].get<std::string>() << '\n';
+         << ',' << b["winner"].get<std::string>() << ',' << format_or_nan(double_or_nan(b, "A_sum")) << ','
+         << format_or_nan(double_or_nan(b, "share_M_wins")) << ',' << format_or_nan(double_or_nan(b, "A_clipped_mean"))
+         << ',' << format_or_nan(double_or_nan(b, "share_below_floor"));
+      int repaired = 0;
+      for (const char* f : {"Q", "E", "M"}) {
+        const nlohmann::json r = b.contains("rates") ? b["rates"][f] : nlohmann::json::object();
+        cc << ',' << exact(r, "code_bits") << ',' << exact(r, "total_bits");
+        repaired += r.value("repaired", 0);
+      }
+      cc << ',' << repaired << '\n';
       cells_json.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"seed", c["seed"]}, {"prompt_len", c["prompt_len"]},
                             {"logit_scale", c["logit_scale"]}, {"budget", b["budget"]},
                             {"dominated_share", c["dominated_share"]}, {"R2_median", c["R2_median"]},
                             {"A_median", finite_or_null(cell_median_advantage(b))}, {"A", b["A"]},
                             {"A_obs", b["A_obs"]}, {"A_decode", b["A_decode"]}, {"A_surrogate", b["A_surrogate"]},
-                            {"heads_defined", b["defined"]}, {"wins", w}, {"winner", b["winner"]}});
+                            {"heads_defined", b["defined"]}, {"wins", w}, {"winner", b["winner"]},
+                            {"A_sum", b.value("A_sum", nlohmann::json())},
+                            {"share_M_wins", b.value("share_M_wins", nlohmann::json())},
+                            {"A_clipped_mean", b.value("A_clipped_mean", nlohmann::json())},
+                            {"share_below_floor", b.value("share_below_floor", nlohmann::json())},
+                            {"rates", b.value("rates", nlohmann::json())}});
       std::size_t hi = 0;
       for (const auto& h : b["heads"]) {
         const double R2 = hi < c["R2"].size() && !c["R2"][hi].is_null() ? c["R2"][hi].get<double>() : kNaN;
@@ -162,9 +223,11 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
            << ',' << format_or_nan(double_or_nan(c, "logit_scale")) << ',' << format_or_nan(b["budget"].get<double>())
            << ',' << h["layer"].get<int>() << ',' << h["kv_head"].get<int>() << ','
            << format_or_nan(double_or_nan(h, "A")) << ',' << format_or_nan(double_or_nan(h, "A_surrogate")) << ','
-           << format_or_nan(double_or_nan(h, "err_Q")) << ',' << format_or_nan(double_or_nan(h, "err_E")) << ','
-           << format_or_nan(double_or_nan(h, "err_M")) << ',' << h["winner"].get<std::string>() << ','
-           << (h["dominated_2bit"].get<bool>() ? 1 : 0) << ',' << format_or_nan(R2) << '\n';
+           << exact(h, "err_Q") << ',' << exact(h, "err_E") << ',' << exact(h, "err_M") << ','
+           << h["winner"].get<std::string>() << ',' << (h["dominated_2bit"].get<bool>() ? 1 : 0) << ','
+           << format_or_nan(R2);
+        for (const char* k : {"code_Q", "total_Q", "code_E", "total_E", "code_M", "total_M"}) hc << ',' << exact(h, k);
+        hc << ',' << h.value("repaired", std::string()) << ',' << (h.value("below_floor", false) ? 1 : 0) << '\n';
         ++hi;
       }
     }
@@ -227,121 +290,230 @@ BudgetRows write_budget_table(const Scenario& sc, const std::vector<nlohmann::js
   return out;
 }
 
+// The cluster of a cell for the bootstrap: one model draw (synthetic preset and seed) or one
+// prompt seed of a model; its context lengths are not independent of each other.
+std::string cell_cluster(const nlohmann::json& c) {
+  return c.value("preset", std::string()) + "/s" + std::to_string(c.value("seed", std::uint64_t{0}));
+}
+
+// rho(dominated share, one cell summary) at one budget across cells.
+struct RhoOf {
+  std::vector<double> xs, ys;
+  double rho = kNaN, rho_within = kNaN;
+  Interval iv;  // cluster bootstrap
+  std::size_t clusters = 0;
+};
+
+RhoOf rho_of(const Scenario& sc, const std::vector<nlohmann::json>& cells, std::size_t bi, const std::string& agg) {
+  RhoOf r;
+  std::vector<std::string> models, clusters;
+  for (const auto& c : cells) {
+    const double x = double_or_nan(c, "dominated_share");
+    const double y = cell_aggregates(c["budgets"][bi], sc.error_floor).of(agg);
+    if (std::isfinite(x) && std::isfinite(y))
+      r.xs.push_back(x), r.ys.push_back(y), models.push_back(c["preset"]), clusters.push_back(cell_cluster(c));
+  }
+  r.rho = spearman(r.xs, r.ys);
+  r.iv = cluster_bootstrap_spearman(r.xs, r.ys, clusters, sc.bootstrap, sc.seed);
+  r.clusters = distinct_count(clusters);
+  // Controlling for the model: ranks minus each model's mean rank, then Pearson.
+  if (distinct_count(models) > 1) {
+    const auto rx = mid_ranks(r.xs), ry = mid_ranks(r.ys);
+    std::map<std::string, std::pair<double, double>> sum;
+    std::map<std::string, int> cnt;
+    for (std::size_t i = 0; i < rx.size(); ++i) sum[models[i]].first += rx[i], sum[models[i]].second += ry[i], ++cnt[models[i]];
+    std::vector<double> ex, ey;
+    for (std::size_t i = 0; i < rx.size(); ++i)
+      ex.push_back(rx[i] - sum[models[i]].first / cnt[models[i]]), ey.push_back(ry[i] - sum[models[i]].second / cnt[models[i]]);
+    r.rho_within = pearson(ex, ey);
+  }
+  return r;
+}
+
+const char* const kAggregations[4] = {"median", "sum", "wins", "clipped_mean"};
+
 struct RhoAcrossCells {
   std::vector<double> xs, ys;
   double rho = kNaN, rho_within = kNaN;
   Interval iv;
+  std::size_t clusters = 0;
   nlohmann::json points = nlohmann::json::array(), per_T = nlohmann::json::array();
+  nlohmann::json sensitivity = nlohmann::json::array();  // budget x aggregation
   std::size_t n_T = 0;
 };
 
-RhoAcrossCells rho_across_cells(const Scenario& sc, const std::vector<nlohmann::json>& cells) {
-  RhoAcrossCells r;
-  std::vector<double>& xs = r.xs;
-  std::vector<double>& ys = r.ys;
-  nlohmann::json& points = r.points;
-  // ---- (a) rho across cells at the primary budget
+std::size_t primary_index(const Scenario& sc) {
   std::size_t pb = 0;
   for (std::size_t i = 0; i < sc.budgets.size(); ++i)
     if (sc.budgets[i] == sc.primary_budget) pb = i;
-  std::vector<std::string> models;
+  return pb;
+}
+
+RhoAcrossCells rho_across_cells(const Scenario& sc, const std::vector<nlohmann::json>& cells) {
+  RhoAcrossCells r;
+  const std::size_t pb = primary_index(sc);
   for (const auto& c : cells) {
-    const double x = double_or_nan(c, "dominated_share"), y = cell_median_advantage(c["budgets"][pb]);
-    points.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"prompt_len", c["prompt_len"]},
-                      {"dominated_share", finite_or_null(x)}, {"A", finite_or_null(y)}});
-    if (std::isfinite(x) && std::isfinite(y)) xs.push_back(x), ys.push_back(y), models.push_back(c["preset"]);
+    const CellAggregates g = cell_aggregates(c["budgets"][pb], sc.error_floor);
+    r.points.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"prompt_len", c["prompt_len"]},
+                        {"cluster", cell_cluster(c)},
+                        {"dominated_share", c["dominated_share"]}, {"A", finite_or_null(g.of(sc.primary_aggregation))},
+                        {"A_median", finite_or_null(g.median)}, {"A_sum", finite_or_null(g.sum)},
+                        {"share_M_wins", finite_or_null(g.wins)}, {"A_clipped_mean", finite_or_null(g.clipped_mean)}});
   }
-  r.rho = spearman(xs, ys);
-  r.iv = bootstrap_spearman(xs, ys, sc.bootstrap, sc.seed);
-  // Controlling for the model: ranks minus each model's mean rank, then Pearson.
-  {
-    const std::set<std::string> distinct(models.begin(), models.end());
-    if (distinct.size() > 1) {
-      const auto rx = mid_ranks(xs), ry = mid_ranks(ys);
-      std::map<std::string, std::pair<double, double>> sum;
-      std::map<std::string, int> cnt;
-      for (std::size_t i = 0; i < rx.size(); ++i) sum[models[i]].first += rx[i], sum[models[i]].second += ry[i], ++cnt[models[i]];
-      std::vector<double> ex, ey;
-      for (std::size_t i = 0; i < rx.size(); ++i)
-        ex.push_back(rx[i] - sum[models[i]].first / cnt[models[i]]), ey.push_back(ry[i] - sum[models[i]].second / cnt[models[i]]);
-      r.rho_within = pearson(ex, ey);
+  // (a) the primary definition at the primary budget; (b) the sensitivity table.
+  const RhoOf primary = rho_of(sc, cells, pb, sc.primary_aggregation);
+  r.xs = primary.xs, r.ys = primary.ys, r.rho = primary.rho, r.iv = primary.iv, r.rho_within = primary.rho_within;
+  r.clusters = primary.clusters;
+  for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi)
+    for (const char* agg : kAggregations) {
+      const RhoOf x = rho_of(sc, cells, bi, agg);
+      r.sensitivity.push_back({{"budget", sc.budgets[bi]}, {"aggregation", agg}, {"n_cells", x.xs.size()},
+                               {"clusters", x.clusters}, {"rho", finite_or_null(x.rho)},
+                               {"ci_lo", finite_or_null(x.iv.lo)}, {"ci_hi", finite_or_null(x.iv.hi)},
+                               {"rho_within_model", finite_or_null(x.rho_within)},
+                               {"primary", sc.budgets[bi] == sc.primary_budget && sc.primary_aggregation == agg}});
     }
-  }
-  // Per context length T: mean A at the primary budget and share of heads won by eviction.
-  std::map<int, std::array<double, 4>> byT;  // -, -, E wins, heads
-  std::map<int, std::vector<double>> medT;    // cell medians of A
+  // Per context length T at the primary budget: the cells' primary summary, the share of heads
+  // won by eviction, the continuous err(E*)/err(M*) (summed over the cell's heads; median over
+  // cells) that moves where the discrete share does not, and the share of ties below the floor.
+  std::map<int, std::array<double, 2>> byT;  // E wins, heads
+  std::map<int, std::vector<double>> medT, ratioT, floorT;
   for (const auto& c : cells) {
-    auto& t = byT[c["prompt_len"].get<int>()];
+    const int T = c["prompt_len"].get<int>();
+    auto& t = byT[T];
     const auto& b = c["budgets"][pb];
-    if (const double a = cell_median_advantage(b); std::isfinite(a)) medT[c["prompt_len"].get<int>()].push_back(a);
-    t[2] += b["wins"]["E"].get<int>();
-    t[3] += static_cast<double>(b["heads"].size());
+    if (const double a = cell_aggregates(b, sc.error_floor).of(sc.primary_aggregation); std::isfinite(a))
+      medT[T].push_back(a);
+    double se = 0, sm = 0;
+    bool ok = true;
+    for (const auto& h : b["heads"]) {
+      const double e = double_or_nan(h, "err_E"), m = double_or_nan(h, "err_M");
+      ok = ok && std::isfinite(e) && std::isfinite(m);
+      if (ok) se += e, sm += m;
+    }
+    if (ok && sm > 0) ratioT[T].push_back(se / sm);
+    if (const double f = double_or_nan(b, "share_below_floor"); std::isfinite(f)) floorT[T].push_back(f);
+    t[0] += b["wins"]["E"].get<int>();
+    t[1] += static_cast<double>(b["heads"].size());
   }
   for (const auto& [T, t] : byT)
     r.per_T.push_back({{"prompt_len", T},
-                    {"median_A", finite_or_null(quantile_or_nan(medT[T], 0.5))},
-                    {"share_E_wins", finite_or_null(t[3] ? t[2] / t[3] : kNaN)}});
+                       {"median_A", finite_or_null(quantile_or_nan(medT[T], 0.5))},
+                       {"share_E_wins", finite_or_null(t[1] ? t[0] / t[1] : kNaN)},
+                       {"err_E_over_err_M", finite_or_null(quantile_or_nan(ratioT[T], 0.5))},
+                       {"share_below_floor", finite_or_null(quantile_or_nan(floorT[T], 0.5))}});
   r.n_T = byT.size();
   return r;
 }
 
-// The summary section: rho across cells, A per budget, per context length.
-std::string summary_section(const Scenario& sc, const BudgetRows& br, const RhoAcrossCells& r) {
+// The summary section: the verdict on the primary definition, the sensitivity table, A per
+// budget with the measured rates and the ties below the floor, per context length.
+std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json>& cells, const BudgetRows& br,
+                            const RhoAcrossCells& r) {
   const std::vector<double>& xs = r.xs;
   const double rho = r.rho, rho_within = r.rho_within, stop_budget = br.stop_budget;
   const Interval& iv = r.iv;
   const nlohmann::json& budgets = br.rows;
   const nlohmann::json& perT = r.per_T;
   std::ostringstream s;
-  s << "A = 1 - err(M*) / min(err(Q*), err(E*)) (exact recomputation; A > 0: mixing tiers beats both endpoints). "
-       "A is unbounded below (a head where an endpoint is almost exact gives A << 0), so a cell is summarised by the "
-       "median of A over its heads; the means are in the tables.\n\n";
-  s << "## Interior advantage vs dominated share (B = " << format_or_nan(sc.primary_budget) << ")\n\n";
+  s << "A = 1 - err(M*) / min(err(Q*), err(E*)) (exact recomputation on the " << to_string(sc.queries)
+    << " queries; A > 0: mixing tiers beats both endpoints), each family's allocation at the same "
+    << to_string(sc.rate_kind) << "-bit budget as its materialised allocation measures it"
+    << (sc.rate_kind == RateKind::Total ? " (equal memory: codes, metadata and partial groups counted)"
+                                        : " (the code-bit variant: metadata is NOT counted, so the families' memory differs; "
+                                          "see the measured total bits below)")
+    << ". Errors at or below the floor " << format_or_nan(sc.error_floor, "%.3g")
+    << " (float32 rounding of the output) tie; A is not reported for a head where every family is below it. "
+       "The cell summary named before the run (`primary_aggregation`) is **" << sc.primary_aggregation << "**.\n\n";
+  s << "## Interior advantage vs dominated share (B = " << format_or_nan(sc.primary_budget) << ", "
+    << sc.primary_aggregation << ")\n\n";
   if (xs.size() < kMinCellsForRho) {
     // A scenario built for another analysis (staleness, mismatch, ...): a rank correlation
     // over a handful of cells says nothing, so none is reported.
     s << "- " << xs.size() << " cells with a defined A and dominated share: too few for a rank correlation across cells (at least "
       << kMinCellsForRho << "; the headline relation is tested by the scenarios with many cells). Per-cell values: `tables/cells.csv`.\n";
   } else {
-  s << "- Spearman rho(dominated share, median A over the cell's heads) over " << xs.size()
-    << " cells = " << format_or_nan(rho, "%.3f") << ", 95% bootstrap interval [" << format_or_nan(iv.lo, "%.3f") << ", "
-    << format_or_nan(iv.hi, "%.3f") << "] (" << iv.used << " of " << sc.bootstrap << " resamples, seed " << sc.seed
-    << ").\n";
-  if (std::isfinite(rho_within))
-    s << "- Controlling for the model (per-preset residual ranks): rho = " << format_or_nan(rho_within, "%.3f")
-      << ".\n";
-  std::string verdict;
-  if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
-  else if (iv.hi < 0) verdict = "holds: cells with more dominated heads gain less from the interior (interval below 0)";
-  else if (iv.lo > 0) verdict = "is reversed: the interval lies above 0";
-  else verdict = "is not established: the interval contains 0";
-  s << "- The headline relation of MODEL.md section 5 (the dominated share orders the interior advantage: Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
-  if (xs.size() < 12) s << "- Note: fewer than 12 cells; the interval is wide.\n";
+    s << "- Spearman rho(dominated share, " << sc.primary_aggregation << " A of the cell) over " << xs.size()
+      << " cells in " << r.clusters << " independent clusters (model draw x seed) = " << format_or_nan(rho, "%.3f")
+      << ", 95% cluster-bootstrap interval [" << format_or_nan(iv.lo, "%.3f") << ", " << format_or_nan(iv.hi, "%.3f")
+      << "] (" << iv.used << " of " << sc.bootstrap << " resamples of whole clusters, seed " << sc.seed << ").\n";
+    if (std::isfinite(rho_within))
+      s << "- Controlling for the model (per-preset residual ranks, the within-model partial rho): "
+        << format_or_nan(rho_within, "%.3f") << ".\n";
+    std::string verdict;
+    if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
+    else if (iv.hi < 0) verdict = "holds: cells with more dominated heads gain less from the interior (interval below 0)";
+    else if (iv.lo > 0) verdict = "is reversed: the interval lies above 0";
+    else verdict = "is not established: the interval contains 0";
+    s << "- **Verdict**: the headline relation of MODEL.md section 5 (the dominated share orders the interior advantage: "
+         "Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
+    if (r.clusters < 12) s << "- Note: " << r.clusters << " independent clusters; the interval is wide.\n";
+    s << "\nSensitivity (rho and its cluster-bootstrap interval for each cell summary and budget; **bold** = primary):\n\n"
+         "| B | median of per-head A | A of summed errors | share of heads won by M | clipped mean of A |\n|---|---|---|---|---|\n";
+    for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
+      s << "| " << format_or_nan(sc.budgets[bi]);
+      for (std::size_t a = 0; a < 4; ++a) {
+        const auto& e = r.sensitivity[bi * 4 + a];
+        const std::string cell = format_or_nan(double_or_nan(e, "rho"), "%.2f") + " [" +
+                                 format_or_nan(double_or_nan(e, "ci_lo"), "%.2f") + ", " +
+                                 format_or_nan(double_or_nan(e, "ci_hi"), "%.2f") + "]";
+        s << " | " << (e["primary"].get<bool>() ? "**" + cell + "**" : cell);
+      }
+      s << " |\n";
+    }
   }
-  s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean A (heads) | heads with A > 0 | wins Q / E / M |\n|---|---|---|---|---|\n";
-  for (const auto& b : budgets)
+  s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean A (heads) | heads with A > 0 | ties below floor | "
+       "wins Q / E / M | measured total bits Q / E / M | code bits Q / E / M |\n|---|---|---|---|---|---|---|---|\n";
+  for (std::size_t bi = 0; bi < budgets.size(); ++bi) {
+    const auto& b = budgets[bi];
+    // Mean over the cells' heads of each family's measured rates, and the ties below the floor.
+    double tot[3] = {0, 0, 0}, code[3] = {0, 0, 0}, n[3] = {0, 0, 0}, below = 0, heads = 0;
+    for (const auto& c : cells) {
+      const auto& cb = c["budgets"][bi];
+      below += cb.value("below_floor", 0), heads += static_cast<double>(cb["heads"].size());
+      for (int f = 0; f < 3; ++f) {
+        const char* F = f == 0 ? "Q" : f == 1 ? "E" : "M";
+        if (!cb.contains("rates")) continue;
+        const auto& rr = cb["rates"][F];
+        const double k = rr.value("heads", 0);
+        if (k > 0) tot[f] += k * double_or_nan(rr, "total_bits"), code[f] += k * double_or_nan(rr, "code_bits"), n[f] += k;
+      }
+    }
+    auto mean3 = [&](const double* v) {
+      std::string o;
+      for (int f = 0; f < 3; ++f) o += (f ? " / " : "") + (n[f] > 0 ? format_or_nan(v[f] / n[f], "%.3f") : std::string("-"));
+      return o;
+    };
     s << "| " << format_or_nan(b["budget"].get<double>()) << " | "
       << format_or_nan(double_or_nan(b, "median_A_heads"), "%.4f") << " | "
       << format_or_nan(double_or_nan(b, "mean_A_heads"), "%.4g") << " | "
-      << format_or_nan(100 * double_or_nan(b, "share_heads_positive"), "%.1f") << "% | " << b["wins"]["Q"] << " / "
-      << b["wins"]["E"] << " / " << b["wins"]["M"] << " |\n";
+      << format_or_nan(100 * double_or_nan(b, "share_heads_positive"), "%.1f") << "% | "
+      << format_or_nan(heads > 0 ? 100 * below / heads : kNaN, "%.1f") << "% | " << b["wins"]["Q"] << " / "
+      << b["wins"]["E"] << " / " << b["wins"]["M"] << " | " << mean3(tot) << " | " << mean3(code) << " |\n";
+  }
   if (std::isfinite(stop_budget))
     s << "\nThe interior stops paying (median A over heads <= 0 from there up) at B = " << format_or_nan(stop_budget)
       << ".\n";
   else s << "\nThe interior pays (median A over heads > 0) at the largest budget swept; no stop budget within the sweep.\n";
   if (r.n_T > 1) {
     s << "\n## Context length (B = " << format_or_nan(sc.primary_budget)
-      << ")\n\n| T | median over cells of the cell's median A | share of heads won by eviction |\n|---|---|---|\n";
+      << ")\n\n| T | median over cells of the cell's " << sc.primary_aggregation
+      << " A | share of heads won by eviction | err(E*)/err(M*) (cell sums, median over cells) | ties below floor |\n|---|---|---|---|---|\n";
     for (const auto& t : perT)
       s << "| " << t["prompt_len"] << " | " << format_or_nan(double_or_nan(t, "median_A"), "%.4f") << " | "
-        << format_or_nan(100 * double_or_nan(t, "share_E_wins"), "%.1f") << "% |\n";
+        << format_or_nan(100 * double_or_nan(t, "share_E_wins"), "%.1f") << "% | "
+        << format_or_nan(double_or_nan(t, "err_E_over_err_M"), "%.4g") << " | "
+        << format_or_nan(100 * double_or_nan(t, "share_below_floor"), "%.1f") << "% |\n";
     const double e0 = double_or_nan(perT.front(), "share_E_wins"), e1 = double_or_nan(perT.back(), "share_E_wins");
+    const double q0 = double_or_nan(perT.front(), "err_E_over_err_M"), q1 = double_or_nan(perT.back(), "err_E_over_err_M");
     s << "\nFrom T = " << perT.front()["prompt_len"] << " to T = " << perT.back()["prompt_len"]
       << " the share of heads won by eviction goes " << format_or_nan(100 * e0, "%.1f") << "% -> "
       << format_or_nan(100 * e1, "%.1f") << "% ("
       << (e1 > e0   ? "toward eviction"
           : e1 < e0 ? "away from eviction"
                     : "unchanged")
+      << "), and err(E*)/err(M*) goes " << format_or_nan(q0, "%.4g") << " -> " << format_or_nan(q1, "%.4g") << " ("
+      << (q1 < q0 ? "eviction closes on the interior: toward eviction" : q1 > q0 ? "away from eviction" : "unchanged")
       << ").\n";
   }
   return s.str();
@@ -362,7 +534,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
               format_label(double_or_nan(in, "ci_lo"), "%.2f") + ", " +
               format_label(double_or_nan(in, "ci_hi"), "%.2f") + "], n = " + std::to_string(in["n_cells"].get<int>());
     f.xlabel = "dominated share (fraction of the cell's heads with R_h(2-bit) >= 1)";
-    f.ylabel = "median over heads of A (" + verdict + " queries)";
+    f.ylabel = in.value("primary_aggregation", std::string("median")) + " of the cell's A (" + verdict + " queries)";
     std::map<std::string, Series> by;
     double ylo = INFINITY, yhi = -INFINITY;
     for (const auto& p : in["points"]) {
@@ -398,6 +570,38 @@ double cell_median_advantage(const nlohmann::json& budget) {
   return quantile_or_nan(v, 0.5);
 }
 
+CellAggregates cell_aggregates(const nlohmann::json& budget, double floor) {
+  CellAggregates g;
+  g.median = cell_median_advantage(budget);
+  double sq = 0, se = 0, sm = 0, clipped = 0;
+  bool q_all = true, e_all = true, m_all = true;
+  int n = 0, decided = 0, m_wins = 0;
+  for (const auto& h : budget["heads"]) {
+    const double q = double_or_nan(h, "err_Q"), e = double_or_nan(h, "err_E"), m = double_or_nan(h, "err_M");
+    q_all = q_all && std::isfinite(q), e_all = e_all && std::isfinite(e), m_all = m_all && std::isfinite(m);
+    if (std::isfinite(q)) sq += q;
+    if (std::isfinite(e)) se += e;
+    if (std::isfinite(m)) sm += m;
+    if (const double a = double_or_nan(h, "A"); std::isfinite(a)) clipped += std::clamp(a, -1.0, 1.0), ++n;
+    const std::string w = h.value("winner", std::string());
+    if (!w.empty()) ++decided, m_wins += w == "M" ? 1 : 0;
+  }
+  const double heads = static_cast<double>(budget["heads"].size());
+  if (m_all && heads > 0)
+    g.sum = interior_advantage_of(sm, q_all ? sq : kNaN, e_all ? se : kNaN, floor * heads);
+  g.wins = decided ? static_cast<double>(m_wins) / decided : kNaN;
+  g.clipped_mean = n ? clipped / n : kNaN;
+  return g;
+}
+
+double CellAggregates::of(const std::string& name) const {
+  if (name == "median") return median;
+  if (name == "sum") return sum;
+  if (name == "wins") return wins;
+  if (name == "clipped_mean") return clipped_mean;
+  throw InputError("cell aggregation '" + name + "': choose median, sum, wins or clipped_mean.");
+}
+
 void InteriorAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& cell) const {
   add_dominance_ratios(ctx, cell);
   add_budgets(ctx, cell);
@@ -409,9 +613,25 @@ std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector
   write_cell_tables(cells, dir);
   const BudgetRows br = write_budget_table(sc, cells, dir);
   const RhoAcrossCells r = rho_across_cells(sc, cells);
+  {
+    std::ostringstream sv;
+    sv << "budget,aggregation,n_cells,clusters,rho,ci_lo,ci_hi,rho_within_model,primary\n";
+    for (const auto& e : r.sensitivity)
+      sv << format_or_nan(e["budget"].get<double>()) << ',' << e["aggregation"].get<std::string>() << ','
+         << e["n_cells"].get<std::size_t>() << ',' << e["clusters"].get<std::size_t>() << ','
+         << format_or_nan(double_or_nan(e, "rho")) << ',' << format_or_nan(double_or_nan(e, "ci_lo")) << ','
+         << format_or_nan(double_or_nan(e, "ci_hi")) << ',' << format_or_nan(double_or_nan(e, "rho_within_model"))
+         << ',' << (e["primary"].get<bool>() ? 1 : 0) << '\n';
+    write_file_atomically(dir + "/sensitivity.csv", sv.str());
+  }
   const nlohmann::json interior = {{"scenario", sc.name},
                                    {"queries", qname},
+                                   {"rate_kind", std::string(to_string(sc.rate_kind))},
+                                   {"error_floor", sc.error_floor},
                                    {"primary_budget", sc.primary_budget},
+                                   {"primary_aggregation", sc.primary_aggregation},
+                                   {"clusters", r.clusters},
+                                   {"sensitivity", r.sensitivity},
                                    {"n_cells", r.xs.size()},
                                    {"rho", finite_or_null(r.rho)},
                                    {"ci_lo", finite_or_null(r.iv.lo)},
@@ -425,7 +645,7 @@ std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector
                                    {"per_context_length", r.per_T},
                                    {"points", r.points}};
   write_file_atomically(dir + "/interior.json", interior.dump(1) + "\n");
-  return summary_section(sc, br, r);
+  return summary_section(sc, cells, br, r);
 }
 
 AnalysisType InteriorAnalysis::type() {

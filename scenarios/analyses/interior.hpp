@@ -20,6 +20,7 @@
 //
 // Tables: cells.csv/.json (cell x budget), heads.csv (cell x budget x head), budgets.csv,
 // interior.json. Figures: interior_vs_dominated, advantage_vs_budget.
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +40,18 @@ class InteriorAnalysis final : public Analysis {
 
 // The median over a cell's heads of A at one budget (NaN when no head has A defined).
 double cell_median_advantage(const nlohmann::json& budget);
+
+// The four summaries of a cell at one budget (the sensitivity table; MODEL.md section 5):
+//   median        median over heads of A (heads where A is reported)
+//   sum           A of the cell's summed errors: 1 - sum_h err_M / min(sum_h err_Q, sum_h err_E)
+//                 (a family left out unless feasible on every head; floor = heads x floor)
+//   wins          share of the decided heads (a winner, not a tie below the floor) won by M
+//   clipped_mean  mean over heads of A clipped to [-1, 1]
+struct CellAggregates {
+  double median = std::numeric_limits<double>::quiet_NaN(), sum = median, wins = median, clipped_mean = median;
+  double of(const std::string& name) const;  // "median" | "sum" | "wins" | "clipped_mean"
+};
+CellAggregates cell_aggregates(const nlohmann::json& budget, double floor);
 
 // advantage_vs_budget from a run's tables: `interior` (tables/interior.json) and `heads`
 // (tables/heads.csv by column). Shared by `tierlab figure` and tierlab-explorer. *rows, when

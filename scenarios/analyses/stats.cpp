@@ -62,4 +62,40 @@ Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<doub
   return iv;
 }
 
+std::size_t distinct_count(const std::vector<std::string>& labels) {
+  std::vector<std::string> s = labels;
+  std::sort(s.begin(), s.end());
+  return static_cast<std::size_t>(std::unique(s.begin(), s.end()) - s.begin());
+}
+
+Interval cluster_bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y,
+                                    const std::vector<std::string>& cluster, int resamples, std::uint64_t seed) {
+  std::vector<std::string> names = cluster;
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::vector<std::vector<std::size_t>> members(names.size());
+  for (std::size_t i = 0; i < cluster.size() && i < x.size(); ++i)
+    members[static_cast<std::size_t>(std::lower_bound(names.begin(), names.end(), cluster[i]) - names.begin())]
+        .push_back(i);
+  std::mt19937_64 rng(seed);
+  std::vector<double> rhos;
+  const std::size_t k = names.size();
+  if (k >= 2) {
+    std::uniform_int_distribution<std::size_t> pick(0, k - 1);
+    std::vector<double> bx, by;
+    for (int r = 0; r < resamples; ++r) {
+      bx.clear(), by.clear();
+      for (std::size_t c = 0; c < k; ++c)
+        for (const std::size_t i : members[pick(rng)]) bx.push_back(x[i]), by.push_back(y[i]);
+      const double rho = spearman(bx, by);
+      if (std::isfinite(rho)) rhos.push_back(rho);
+    }
+  }
+  Interval iv;
+  iv.used = static_cast<int>(rhos.size());
+  iv.lo = quantile_or_nan(rhos, 0.025);
+  iv.hi = quantile_or_nan(rhos, 0.975);
+  return iv;
+}
+
 }  // namespace tierlab

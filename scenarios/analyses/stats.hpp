@@ -7,7 +7,13 @@
 //   bootstrap_spearman  percentile interval [2.5%, 97.5%] of rho over `resamples` resamples
 //                   of the pairs with replacement (std::mt19937_64 seeded by `seed`);
 //                   resamples whose ranks are constant are skipped (`used` counts the rest)
+//   cluster_bootstrap_spearman  the same, resampling whole CLUSTERS with replacement (cells
+//                   sharing a cluster label, e.g. one synthetic model draw or one prompt
+//                   seed, are not independent): each resample draws as many clusters as there
+//                   are, with replacement, and takes all their pairs; with one pair per
+//                   cluster it is bootstrap_spearman
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tierlab {
@@ -22,5 +28,9 @@ struct Interval {
 };
 Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y, int resamples,
                             std::uint64_t seed);
+Interval cluster_bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y,
+                                    const std::vector<std::string>& cluster, int resamples, std::uint64_t seed);
+// The number of distinct labels.
+std::size_t distinct_count(const std::vector<std::string>& labels);
 
 }  // namespace tierlab

@@ -1,6 +1,7 @@
 // The per-head pipeline (head.hpp).
 #include "scenarios/pipeline/head.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "model/dominance.hpp"
@@ -33,19 +34,82 @@ HeadSolution solve_head(const MatrixRMd& cost, const VectorD& a, const std::vect
   return s;
 }
 
+BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
+                                     const std::vector<double>& rates, const RateLadder& ladder, double budget,
+                                     RateKind kind, FamilyChoice family, const FamilyOptions& options) {
+  const double tol = 1e-12 * std::max(1.0, budget);
+  BudgetedSolution best;  // the last solution whose measured rate met B
+  auto attempt = [&](double b) {
+    BudgetedSolution r;
+    r.solved_budget = b;
+    r.solution = solve_head(costs.cost, costs.weights.a, rates, ladder, b, family, options);
+    if (r.solution.feasible) r.keys = materialize(head, rope, ladder, r.solution.tiers);
+    return r;
+  };
+  auto measured = [&](const BudgetedSolution& r) { return rate_of(r.keys.rate, kind); };
+  BudgetedSolution first = attempt(budget);
+  if (!first.solution.feasible || measured(first) <= budget + tol) return first;
+  // Shrink B' by the excess until the measured rate meets B (or no allocation is feasible).
+  double hi = budget, lo = budget;  // hi: measured > B; lo: the candidate
+  double excess = measured(first) - budget;
+  for (int i = 0; i < 8; ++i) {
+    lo = std::max(0.0, lo - std::max(excess, 1e-6));
+    BudgetedSolution r = attempt(lo);
+    if (!r.solution.feasible) break;
+    if (measured(r) <= budget + tol) {
+      best = std::move(r);
+      break;
+    }
+    hi = lo, excess = measured(r) - budget;
+    if (lo == 0.0) break;
+  }
+  if (!best.solution.feasible) {
+    BudgetedSolution none;
+    none.solved_budget = budget;
+    none.repaired = true;
+    none.solution.message = "no allocation of family " + std::string(to_string(family)) + " measures <= B = " +
+                            format_number(budget) + " " + std::string(to_string(kind)) + " bits once materialised";
+    return none;
+  }
+  // Tighten: the largest B' in [lo, hi) found by bisection whose measured rate meets B.
+  for (int i = 0; i < 24 && hi - lo > 1e-4 * std::max(1.0, budget); ++i) {
+    const double mid = 0.5 * (lo + hi);
+    BudgetedSolution r = attempt(mid);
+    if (r.solution.feasible && measured(r) <= budget + tol) lo = mid, best = std::move(r);
+    else hi = mid;
+  }
+  best.repaired = true;
+  return best;
+}
+
 void InteriorOptions::validate() const {
   if (!std::isfinite(budget) || budget < 0)
     throw InputError("interior budget = " + format_number(budget) + " bits per element; it must be finite and >= 0.");
+  if (!std::isfinite(error_floor) || error_floor < 0)
+    throw InputError("interior error_floor = " + format_number(error_floor) + "; it must be finite and >= 0.");
   ladder.validate();
   exact.validate();
 }
 
-double interior_advantage_of(double err_m, double err_q, double err_e) {
+bool all_below_floor(double err_m, double err_q, double err_e, double floor) {
+  int defined = 0;
+  for (const double e : {err_m, err_q, err_e}) {
+    if (std::isnan(e)) continue;
+    ++defined;
+    if (e > floor) return false;
+  }
+  return defined > 0;
+}
+
+double interior_advantage_of(double err_m, double err_q, double err_e, double floor) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (floor > 0 && all_below_floor(err_m, err_q, err_e, floor)) return nan;
+  auto f = [floor](double e) { return std::isnan(e) ? e : std::max(e, floor); };
   double best = std::numeric_limits<double>::infinity();
-  if (!std::isnan(err_q)) best = std::min(best, err_q);
-  if (!std::isnan(err_e)) best = std::min(best, err_e);
-  if (std::isnan(err_m) || !std::isfinite(best) || !(best > 0)) return std::numeric_limits<double>::quiet_NaN();
-  return 1.0 - err_m / best;
+  if (!std::isnan(err_q)) best = std::min(best, f(err_q));
+  if (!std::isnan(err_e)) best = std::min(best, f(err_e));
+  if (std::isnan(err_m) || !std::isfinite(best) || !(best > 0)) return nan;
+  return 1.0 - f(err_m) / best;
 }
 
 HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
@@ -62,17 +126,32 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
   FamilyOutcome* outcomes[3] = {&hi.Q, &hi.E, &hi.M};
   std::vector<MaterializedKeys> mats;
   std::vector<int> which;
+  std::vector<std::uint8_t> tiers[3];
   for (int f = 0; f < 3; ++f) {
     if (f == 0 && ladder.size() <= 2) continue;  // no finite tier: no Q
-    const HeadSolution s = solve_head(costs.cost, costs.weights.a, rates, ladder, opt.budget, families[f], fo);
-    if (!s.feasible) continue;
+    BudgetedSolution b =
+        solve_within_budget(head, rope, costs, rates, ladder, opt.budget, opt.rate_kind, families[f], fo);
+    if (!b.solution.feasible) continue;
     FamilyOutcome& out = *outcomes[f];
     out.feasible = true;
-    out.option = s.option;
-    out.surrogate = s.objective;
-    mats.push_back(materialize(head, rope, ladder, s.tiers));
-    out.rate = mats.back().rate;
+    out.option = b.solution.option;
+    out.surrogate = b.solution.objective;
+    out.repaired = b.repaired;
+    out.rate = b.keys.rate;
+    tiers[f] = std::move(b.solution.tiers);
+    mats.push_back(std::move(b.keys));
     which.push_back(f);
+  }
+  // M's tiers contain Q's and E's: once the budget is the measured one, an endpoint's
+  // allocation that meets it is an M allocation too, so M* is the best of the three by the
+  // surrogate (a repaired M can otherwise lose to an endpoint whose groups fill evenly).
+  for (int f = 0; f < 2; ++f) {
+    const auto k = std::find(which.begin(), which.end(), f), m = std::find(which.begin(), which.end(), 2);
+    if (k == which.end() || m == which.end() || !(outcomes[f]->surrogate < hi.M.surrogate)) continue;
+    hi.M.surrogate = outcomes[f]->surrogate;
+    hi.M.option = "M=" + outcomes[f]->option;
+    hi.M.rate = outcomes[f]->rate;
+    mats[static_cast<std::size_t>(m - which.begin())] = mats[static_cast<std::size_t>(k - which.begin())];
   }
   if (!mats.empty()) {  // observation queries: one batch, one variant and one selection per family
     const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
@@ -85,9 +164,13 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
     return o.feasible ? (decode ? o.decode.rel_error : o.obs.rel_error) : nan;
   };
   auto sur = [nan](const FamilyOutcome& o) { return o.feasible ? o.surrogate : nan; };
-  if (head.decode_keys.rows() > 0)
-    hi.advantage_decode = interior_advantage_of(err(hi.M, true), err(hi.Q, true), err(hi.E, true));
-  hi.advantage_obs = interior_advantage_of(err(hi.M, false), err(hi.Q, false), err(hi.E, false));
+  const double f = opt.error_floor;
+  if (head.decode_keys.rows() > 0) {
+    hi.advantage_decode = interior_advantage_of(err(hi.M, true), err(hi.Q, true), err(hi.E, true), f);
+    hi.below_floor_decode = all_below_floor(err(hi.M, true), err(hi.Q, true), err(hi.E, true), f);
+  }
+  hi.advantage_obs = interior_advantage_of(err(hi.M, false), err(hi.Q, false), err(hi.E, false), f);
+  hi.below_floor_obs = all_below_floor(err(hi.M, false), err(hi.Q, false), err(hi.E, false), f);
   hi.advantage_surrogate = interior_advantage_of(sur(hi.M), sur(hi.Q), sur(hi.E));
   return hi;
 }

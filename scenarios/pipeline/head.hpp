@@ -8,8 +8,9 @@
 //                  (solvers/families.hpp, head scope; exact solver unless options say)
 //   head_interior  the interior advantage of one head (MODEL.md section 5): Q*, E* and M*
 //                  solved, materialised with the head (tier-local groups, the published
-//                  quantizers' real metadata; model/quantizer.hpp) and recomputed exactly on
-//                  the observation and decode queries;
+//                  quantizers' real metadata; model/quantizer.hpp), repaired until the
+//                  MEASURED rate meets B (solve_within_budget: equal memory) and recomputed
+//                  exactly on the (causal) observation and the decode queries;
 //                    A = 1 - err(M*) / min(err(Q*), err(E*))   (interior_advantage_of)
 //                  and whether the head's 2-bit tier is dominated (R_h(2) >= 1).
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
+#include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
@@ -40,11 +42,34 @@ HeadSolution solve_head(const MatrixRMd& cost, const VectorD& a, const std::vect
                         const RateLadder& ladder, double budget, FamilyChoice family,
                         const FamilyOptions& options = {}, DistortionModel noise = {});
 
+// Equal memory (MODEL.md section 9): solve_head budgets the nominal per-tier rates r_j, but a
+// materialised allocation can measure more (tier-local partial groups carry a whole group's
+// metadata; published quantizers' side data). solve_within_budget repairs that: it solves at
+// B' = B, materialises, and while the measured rate (in the budget's kind) exceeds B it
+// re-solves at a smaller B' (B' <- B' - excess, then bisection between the last B' that met B
+// and the first that did not, 24 steps at most), so the returned allocation's MEASURED rate is
+// <= B. `solved_budget` is the B' used (= B when no repair was needed).
+struct BudgetedSolution {
+  HeadSolution solution;
+  MaterializedKeys keys;    // the materialised allocation (empty when infeasible)
+  double solved_budget = std::numeric_limits<double>::quiet_NaN();
+  bool repaired = false;    // B' < B was needed
+};
+BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
+                                     const std::vector<double>& rates, const RateLadder& ladder, double budget,
+                                     RateKind kind, FamilyChoice family, const FamilyOptions& options = {});
+
+// The tie floor of recomputed errors (MODEL.md section 9): the relative squared error of
+// rounding an output to float32, u^2 with u = 2^-24 (about 3.6e-15). Two errors at or below
+// it are equal; an interior advantage is not reported where every family is at or below it.
+inline constexpr double kFloat32ErrorFloor = 0x1p-48;
+
 struct InteriorOptions {
   double budget = 4.0;  // B, bits per key element
-  RateKind rate_kind = RateKind::Code;
+  RateKind rate_kind = RateKind::Total;
   RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
   ExactOptions exact;
+  double error_floor = kFloat32ErrorFloor;  // >= 0
   void validate() const;  // InputError naming the option and value
 };
 
@@ -53,7 +78,8 @@ struct FamilyOutcome {
   bool feasible = false;
   std::string option;  // "Q:kivi4", "E", "M"
   double surrogate = std::numeric_limits<double>::quiet_NaN();  // sum_t c_t (absolute)
-  Rate rate;
+  Rate rate;           // measured on the materialised allocation (<= B in the budget's kind)
+  bool repaired = false;  // the nominal optimum at B measured over B (solve_within_budget)
   ErrorMetrics obs, decode;
 };
 
@@ -64,10 +90,16 @@ struct HeadInterior {
   double advantage_obs = std::numeric_limits<double>::quiet_NaN();
   double advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
   bool dominated_2bit = false;  // R_h(2-bit tier) >= 1
+  // Every feasible family's recomputed error is at or below the floor (a tie: A not reported).
+  bool below_floor_decode = false, below_floor_obs = false;
 };
 
 // A = 1 - m / min(q, e) with NaN (infeasible) inputs left out of the min; NaN when undefined.
-double interior_advantage_of(double err_m, double err_q, double err_e);
+// With a floor f > 0, errors are compared as max(err, f) (two errors below f are equal), and
+// A is NaN (not reported) when every defined error is <= f.
+double interior_advantage_of(double err_m, double err_q, double err_e, double floor = 0.0);
+// Are all defined (non-NaN) errors at or below the floor? (false when none is defined)
+bool all_below_floor(double err_m, double err_q, double err_e, double floor);
 
 // costs: surrogate_costs of the head on its observation queries for options.ladder;
 // rates: ladder_rates(head, rope, options.ladder, options.rate_kind).

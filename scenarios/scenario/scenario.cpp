@@ -180,7 +180,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   if (!root.IsMap()) throw InputError(file_name + ":1: a scenario file must be a mapping of keys.");
   std::vector<std::string> allowed = {"name",    "description", "traces", "ladder", "rate_kind", "budgets",
                                        "primary_budget", "queries", "decode_steps", "backend", "seed",
-                                       "bootstrap", "methods"};
+                                       "bootstrap", "methods", "primary_aggregation", "error_floor"};
   for (const AnalysisType& t : analysis_types()) allowed.insert(allowed.end(), t.yaml_keys.begin(), t.yaml_keys.end());
   for (const auto& kv : root) {
     const std::string k = kv.first.as<std::string>();
@@ -217,6 +217,14 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
     for (double b : s.budgets) found = found || b == s.primary_budget, choices += (choices.empty() ? "" : ", ") + format_number(b);
     if (!found) c.fail(root["primary_budget"], "key 'primary_budget' is " + format_number(s.primary_budget) + "; it must be one of the budgets " + choices + ".");
   }
+  if (root["primary_aggregation"]) {
+    s.primary_aggregation = c.str(root["primary_aggregation"], "primary_aggregation");
+    const std::vector<std::string> ok = {"median", "sum", "wins", "clipped_mean"};
+    if (std::find(ok.begin(), ok.end(), s.primary_aggregation) == ok.end())
+      c.fail(root["primary_aggregation"], "key 'primary_aggregation' is '" + s.primary_aggregation +
+                                              "'; choose median, sum, wins or clipped_mean.");
+  }
+  if (root["error_floor"]) s.error_floor = c.num(root["error_floor"], "error_floor", 0.0, 1.0);
   int decode_steps = -1;
   if (root["decode_steps"]) decode_steps = static_cast<int>(c.integer(root["decode_steps"], "decode_steps", 1, 4096));
 

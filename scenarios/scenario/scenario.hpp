@@ -51,9 +51,16 @@ struct Scenario {
   std::string description;  // free text
   std::vector<ScenarioCell> cells;
   RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
-  RateKind rate_kind = RateKind::Code;
+  // Equal memory (MODEL.md section 9): budgets count total bits (codes + metadata) unless the
+  // file states `rate_kind: code` (the code-bit variant).
+  RateKind rate_kind = RateKind::Total;
   std::vector<double> budgets{2.0, 4.0};  // B, bits per key element; each in (0, 16]
   double primary_budget = 2.0;            // the budget of the per-cell correlation (one of budgets)
+  // The cell summary the verdict is stated on, named before the run (`primary_aggregation`):
+  // median (of per-head A), sum (A of the cell's summed errors), wins (share of heads won by
+  // M), clipped_mean (mean of A clipped to [-1, 1]); the others are the sensitivity table.
+  std::string primary_aggregation = "median";
+  double error_floor = 0x1p-48;  // ties of recomputed errors (pipeline/head.hpp kFloat32ErrorFloor)
   QuerySet queries = QuerySet::Decode;
   Backend backend = Backend::Auto;
   std::uint64_t seed = 0;       // bootstrap seed
