@@ -14,7 +14,7 @@
 // observation queries, which the app shows right after (Engine::obs_error), is timed apart. Prints the median and p90 of the budget changes and the
 // ratio of the median to the 50 ms target.
 //
-//   bench_explorer [--changes N] [--tokens T] [--solver exact|greedy|waterfill] [--family mixed|routed|...]
+//   bench_explorer [--changes N] [--tokens T] [--solver exact|greedy|greedy-raw|waterfill] [--family mixed|routed|...]
 #include <QApplication>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     else if (a == "--solver") s.solver = parse_family_solver(next());
     else if (a == "--family") s.family = parse_family_choice(next());
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_explorer [--changes N] [--tokens T] [--solver exact|greedy|waterfill] [--family F]\n");
+      std::printf("usage: bench_explorer [--changes N] [--tokens T] [--solver exact|greedy|greedy-raw|waterfill] [--family F]\n");
       return 0;
     } else {
       std::fprintf(stderr, "bench_explorer: unknown argument '%s'\n", a.c_str());

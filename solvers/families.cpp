@@ -28,6 +28,7 @@ constexpr auto kFamilyChoices = enum_table<FamilyChoice>("family", {{FamilyChoic
 constexpr auto kScopes = enum_table<Scope>("scope", {{Scope::Head, "head"}, {Scope::Layer, "layer"}, {Scope::Model, "model"}});
 constexpr auto kFamilySolvers = enum_table<FamilySolver>("solver", {{FamilySolver::Exact, "exact"},
                                                                     {FamilySolver::Greedy, "greedy"},
+                                                                    {FamilySolver::GreedyRaw, "greedy-raw"},
                                                                     {FamilySolver::Waterfill, "waterfill"},
                                                                     {FamilySolver::Smoothed, "smoothed"}});
 
@@ -121,8 +122,8 @@ void FamilyProblem::validate(FamilySolver solver) const {
 
 void FamilyOptions::validate() const {
   if (solver == FamilySolver::Smoothed)
-    throw InputError("FamilyOptions.solver = smoothed; the family solvers are exact, greedy and waterfill (smoothed "
-                     "pools the costs first and then solves them exact: scenarios/pipeline/allocate.hpp).");
+    throw InputError("FamilyOptions.solver = smoothed; the family solvers are exact, greedy, greedy-raw and waterfill "
+                     "(smoothed pools the costs first and then solves them exact: scenarios/pipeline/allocate.hpp).");
   if (!(route_tolerance >= 0) || !std::isfinite(route_tolerance))
     throw InputError("FamilyOptions.route_tolerance = " + number_text(route_tolerance) + "; it must be finite and >= 0.");
   if (max_bisection_steps < 1)
@@ -246,6 +247,11 @@ MckpResult solve_instance(const FamilyProblem& p, const RestrictedCosts& rc, con
     case FamilySolver::Smoothed:  // rejected by FamilyOptions::validate
       return solve_exact(inst, opt.exact);
     case FamilySolver::Greedy: return solve_greedy(inst);
+    case FamilySolver::GreedyRaw: {
+      GreedyOptions raw;
+      raw.hull = false;
+      return solve_greedy(inst, raw);
+    }
     case FamilySolver::Waterfill: {
       // Per token (RDKV): weights a_t, each token with its head's fitted n_h(b).
       WaterfillProblem wp;

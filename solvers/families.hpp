@@ -32,8 +32,9 @@
 //              outside a head's option costs a penalty larger than every allowed
 //              allocation (so it is never chosen); the per-head-scope solution is kept
 //              instead when it is better (never worse than per-head routing)
-//   greedy     one greedy knapsack per group of heads sharing an option, each given its
-//              group's rate at the multiplier plus the slack the previous groups left
+//   greedy     one greedy knapsack (greedy or greedy-raw, greedy.hpp) per group of heads
+//              sharing an option, each given its group's rate at the multiplier plus the
+//              slack the previous groups left
 //   waterfill  per head (RateQuant): continuous bits b_h by reverse water-filling on
 //              w_h = sum_t a_t with the head's fitted n_h(b) = alpha_h beta_h^(-b), then
 //              projected onto the options' tiers with each head dense at one tier (the
@@ -70,11 +71,13 @@ std::string_view to_string(Scope);      // "head" | "layer" | "model"
 Scope parse_scope(std::string_view);
 
 // The solvers, one list of names for the family solvers and `tierlab solve --solver`
-// (AllocSolver, scenarios/pipeline/allocate.hpp): exact, greedy and waterfill solve a
-// FamilyProblem; smoothed pools the costs over neighbouring tokens first and then solves
-// them exact (allocate.hpp), so FamilyOptions::validate rejects it.
-enum class FamilySolver { Exact, Greedy, Waterfill, Smoothed };
-std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "waterfill" | "smoothed"
+// (AllocSolver, scenarios/pipeline/allocate.hpp): exact, greedy (the classic greedy on
+// each token's lower convex hull), greedy-raw (the marginal-return greedy on the raw
+// ladder; greedy.hpp states both) and waterfill solve a FamilyProblem; smoothed pools the
+// costs over neighbouring tokens first and then solves them exact (allocate.hpp), so
+// FamilyOptions::validate rejects it.
+enum class FamilySolver { Exact, Greedy, GreedyRaw, Waterfill, Smoothed };
+std::string_view to_string(FamilySolver);  // "exact" | "greedy" | "greedy-raw" | "waterfill" | "smoothed"
 FamilySolver parse_family_solver(std::string_view);
 // The solvers a family problem takes (FamilyOptions::solver), in table order: every
 // FamilySolver but Smoothed (which allocate carries out). Menus and help read this list.

@@ -131,7 +131,7 @@ struct SolveSummary {
 // and the choice; lp_bound = the LP relaxation (Lagrangian) value where the solver
 // computed it.
 struct MckpResult : SolveSummary {
-  std::string solver;  // "exact", "greedy", "waterfill", "oracle"
+  std::string solver;  // "exact", "greedy", "greedy-raw", "waterfill", "oracle"
   double lp_bound = std::numeric_limits<double>::quiet_NaN();
   std::int64_t items = 0;
   std::vector<std::uint8_t> choice;  // tier index per item (empty when Infeasible)

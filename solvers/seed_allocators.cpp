@@ -319,7 +319,7 @@ const std::vector<SeedAllocatorEntry>& seed_registry() {
       {{"routed", "seed allocator", "each head routes to family Q, E or M (MODEL.md section 5)",
         "tierlab (solvers/families.hpp)",
         {{"scope", "head", "head (own budget per head) | model (heads pool the budget)"},
-        {"solver", "exact", "exact | greedy | waterfill"},
+        {"solver", "exact", "exact | greedy | greedy-raw | waterfill"},
         {"route_tolerance", "0", "keep an endpoint family within (1 + tol) of the mixed objective"}}},
        routed}};
   return r;

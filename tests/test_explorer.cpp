@@ -200,7 +200,7 @@ TEST_CASE("explorer core: every solver, family, smoothing kernel and quantizer g
   auto src = Source::open(parse_source(small_trace()));
   Engine engine(src, Backend::Cpu);
   for (const char* ladder : {"evict,kivi2,kivi4,kivi8,exact", "evict,token2,token4,exact"})
-    for (FamilySolver solver : {FamilySolver::Exact, FamilySolver::Greedy, FamilySolver::Waterfill})
+    for (FamilySolver solver : family_solvers())
       for (FamilyChoice fam : {FamilyChoice::Mixed, FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Routed})
         for (int k : {1, 5}) {
           Settings s;

@@ -100,6 +100,16 @@ TEST_CASE("family options follow the ladder", "[families]") {
   CHECK(parse_scope("model") == Scope::Model);
 }
 
+TEST_CASE("the solver names: greedy is the hull greedy, greedy-raw the raw-ladder one, both family solvers",
+          "[families]") {
+  CHECK(parse_family_solver("greedy") == FamilySolver::Greedy);
+  CHECK(parse_family_solver("greedy-raw") == FamilySolver::GreedyRaw);
+  CHECK(to_string(FamilySolver::GreedyRaw) == "greedy-raw");
+  CHECK(family_solvers() == std::vector<FamilySolver>{FamilySolver::Exact, FamilySolver::Greedy, FamilySolver::GreedyRaw,
+                                                      FamilySolver::Waterfill});
+  CHECK_THROWS_WITH(parse_family_solver("raw"), Catch::Contains("greedy-raw"));
+}
+
 TEST_CASE("per-head families equal brute force and respect their tiers and budgets", "[families]") {
   std::mt19937_64 rng(7);
   const RateLadder L = ladder5();
@@ -272,7 +282,7 @@ TEST_CASE("pooled budgets below every rate are infeasible, not a crash", "[famil
   CHECK(Mp.objective == 0.0);
 }
 
-TEST_CASE("greedy and waterfill families stay feasible and never beat exact", "[families]") {
+TEST_CASE("greedy, greedy-raw and waterfill families stay feasible and never beat exact", "[families]") {
   std::mt19937_64 rng(9);
   const RateLadder L = ladder5();
   std::vector<MatrixRMd> heads;
@@ -291,7 +301,7 @@ TEST_CASE("greedy and waterfill families stay feasible and never beat exact", "[
       const auto opts = family_options(L, choice);
       const auto ex_h = solve_families_per_head(p, opts);
       const auto ex_p = solve_families_pooled(p, opts);
-      for (auto solver : {FamilySolver::Greedy, FamilySolver::Waterfill}) {
+      for (auto solver : {FamilySolver::Greedy, FamilySolver::GreedyRaw, FamilySolver::Waterfill}) {
         FamilyOptions o;
         o.solver = solver;
         const auto h = solve_families_per_head(p, opts, o);

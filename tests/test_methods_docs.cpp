@@ -1,12 +1,13 @@
 // docs/methods.md lists every registered method: the key quantizers, the tier forms, the eviction
-// scorers and the seed allocators, each by its name in backticks, so the docs table cannot
-// silently fall behind a registry.
+// scorers, the seed allocators and the knapsack solvers, each by its name in backticks, so the
+// docs table cannot silently fall behind a registry.
 #include <catch2/catch.hpp>
 
 #include <string>
 
 #include "model/key_quantizer.hpp"
 #include "model/tier_quantizer.hpp"
+#include "solvers/families.hpp"
 #include "solvers/kvcobra_allocator.hpp"
 #include "solvers/scorers.hpp"
 #include "solvers/seed_allocators.hpp"
@@ -41,4 +42,14 @@ TEST_CASE("docs/methods.md names every registered key quantizer, tier form, scor
     CHECK(listed(m.name));
   }
   CHECK(listed(kvcobra_allocator_method().name));
+}
+
+TEST_CASE("docs/methods.md names every knapsack solver of the FamilySolver table") {
+  std::vector<FamilySolver> solvers = family_solvers();
+  solvers.push_back(FamilySolver::Smoothed);  // carried out by allocate, not a family solver
+  for (FamilySolver s : solvers) {
+    const std::string name(to_string(s));
+    INFO("solver " << name);
+    CHECK(methods_doc().find("`" + name + "`") != std::string::npos);
+  }
 }

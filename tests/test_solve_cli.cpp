@@ -92,7 +92,7 @@ AllocateOptions options(AllocSolver s, FamilyChoice f, Scope sc, double B) {
 TEST_CASE("every solver, family and scope gives a feasible allocation within the family", "[solve]") {
   const TraceReader trace(tiny_trace());
   const int H = trace.meta().n_heads();
-  for (auto s : {AllocSolver::Exact, AllocSolver::Greedy, AllocSolver::Waterfill, AllocSolver::Smoothed})
+  for (auto s : {AllocSolver::Exact, AllocSolver::Greedy, AllocSolver::GreedyRaw, AllocSolver::Waterfill, AllocSolver::Smoothed})
     for (auto f : {FamilyChoice::Mixed, FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Routed})
       for (auto sc : {Scope::Head, Scope::Layer, Scope::Model}) {
         const AllocateOptions o = options(s, f, sc, 4.0);
@@ -140,8 +140,10 @@ TEST_CASE("trace-level relations: M <= endpoints, pooled <= per head, heuristics
     CHECK(Rm.objective <= Rh.objective * (1 + 1e-12));
     CHECK(Rm.lower_bound <= Rm.objective * (1 + 1e-12));
     const auto G = allocate_trace(trace, options(AllocSolver::Greedy, FamilyChoice::Mixed, Scope::Model, B));
+    const auto Gr = allocate_trace(trace, options(AllocSolver::GreedyRaw, FamilyChoice::Mixed, Scope::Model, B));
     const auto Mm = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Mixed, Scope::Model, B));
     CHECK(G.objective >= Mm.objective * (1 - 1e-12));
+    CHECK(Gr.objective >= Mm.objective * (1 - 1e-12));
     CHECK(Mm.status == SolveStatus::Optimal);
     const auto W = allocate_trace(trace, options(AllocSolver::Waterfill, FamilyChoice::Mixed, Scope::Head, B));
     CHECK(W.objective >= M.objective * (1 - 1e-12));
@@ -246,7 +248,7 @@ TEST_CASE("CLI: text report, recompute with the interior advantage, and bad name
 
   const std::string bad_out = temp_file("bad.txt"), bad_err = temp_file("bad.err");
   CHECK(run("solve " + quote(tiny_trace()) + " --budget 4 --solver simplex", bad_out, bad_err) == 2);
-  CHECK(read_text(bad_err).find("exact, greedy, waterfill, smoothed") != std::string::npos);
+  CHECK(read_text(bad_err).find("exact, greedy, greedy-raw, waterfill, smoothed") != std::string::npos);
   CHECK(run("solve " + quote(tiny_trace()) + " --budget 4 --padding mirror --solver smoothed", bad_out, bad_err) == 2);
   CHECK(read_text(bad_err).find("zero, reflect, replicate, none") != std::string::npos);
   CHECK(run("solve " + quote(tiny_trace()) + " --budget 4 --scope cell", bad_out, bad_err) == 2);

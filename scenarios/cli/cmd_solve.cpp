@@ -30,7 +30,7 @@ void add_solve(CLI::App& app) {
   cmd->add_option("trace", args->trace, "Trace file (safetensors)")->required();
   cmd->add_option("--budget", args->budget, "Budget B in bits per key element")->required();
   cmd->add_option("--rate", args->rate, "How the budget counts bits: code or total")->capture_default_str();
-  cmd->add_option("--solver", args->solver, "exact, greedy, waterfill or smoothed")->capture_default_str();
+  cmd->add_option("--solver", args->solver, "exact, greedy, greedy-raw, waterfill or smoothed")->capture_default_str();
   cmd->add_option("--family", args->family, "mixed, quantize, evict or routed")->capture_default_str();
   cmd->add_option("--scope", args->scope, "Where the budget holds: head, layer or model")->capture_default_str();
   cmd->add_option("--ladder", args->ladder, "Tiers, comma-separated (evict and exact are added)")->capture_default_str();

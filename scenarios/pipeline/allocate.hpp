@@ -10,7 +10,8 @@
 //   model  all heads share B (solve_families_pooled once)
 // with the family (mixed | quantize | evict | routed, solvers/families.hpp) and the solver:
 //   exact      the certified knapsack optimum (exact.hpp)
-//   greedy     marginal-return greedy on the raw ladder (greedy.hpp)
+//   greedy     the classic MCKP greedy on each token's lower convex hull (greedy.hpp)
+//   greedy-raw marginal-return greedy on the raw ladder (greedy.hpp)
 //   waterfill  head scope: per token (RDKV), b_t from w_t = a_t and the head's n_h(b),
 //              projected on the family's tiers; layer/model scope: per head (RateQuant)
 //   smoothed   every cost row pooled over neighbouring tokens (smoothing.hpp), exact on
@@ -43,7 +44,7 @@
 namespace tierlab {
 
 // The solver of `tierlab solve --solver`: the one solver list of solvers/families.hpp
-// (exact, greedy, waterfill, smoothed); smoothed is carried out here, the others by the
+// (exact, greedy, greedy-raw, waterfill, smoothed); smoothed is carried out here, the others by the
 // family solvers. to_string(AllocSolver) is to_string(FamilySolver).
 using AllocSolver = FamilySolver;
 inline AllocSolver parse_alloc_solver(std::string_view s) { return parse_family_solver(s); }
