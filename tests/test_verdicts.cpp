@@ -11,6 +11,7 @@
 #include "model/surrogate.hpp"
 #include "model/synthetic.hpp"
 #include "scenarios/analyses/interior.hpp"
+#include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/pipeline/head.hpp"
 
 using namespace tierlab;
@@ -123,4 +124,29 @@ TEST_CASE("errors below the float32 floor tie: A is not reported and no family w
   CHECK(g.clipped_mean == Approx(-0.25));                            // (0.5 + (-1)) / 2
   CHECK(g.wins == Approx(0.5));                                      // 1 of the 2 decided heads
   CHECK(g.sum == Approx(1 - (2e-19 + 5e-4 + 4e-3) / (1e-19 + 2e-3)));  // summed errors
+}
+
+TEST_CASE("the model-wide routed allocation meets the budget over the whole model and routes every head",
+          "[verdicts][routed]") {
+  SynthParams p = synth_preset("tiny");
+  p.seed = 4;
+  p.prompt_len = 200;
+  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdicts_routed.safetensors";
+  write_synthetic_trace(p, path);
+  const TraceReader trace(path);
+  auto cpu = make_recomputer(Backend::Cpu);
+  InteriorOptions io;
+  io.rate_kind = RateKind::Total;
+  const std::vector<InteriorReport> reps = interior_advantage(trace, io, {2.0, 4.0}, *cpu, nullptr, {}, true);
+  for (std::size_t b = 0; b < reps.size(); ++b) {
+    const ModelScopeReport& m = reps[b].model;
+    const double B = b == 0 ? 2.0 : 4.0;
+    REQUIRE(m.routed.feasible);
+    CHECK(m.routed_Q + m.routed_E + m.routed_M == trace.meta().n_heads());
+    for (const ModelFamily* f : {&m.Q, &m.E, &m.routed})
+      if (f->feasible) CHECK(f->rate.total_bits <= B + 1e-9);
+    // A_model from its parts.
+    const double best = std::min(m.Q.feasible ? m.Q.err_decode : 1e300, m.E.err_decode);
+    CHECK(m.advantage_decode == Approx(1 - std::max(m.routed.err_decode, kFloat32ErrorFloor) / best));
+  }
 }

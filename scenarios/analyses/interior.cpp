@@ -101,7 +101,8 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
   opt.ladder = sc.ladder;
   opt.error_floor = sc.error_floor;
   // Every budget at once: each head's surrogate costs are computed once for all of them.
-  const std::vector<InteriorReport> reports = interior_advantage(trace, opt, sc.budgets, backend, ctx.stop);
+  const std::vector<InteriorReport> reports =
+      interior_advantage(trace, opt, sc.budgets, backend, ctx.stop, {}, /*model_scope=*/true);
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
     const double B = sc.budgets[bi];
     const InteriorReport& rep = reports[bi];
@@ -151,11 +152,28 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
     b["rates"] = {{"Q", family_rates(rep.heads, &HeadInterior::Q)},
                   {"E", family_rates(rep.heads, &HeadInterior::E)},
                   {"M", family_rates(rep.heads, &HeadInterior::M)}};
+    {  // the reference paper's allocator: routed with one model-wide budget (advantage.hpp)
+      const ModelScopeReport& m = rep.model;
+      auto fam = [&](const ModelFamily& f) {
+        if (!f.feasible) return nlohmann::json{{"feasible", false}};
+        return nlohmann::json{{"feasible", true},
+                              {"err", finite_or_null(sc.queries == QuerySet::Decode ? f.err_decode : f.err_obs)},
+                              {"code_bits", f.rate.code_bits},
+                              {"total_bits", f.rate.total_bits},
+                              {"repaired", f.repaired}};
+      };
+      b["model"] = {{"A", finite_or_null(sc.queries == QuerySet::Decode ? m.advantage_decode : m.advantage_obs)},
+                    {"Q", fam(m.Q)},
+                    {"E", fam(m.E)},
+                    {"routed", fam(m.routed)},
+                    {"routed_to", {{"Q", m.routed_Q}, {"E", m.routed_E}, {"M", m.routed_M}}}};
+    }
     const CellAggregates agg = cell_aggregates(b, sc.error_floor);
     b["A_median"] = finite_or_null(agg.median);
     b["A_sum"] = finite_or_null(agg.sum);
     b["share_M_wins"] = finite_or_null(agg.wins);
     b["A_clipped_mean"] = finite_or_null(agg.clipped_mean);
+    b["A_routed"] = finite_or_null(agg.routed);
     b["defined"] = defined;
     b["wins"] = {{"Q", wins[0]}, {"E", wins[1]}, {"M", wins[2]}};
     // Cell winner: the family winning the most heads (ties to the endpoint, Q before E).
@@ -175,7 +193,7 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
   std::ostringstream cc, hc;
   cc << "cell,preset,seed,prompt_len,logit_scale,budget,dominated_share,R2_median,A_median,A,A_obs,A_decode,A_surrogate,"
         "heads_defined,wins_Q,wins_E,wins_M,winner,A_sum,share_M_wins,A_clipped_mean,share_below_floor,"
-        "code_Q,total_Q,code_E,total_E,code_M,total_M,repaired_heads\n";
+        "code_Q,total_Q,code_E,total_E,code_M,total_M,repaired_heads,A_routed,routed_Q,routed_E,routed_M,routed_total_bits\n";
   hc << "cell,preset,prompt_len,logit_scale,budget,layer,kv_head,A,A_surrogate,err_Q,err_E,err_M,winner,dominated_2bit,R2,"
         "code_Q,total_Q,code_E,total_E,code_M,total_M,repaired,below_floor\n";
   // Errors and rates are written exactly (the shortest text that reads back the same double):
@@ -204,7 +222,11 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
         cc << ',' << exact(r, "code_bits") << ',' << exact(r, "total_bits");
         repaired += r.value("repaired", 0);
       }
-      cc << ',' << repaired << '\n';
+      cc << ',' << repaired;
+      const nlohmann::json md = b.value("model", nlohmann::json::object());
+      const nlohmann::json to = md.value("routed_to", nlohmann::json::object());
+      cc << ',' << format_or_nan(double_or_nan(md, "A")) << ',' << to.value("Q", 0) << ',' << to.value("E", 0) << ','
+         << to.value("M", 0) << ',' << exact(md.value("routed", nlohmann::json::object()), "total_bits") << '\n';
       cells_json.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"seed", c["seed"]}, {"prompt_len", c["prompt_len"]},
                             {"logit_scale", c["logit_scale"]}, {"budget", b["budget"]},
                             {"dominated_share", c["dominated_share"]}, {"R2_median", c["R2_median"]},
@@ -215,7 +237,8 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
                             {"share_M_wins", b.value("share_M_wins", nlohmann::json())},
                             {"A_clipped_mean", b.value("A_clipped_mean", nlohmann::json())},
                             {"share_below_floor", b.value("share_below_floor", nlohmann::json())},
-                            {"rates", b.value("rates", nlohmann::json())}});
+                            {"rates", b.value("rates", nlohmann::json())},
+                            {"model", b.value("model", nlohmann::json())}});
       std::size_t hi = 0;
       for (const auto& h : b["heads"]) {
         const double R2 = hi < c["R2"].size() && !c["R2"][hi].is_null() ? c["R2"][hi].get<double>() : kNaN;
@@ -330,7 +353,8 @@ RhoOf rho_of(const Scenario& sc, const std::vector<nlohmann::json>& cells, std::
   return r;
 }
 
-const char* const kAggregations[4] = {"median", "sum", "wins", "clipped_mean"};
+constexpr std::size_t kNAgg = 5;
+const char* const kAggregations[kNAgg] = {"routed", "median", "sum", "wins", "clipped_mean"};
 
 struct RhoAcrossCells {
   std::vector<double> xs, ys;
@@ -358,7 +382,8 @@ RhoAcrossCells rho_across_cells(const Scenario& sc, const std::vector<nlohmann::
                         {"cluster", cell_cluster(c)},
                         {"dominated_share", c["dominated_share"]}, {"A", finite_or_null(g.of(sc.primary_aggregation))},
                         {"A_median", finite_or_null(g.median)}, {"A_sum", finite_or_null(g.sum)},
-                        {"share_M_wins", finite_or_null(g.wins)}, {"A_clipped_mean", finite_or_null(g.clipped_mean)}});
+                        {"share_M_wins", finite_or_null(g.wins)}, {"A_clipped_mean", finite_or_null(g.clipped_mean)},
+                        {"A_routed", finite_or_null(g.routed)}});
   }
   // (a) the primary definition at the primary budget; (b) the sensitivity table.
   const RhoOf primary = rho_of(sc, cells, pb, sc.primary_aggregation);
@@ -449,11 +474,12 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
          "Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
     if (r.clusters < 12) s << "- Note: " << r.clusters << " independent clusters; the interval is wide.\n";
     s << "\nSensitivity (rho and its cluster-bootstrap interval for each cell summary and budget; **bold** = primary):\n\n"
-         "| B | median of per-head A | A of summed errors | share of heads won by M | clipped mean of A |\n|---|---|---|---|---|\n";
+         "| B | A of the model-wide routed allocation | median of per-head A | A of summed errors (per-head budgets) | "
+         "share of heads won by M | clipped mean of A |\n|---|---|---|---|---|---|\n";
     for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
       s << "| " << format_or_nan(sc.budgets[bi]);
-      for (std::size_t a = 0; a < 4; ++a) {
-        const auto& e = r.sensitivity[bi * 4 + a];
+      for (std::size_t a = 0; a < kNAgg; ++a) {
+        const auto& e = r.sensitivity[bi * kNAgg + a];
         const std::string cell = format_or_nan(double_or_nan(e, "rho"), "%.2f") + " [" +
                                  format_or_nan(double_or_nan(e, "ci_lo"), "%.2f") + ", " +
                                  format_or_nan(double_or_nan(e, "ci_hi"), "%.2f") + "]";
@@ -463,13 +489,21 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
     }
   }
   s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean A (heads) | heads with A > 0 | ties below floor | "
-       "wins Q / E / M | measured total bits Q / E / M | code bits Q / E / M |\n|---|---|---|---|---|---|---|---|\n";
+       "wins Q / E / M | measured total bits Q / E / M | code bits Q / E / M | model-wide routed: heads to Q / E / M, "
+       "median A_model |\n|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t bi = 0; bi < budgets.size(); ++bi) {
     const auto& b = budgets[bi];
     // Mean over the cells' heads of each family's measured rates, and the ties below the floor.
     double tot[3] = {0, 0, 0}, code[3] = {0, 0, 0}, n[3] = {0, 0, 0}, below = 0, heads = 0;
+    int to[3] = {0, 0, 0};
+    std::vector<double> a_model;
     for (const auto& c : cells) {
       const auto& cb = c["budgets"][bi];
+      if (cb.contains("model")) {
+        const auto& md = cb["model"];
+        if (const double a = double_or_nan(md, "A"); std::isfinite(a)) a_model.push_back(a);
+        to[0] += md["routed_to"].value("Q", 0), to[1] += md["routed_to"].value("E", 0), to[2] += md["routed_to"].value("M", 0);
+      }
       below += cb.value("below_floor", 0), heads += static_cast<double>(cb["heads"].size());
       for (int f = 0; f < 3; ++f) {
         const char* F = f == 0 ? "Q" : f == 1 ? "E" : "M";
@@ -489,7 +523,8 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
       << format_or_nan(double_or_nan(b, "mean_A_heads"), "%.4g") << " | "
       << format_or_nan(100 * double_or_nan(b, "share_heads_positive"), "%.1f") << "% | "
       << format_or_nan(heads > 0 ? 100 * below / heads : kNaN, "%.1f") << "% | " << b["wins"]["Q"] << " / "
-      << b["wins"]["E"] << " / " << b["wins"]["M"] << " | " << mean3(tot) << " | " << mean3(code) << " |\n";
+      << b["wins"]["E"] << " / " << b["wins"]["M"] << " | " << mean3(tot) << " | " << mean3(code) << " | " << to[0]
+      << " / " << to[1] << " / " << to[2] << ", " << format_or_nan(quantile_or_nan(a_model, 0.5), "%.4f") << " |\n";
   }
   if (std::isfinite(stop_budget))
     s << "\nThe interior stops paying (median A over heads <= 0 from there up) at B = " << format_or_nan(stop_budget)
@@ -591,6 +626,7 @@ CellAggregates cell_aggregates(const nlohmann::json& budget, double floor) {
     g.sum = interior_advantage_of(sm, q_all ? sq : kNaN, e_all ? se : kNaN, floor * heads);
   g.wins = decided ? static_cast<double>(m_wins) / decided : kNaN;
   g.clipped_mean = n ? clipped / n : kNaN;
+  if (budget.contains("model")) g.routed = double_or_nan(budget["model"], "A");
   return g;
 }
 
@@ -599,7 +635,8 @@ double CellAggregates::of(const std::string& name) const {
   if (name == "sum") return sum;
   if (name == "wins") return wins;
   if (name == "clipped_mean") return clipped_mean;
-  throw InputError("cell aggregation '" + name + "': choose median, sum, wins or clipped_mean.");
+  if (name == "routed") return routed;
+  throw InputError("cell aggregation '" + name + "': choose routed, median, sum, wins or clipped_mean.");
 }
 
 void InteriorAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& cell) const {

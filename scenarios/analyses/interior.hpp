@@ -41,15 +41,19 @@ class InteriorAnalysis final : public Analysis {
 // The median over a cell's heads of A at one budget (NaN when no head has A defined).
 double cell_median_advantage(const nlohmann::json& budget);
 
-// The four summaries of a cell at one budget (the sensitivity table; MODEL.md section 5):
+// The five summaries of a cell at one budget (the sensitivity table; MODEL.md section 5):
+//   routed        A_model of the reference paper's allocator: routed per KV head with one
+//                 model-wide budget against the pooled endpoints (pipeline/advantage.hpp)
 //   median        median over heads of A (heads where A is reported)
 //   sum           A of the cell's summed errors: 1 - sum_h err_M / min(sum_h err_Q, sum_h err_E)
+//                 (the per-head-budget variant of routed: per head M* contains the endpoints)
 //                 (a family left out unless feasible on every head; floor = heads x floor)
 //   wins          share of the decided heads (a winner, not a tie below the floor) won by M
 //   clipped_mean  mean over heads of A clipped to [-1, 1]
 struct CellAggregates {
   double median = std::numeric_limits<double>::quiet_NaN(), sum = median, wins = median, clipped_mean = median;
-  double of(const std::string& name) const;  // "median" | "sum" | "wins" | "clipped_mean"
+  double routed = median;
+  double of(const std::string& name) const;  // "routed" | "median" | "sum" | "wins" | "clipped_mean"
 };
 CellAggregates cell_aggregates(const nlohmann::json& budget, double floor);
 

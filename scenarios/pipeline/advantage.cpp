@@ -18,9 +18,97 @@
 
 namespace tierlab {
 
+namespace {
+
+struct KeptCosts {
+  MatrixRMd cost;
+  VectorD a;
+};
+
+// One family pooled over every head of the trace at model budget B, repaired until the mean
+// measured rate meets B, materialised and recomputed head by head.
+ModelFamily model_family(const TraceReader& trace, const InteriorOptions& opt, const std::vector<KeptCosts>& costs,
+                         const std::vector<double>& rates, double B, FamilyChoice family, Recomputer& backend,
+                         std::vector<int>* routed_counts) {
+  const TraceMeta& meta = trace.meta();
+  const std::vector<TierOption> options = family_options(opt.ladder, family);
+  FamilyOptions fo;
+  fo.exact = opt.exact;
+  auto solve = [&](double b) {
+    FamilyProblem p;
+    p.rates = rates;
+    p.budget = b;
+    for (const KeptCosts& k : costs) p.heads.push_back(FamilyHead{&k.cost, &k.a, {}});
+    return solve_families_pooled(p, options, fo);
+  };
+  // The mean measured rate of an allocation over the heads (equal T, so a plain mean).
+  auto measure = [&](const FamilyResult& r) {
+    Rate sum;
+    for (int l = 0, i = 0; l < meta.n_layers; ++l)
+      for (int h = 0; h < meta.n_kv_heads; ++h, ++i) {
+        const HeadData head = trace.head(l, h);
+        const Rate x = materialize(head, meta.rope, opt.ladder, r.heads[static_cast<std::size_t>(i)].tiers).rate;
+        sum.code_bits += x.code_bits, sum.total_bits += x.total_bits;
+      }
+    sum.code_bits /= meta.n_heads(), sum.total_bits /= meta.n_heads();
+    return sum;
+  };
+  ModelFamily out;
+  const double tol = 1e-12 * std::max(1.0, B);
+  FamilyResult r = solve(B);
+  if (!r.has_solution()) return out;
+  Rate rate = measure(r);
+  double b = B;
+  for (int i = 0; i < 8 && rate_of(rate, opt.rate_kind) > B + tol; ++i) {  // repair: shrink by the excess
+    b = std::max(0.0, b - std::max(rate_of(rate, opt.rate_kind) - B, 1e-6));
+    r = solve(b);
+    if (!r.has_solution()) return out;
+    rate = measure(r);
+    out.repaired = true;
+  }
+  if (rate_of(rate, opt.rate_kind) > B + tol) return out;
+  out.feasible = true;
+  out.rate = rate;
+  if (routed_counts) {
+    *routed_counts = {0, 0, 0};
+    for (const FamilyHeadResult& h : r.heads)
+      ++(*routed_counts)[static_cast<std::size_t>(r.options[static_cast<std::size_t>(h.option)].family)];
+  }
+  double ed = 0, eo = 0;
+  for (int l = 0, i = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h, ++i) {
+      const HeadData head = trace.head(l, h);
+      const MaterializedKeys mk = materialize(head, meta.rope, opt.ladder, r.heads[static_cast<std::size_t>(i)].tiers);
+      eo += evaluate_obs_queries(head, mk.keys, mk.kept, backend).rel_error;
+      if (meta.decode_steps > 0) ed += evaluate_decode_steps(head, mk.keys, mk.kept, backend).rel_error;
+    }
+  out.err_obs = eo / meta.n_heads();
+  out.err_decode = meta.decode_steps > 0 ? ed / meta.n_heads() : std::numeric_limits<double>::quiet_NaN();
+  return out;
+}
+
+ModelScopeReport model_scope_report(const TraceReader& trace, const InteriorOptions& opt,
+                                    const std::vector<KeptCosts>& costs, const std::vector<double>& rates, double B,
+                                    Recomputer& backend) {
+  ModelScopeReport m;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (opt.ladder.size() > 2) m.Q = model_family(trace, opt, costs, rates, B, FamilyChoice::Quantize, backend, nullptr);
+  m.E = model_family(trace, opt, costs, rates, B, FamilyChoice::Evict, backend, nullptr);
+  std::vector<int> counts;
+  m.routed = model_family(trace, opt, costs, rates, B, FamilyChoice::Routed, backend, &counts);
+  if (m.routed.feasible) m.routed_Q = counts[0], m.routed_E = counts[1], m.routed_M = counts[2];
+  auto err = [nan](const ModelFamily& f, bool decode) { return f.feasible ? (decode ? f.err_decode : f.err_obs) : nan; };
+  m.advantage_decode = interior_advantage_of(err(m.routed, true), err(m.Q, true), err(m.E, true), opt.error_floor);
+  m.advantage_obs = interior_advantage_of(err(m.routed, false), err(m.Q, false), err(m.E, false), opt.error_floor);
+  return m;
+}
+
+}  // namespace
+
 std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const InteriorOptions& opt,
                                                const std::vector<double>& budgets, Recomputer& backend,
-                                               const std::atomic<bool>* stop, const Progress& progress) {
+                                               const std::atomic<bool>* stop, const Progress& progress,
+                                               bool model_scope) {
   const auto t0 = std::chrono::steady_clock::now();
   opt.validate();
   const TraceMeta& meta = trace.meta();
@@ -37,6 +125,8 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
   const RateLadder& ladder = opt.ladder;
   const int total = meta.n_heads();
   int done = 0;
+  std::vector<KeptCosts> kept;       // model_scope: every head's costs
+  std::vector<double> common_rates;  // model_scope: the rates (one ladder, one rate per tier)
   // Head-major: each head's costs and rates once, then every budget.
   for (int l = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h) {
@@ -46,7 +136,20 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
       const std::vector<double> rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
       for (std::size_t b = 0; b < budgets.size(); ++b)
         reps[b].heads.push_back(head_interior(head, meta.rope, sc, rates, opts[b], backend));
+      if (model_scope) {
+        if (common_rates.empty()) common_rates = rates;
+        if (rates != common_rates)  // a published tier whose rate depends on the head
+          throw InputError("interior: the model-wide routed allocation needs one rate per tier for every head; "
+                           "ladder '" + ladder.name() + "' has head-dependent rates (head " + std::to_string(l) + "." +
+                           std::to_string(h) + ").");
+        kept.push_back({sc.cost, sc.weights.a});
+      }
       if (progress) progress(++done, total);
+    }
+  if (model_scope)
+    for (std::size_t b = 0; b < budgets.size(); ++b) {
+      throw_if_cancelled(stop);
+      reps[b].model = model_scope_report(trace, opts[b], kept, common_rates, budgets[b], backend);
     }
   const int two = ladder.index_of_bits(2);
   for (InteriorReport& rep : reps) {

@@ -30,8 +30,30 @@
 
 namespace tierlab {
 
+// The reference paper's allocator as the cell's allocation (MODEL.md section 5, "Routed"):
+// one MODEL-WIDE budget B sum_h T_h d, heads trade it; under Routed each KV head also picks
+// its family (Q, E or M, solvers/families.hpp solve_families_pooled). The endpoints are
+// solved the same way (every head Q, every head E, trading budget), so
+//   A_model = 1 - err(routed) / min(err(Q pooled), err(E pooled)),
+// err = the mean over heads of the recomputed relative error (decode or observation
+// queries), errors compared as max(err, floor). Each allocation is repaired at model scope
+// until the mean MEASURED rate over the heads meets B (equal memory), as solve_within_budget
+// does for one head.
+struct ModelFamily {
+  bool feasible = false;
+  double err_decode = std::numeric_limits<double>::quiet_NaN(), err_obs = err_decode;
+  Rate rate;                 // mean measured rate over the heads
+  bool repaired = false;
+};
+struct ModelScopeReport {
+  ModelFamily Q, E, routed;
+  double advantage_decode = std::numeric_limits<double>::quiet_NaN(), advantage_obs = advantage_decode;
+  int routed_Q = 0, routed_E = 0, routed_M = 0;  // heads routed to each family
+};
+
 struct InteriorReport {
   InteriorOptions options;
+  ModelScopeReport model;   // filled when the run asked for it (model_scope)
   std::string trace_path, backend;
   std::vector<HeadInterior> heads;
   double mean_advantage_decode = std::numeric_limits<double>::quiet_NaN();
@@ -49,10 +71,12 @@ InteriorReport interior_advantage(const TraceReader& trace, const InteriorOption
 // The same at several budgets (options.budget ignored), each head's surrogate costs computed
 // once for all of them; element b is the report at budgets[b]. Throws Cancelled between heads
 // when *stop is set.
+// model_scope: also the model-wide routed allocation and its pooled endpoints (ModelScopeReport;
+// every head's costs are kept in memory until the end: ladder.size() x T doubles per head).
 std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const InteriorOptions& options,
                                                const std::vector<double>& budgets, Recomputer& backend,
                                                const std::atomic<bool>* stop = nullptr,
-                                               const Progress& progress = {});
+                                               const Progress& progress = {}, bool model_scope = false);
 
 nlohmann::json to_json(const InteriorReport&);
 std::string text_report(const InteriorReport&, bool per_head);

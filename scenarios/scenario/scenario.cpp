@@ -219,10 +219,10 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   }
   if (root["primary_aggregation"]) {
     s.primary_aggregation = c.str(root["primary_aggregation"], "primary_aggregation");
-    const std::vector<std::string> ok = {"median", "sum", "wins", "clipped_mean"};
+    const std::vector<std::string> ok = {"routed", "median", "sum", "wins", "clipped_mean"};
     if (std::find(ok.begin(), ok.end(), s.primary_aggregation) == ok.end())
       c.fail(root["primary_aggregation"], "key 'primary_aggregation' is '" + s.primary_aggregation +
-                                              "'; choose median, sum, wins or clipped_mean.");
+                                              "'; choose routed, median, sum, wins or clipped_mean.");
   }
   if (root["error_floor"]) s.error_floor = c.num(root["error_floor"], "error_floor", 0.0, 1.0);
   int decode_steps = -1;

@@ -57,9 +57,9 @@ struct Scenario {
   std::vector<double> budgets{2.0, 4.0};  // B, bits per key element; each in (0, 16]
   double primary_budget = 2.0;            // the budget of the per-cell correlation (one of budgets)
   // The cell summary the verdict is stated on, named before the run (`primary_aggregation`):
-  // median (of per-head A), sum (A of the cell's summed errors), wins (share of heads won by
+  // routed (the model-wide routed allocation, the reference paper's), median (of per-head A), sum (A of the cell's summed errors), wins (share of heads won by
   // M), clipped_mean (mean of A clipped to [-1, 1]); the others are the sensitivity table.
-  std::string primary_aggregation = "median";
+  std::string primary_aggregation = "routed";
   double error_floor = 0x1p-48;  // ties of recomputed errors (pipeline/head.hpp kFloat32ErrorFloor)
   QuerySet queries = QuerySet::Decode;
   Backend backend = Backend::Auto;
