@@ -54,10 +54,9 @@ constexpr double kSpanPreferenceMin = 0.75;   // pi_j ~ U(0.75, 1): how strongly
 constexpr double kSpanTokenMin = 0.85;        // nu_t ~ U(0.85, 1): key amplitude of each span token
 constexpr double kLocalCenterPeriod = 16.0;   // local kernel centred on omega = 1/16 rad per token
 constexpr double kLocalLogWidth = 2.0794415416798357;  // ln 8: its width in log-frequency
-constexpr int kLocalTableTokens = 4096;       // the kernel sums are tabulated over D < 4096
-constexpr double kLocalKappaStep = 0.25;      // ... for kappa_l = 0, 0.25, ..., 40 nats
-constexpr int kLocalKappaSteps = 160;
-constexpr double kMaxSpanKappa = 60.0;
+constexpr int kLocalWindow = 16;              // the local share: the query's 16 most recent positions
+constexpr int kShareReference = 256;          // shares are solved over the 256 most recent positions
+constexpr double kMaxKappa = 80.0;            // the share solves search kappa in [0, 80] nats
 constexpr int kMaxLayers = 4096, kMaxHeads = 4096, kMaxGroup = 256, kMaxHeadDim = 1024;
 constexpr int kMaxPrompt = 1 << 22, kMaxDecode = 1 << 20;
 constexpr const char* kGeneratorVersion = "tierlab-synthetic/2";
@@ -177,7 +176,7 @@ double layer_depth(int layer, int n_layers) { return (layer + 0.5) / n_layers; }
 
 // Kind weights at depth x: more sink heads late, more local and diffuse heads early.
 std::array<double, 4> kind_weights(const SynthParams& p, double x) {
-  return {p.mix_sink * (0.25 + 1.5 * x), p.mix_local * (1.75 - 1.5 * x), p.mix_retrieval,
+  return {p.mix_sink * (0.1 + 1.9 * x), p.mix_local * (1.9 - 1.8 * x), p.mix_retrieval,
           p.mix_diffuse * (1.25 - 0.5 * x)};
 }
 
@@ -447,8 +446,8 @@ void set_llm_head_model(SynthParams& p) {
   p.mix_local = 0.25;
   p.mix_retrieval = 0.04;
   p.mix_diffuse = 0.31;
-  p.logit_scale_min = 2.5;
-  p.logit_scale_max = 7.0;
+  p.logit_scale_min = 2.0;
+  p.logit_scale_max = 6.0;
   p.sink_mass_min = 0.3;
   p.sink_mass_max = 0.85;
   p.local_mass_min = 0.3;
@@ -588,16 +587,14 @@ class HeadSynth {
   void draw_span_structure(Rng& srng);
   void draw_sink_structure(Rng& srng);
   void draw_local_structure(Rng& srng);
-  void tabulate_local_kernel();
-  double local_sum(int j, int n_tokens) const;
-  double solve_local_kappa(int n_tokens, double target) const;
-  double solve_span_kappa(const std::vector<double>& prefs, double target) const;
   void make_key(Rng& rng, int position, std::vector<double>& state, bool first, double* pre) const;
   void synth_prompt_keys(HeadData& out);
   void synth_decode_keys(HeadData& out);
   void store_key(int position, const std::vector<double>& post);
-  void logits(const std::vector<double>& q, int n, std::vector<double>& out) const;
-  double solve_sink_beta(const std::vector<double>& q, int pos, double share) const;
+  void logits(const std::vector<double>& q, const std::vector<int>& positions, std::vector<double>& out) const;
+  double solve_share(const std::vector<double>& a, const std::vector<double>& v, const std::vector<char>& in_set,
+                     double share) const;
+  double solve_sink_beta(const std::vector<double>& a, const std::vector<double>& b, double share) const;
   void fill_values(MatrixRM& m, int rows, Stream stream) const;
   void synth_queries(HeadData& out) const;
   void add_structure(int pos, const Shares& sh, const std::vector<double>& prefs, std::vector<double>& q) const;
@@ -621,16 +618,11 @@ class HeadSynth {
   double sink_amp = 0.0;
   std::vector<double> local_dir;  // m (unit); every key carries local_amp m
   double local_amp = 0.0;
-  std::vector<double> local_table;  // [j * n_local + D]: sum_{D' <= D} (e^{kappa_j g(D')} - 1)
-  std::vector<double> local_tail;   // [j]: mean of (e^{kappa_j g(D)} - 1) over the last half of the table
-  int n_local = 0;
   std::vector<std::vector<double>> span_dirs;     // v_j (unit), retrieval heads
   std::vector<std::vector<double>> span_targets;  // tau_j (unit, post-RoPE)
   std::vector<double> span_pref;                  // pi_j
   std::vector<double> span_token_amp;             // span_amp nu_t on span tokens, 0 elsewhere
-  std::vector<double> span_geom;                  // nu_t (tau_j . R(t) v_j) on span tokens
   std::vector<int> span_of;
-  std::vector<int> span_tokens;                   // all span token positions
   double span_amp = 0.0;
 
   std::vector<double> keys_cm;       // post-RoPE keys of positions 0..T+S-1, channel-major [c * (T + S) + t]
@@ -658,7 +650,6 @@ HeadSynth::HeadSynth(const SynthParams& params, int layer_index, int kv_head_ind
       sink_dir(d, 0.0),
       local_dir(d, 0.0),
       span_token_amp(T, 0.0),
-      span_geom(T, 0.0),
       span_of(T, -1) {
   const double sd_share = std::sqrt(1.0 - kOutlierMeanShare * kOutlierMeanShare);
   for (std::size_t k = 0; k < plan.outliers.size(); ++k) {
@@ -679,10 +670,7 @@ HeadSynth::HeadSynth(const SynthParams& params, int layer_index, int kv_head_ind
   Rng srng(head_seed(p, layer, kv_head, Stream::Structure));
   if (!plan.spans.empty() && plan.span_mass > 0.0) draw_span_structure(srng);
   if (plan.sink_mass > 0.0) draw_sink_structure(srng);
-  if (plan.local_mass > 0.0) {
-    draw_local_structure(srng);
-    tabulate_local_kernel();
-  }
+  if (plan.local_mass > 0.0) draw_local_structure(srng);
 }
 
 void HeadSynth::draw_span_structure(Rng& srng) {
@@ -696,16 +684,11 @@ void HeadSynth::draw_span_structure(Rng& srng) {
     std::vector<double> target(d, 0.0), rot(d);
     for (int t = plan.spans[j].begin; t < plan.spans[j].end; ++t) {
       span_of[t] = static_cast<int>(j);
-      span_tokens.push_back(t);
       span_token_amp[t] = span_amp * srng.uniform(kSpanTokenMin, 1.0);
       rope_rotate(v.data(), rot.data(), t, omega);
       for (int c = 0; c < d; ++c) target[c] += rot[c];
     }
     normalize(target);
-    for (int t = plan.spans[j].begin; t < plan.spans[j].end; ++t) {
-      rope_rotate(v.data(), rot.data(), t, omega);
-      span_geom[t] = span_token_amp[t] / span_amp * dot(target, rot);
-    }
     span_dirs.push_back(v);
     span_targets.push_back(target);
   }
@@ -733,72 +716,6 @@ void HeadSynth::draw_local_structure(Rng& srng) {
     local_dir[2 * i + 1] = std::sqrt(h) * std::sin(phase);
   }
   normalize(local_dir);
-}
-
-void HeadSynth::tabulate_local_kernel() {
-  n_local = std::min(T + S, kLocalTableTokens);
-  std::vector<double> h(P), kernel(n_local);
-  for (int i = 0; i < P; ++i) h[i] = local_dir[2 * i] * local_dir[2 * i] + local_dir[2 * i + 1] * local_dir[2 * i + 1];
-  for (int D = 0; D < n_local; ++D) {
-    double s = 0.0;
-    for (int i = 0; i < P; ++i) s += h[i] * std::cos(omega[i] * D);
-    kernel[D] = s;
-  }
-  const int J = kLocalKappaSteps + 1;
-  local_table.assign(static_cast<std::size_t>(J) * n_local, 0.0);
-  local_tail.assign(J, 0.0);
-  const int tail_from = n_local / 2;
-  for (int j = 0; j < J; ++j) {
-    const double kappa = j * kLocalKappaStep;
-    double acc = 0.0, tail = 0.0;
-    for (int D = 0; D < n_local; ++D) {
-      const double e = std::expm1(kappa * kernel[D]);
-      acc += e;
-      if (D >= tail_from) tail += e;
-      local_table[static_cast<std::size_t>(j) * n_local + D] = acc;
-    }
-    local_tail[j] = tail / (n_local - tail_from);
-  }
-}
-
-// sum_{D = 0}^{n_tokens - 1} (e^{kappa_j g(D)} - 1), beyond the table extrapolated by its tail mean.
-double HeadSynth::local_sum(int j, int n_tokens) const {
-  const double* row = local_table.data() + static_cast<std::size_t>(j) * n_local;
-  if (n_tokens <= n_local) return n_tokens > 0 ? row[n_tokens - 1] : 0.0;
-  return row[n_local - 1] + (n_tokens - n_local) * local_tail[j];
-}
-
-// The kernel height kappa_l (nats) whose boosts over n_tokens positions sum to `target`
-// (linear interpolation on the table; the largest tabulated kappa when out of reach).
-double HeadSynth::solve_local_kappa(int n_tokens, double target) const {
-  if (target <= 0.0) return 0.0;
-  double prev = 0.0;
-  for (int j = 1; j <= kLocalKappaSteps; ++j) {
-    const double cur = local_sum(j, n_tokens);
-    if (cur >= target) {
-      const double f = cur > prev ? (target - prev) / (cur - prev) : 1.0;
-      return (j - 1 + std::clamp(f, 0.0, 1.0)) * kLocalKappaStep;
-    }
-    prev = cur;
-  }
-  return kLocalKappaSteps * kLocalKappaStep;
-}
-
-// kappa_r with sum_{t in spans} e^{kappa_r pref_j(t) w_t} = target (bisection; 0 if target <= count).
-double HeadSynth::solve_span_kappa(const std::vector<double>& prefs, double target) const {
-  auto total = [&](double kappa) {
-    double s = 0.0;
-    for (int t : span_tokens) s += std::exp(kappa * prefs[span_of[t]] * span_geom[t]);
-    return s;
-  };
-  double lo = 0.0, hi = kMaxSpanKappa;
-  if (total(lo) >= target) return 0.0;
-  if (total(hi) <= target) return hi;
-  for (int it = 0; it < 60; ++it) {
-    const double mid = 0.5 * (lo + hi);
-    (total(mid) < target ? lo : hi) = mid;
-  }
-  return 0.5 * (lo + hi);
 }
 
 // Pre-RoPE key at `position`: mean + sigma (scale) z_t + structure. z_t is a unit AR(1) over
@@ -863,31 +780,75 @@ void HeadSynth::fill_values(MatrixRM& m, int rows, Stream stream) const {
     for (int c = 0; c < d; ++c) m(t, c) = static_cast<float>(rng.normal());
 }
 
-// out[t] = q . k_t / sqrt(d) for t = 0..n-1, accumulated channel by channel (the same order
-// for every t, so vectorising over t changes no bit).
-void HeadSynth::logits(const std::vector<double>& q, int n, std::vector<double>& out) const {
-  out.assign(n, 0.0);
+// out[r] = q . k_t / sqrt(d) for t = positions[r], accumulated channel by channel in double.
+void HeadSynth::logits(const std::vector<double>& q, const std::vector<int>& positions, std::vector<double>& out) const {
+  out.assign(positions.size(), 0.0);
   for (int c = 0; c < d; ++c) {
     const double qc = q[c];
     const double* row = keys_cm.data() + static_cast<std::size_t>(c) * (T + S);
-    for (int t = 0; t < n; ++t) out[t] += qc * row[t];
+    for (std::size_t r = 0; r < positions.size(); ++r) out[r] += qc * row[positions[r]];
   }
-  for (int t = 0; t < n; ++t) out[t] /= sqrt_d;
+  for (double& x : out) x /= sqrt_d;
 }
 
-// The sink coefficient beta for which, with q + beta u, the first token holds `share` of the
-// softmax over positions 0..pos: s_0(beta) - ln sum_{t=1..pos} e^{s_t(beta)} = ln(share / (1 - share)),
-// s_t(beta) = a_t + beta b_t (a from q, b from u). Newton from the estimate that ignores b_t, t > 0.
-double HeadSynth::solve_sink_beta(const std::vector<double>& q, int pos, double share) const {
-  std::vector<double> a, b;
-  logits(q, pos + 1, a);
-  logits(sink_dir, pos + 1, b);
+// kappa in [0, kMaxKappa] for which the entries r >= 1 with in_set[r] hold `share` of the
+// softmax of s_r = a_r + kappa v_r over the entries r >= 1:
+//   f(kappa) = LSE_in(s) - LSE_out(s) - ln(share / (1 - share)) = 0,
+//   f'(kappa) = mean_in(v) - mean_out(v) (softmax-weighted); Newton, kept in a bisection bracket.
+// 0 when the set already holds the share at kappa = 0.
+double HeadSynth::solve_share(const std::vector<double>& a, const std::vector<double>& v, const std::vector<char>& in_set,
+                              double share) const {
+  const std::size_t n = a.size();
+  const double target = std::log(share / (1.0 - share));
+  auto eval = [&](double kappa, double& slope) {
+    double mx_in = -std::numeric_limits<double>::infinity(), mx_out = mx_in;
+    for (std::size_t r = 1; r < n; ++r) {
+      const double s = a[r] + kappa * v[r];
+      if (in_set[r]) mx_in = std::max(mx_in, s);
+      else mx_out = std::max(mx_out, s);
+    }
+    double z_in = 0, z_out = 0, v_in = 0, v_out = 0;
+    for (std::size_t r = 1; r < n; ++r) {
+      const double s = a[r] + kappa * v[r];
+      if (in_set[r]) {
+        const double e = std::exp(s - mx_in);
+        z_in += e, v_in += e * v[r];
+      } else {
+        const double e = std::exp(s - mx_out);
+        z_out += e, v_out += e * v[r];
+      }
+    }
+    if (z_in <= 0.0) return -std::numeric_limits<double>::infinity();
+    if (z_out <= 0.0) return std::numeric_limits<double>::infinity();
+    slope = v_in / z_in - v_out / z_out;
+    return (mx_in + std::log(z_in)) - (mx_out + std::log(z_out)) - target;
+  };
+  double slope = 0.0, unused = 0.0;
+  double f = eval(0.0, slope);
+  if (!(f < 0.0)) return 0.0;
+  double lo = 0.0, hi = kMaxKappa, kappa = 0.0;
+  if (eval(hi, unused) <= 0.0) return hi;
+  for (int it = 0; it < 60 && std::abs(f) > 1e-9; ++it) {
+    double next = slope > 0.0 ? kappa - f / slope : 0.5 * (lo + hi);
+    if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+    kappa = next;
+    f = eval(kappa, slope);
+    (f < 0.0 ? lo : hi) = kappa;
+  }
+  return kappa;
+}
+
+// The sink coefficient beta for which the first token holds `share` of the softmax of
+// s_t = a_t + beta b_t over positions 0..n-1: s_0 - ln sum_{t >= 1} e^{s_t} = ln(share / (1 - share)).
+// Newton from the estimate that ignores b_t for t > 0 (b_0 ~ 2 sqrt(d) / sqrt(d) = 2 dominates).
+double HeadSynth::solve_sink_beta(const std::vector<double>& a, const std::vector<double>& b, double share) const {
+  const int n = static_cast<int>(a.size());
   const double target = std::log(share / (1.0 - share));
   auto rest = [&](double beta, double& weighted_b) {  // ln sum_{t >= 1} e^{s_t}, and the softmax mean of b
     double mx = -std::numeric_limits<double>::infinity();
-    for (int t = 1; t <= pos; ++t) mx = std::max(mx, a[t] + beta * b[t]);
+    for (int t = 1; t < n; ++t) mx = std::max(mx, a[t] + beta * b[t]);
     double z = 0.0, zb = 0.0;
-    for (int t = 1; t <= pos; ++t) {
+    for (int t = 1; t < n; ++t) {
       const double e = std::exp(a[t] + beta * b[t] - mx);
       z += e;
       zb += e * b[t];
@@ -895,7 +856,7 @@ double HeadSynth::solve_sink_beta(const std::vector<double>& q, int pos, double 
     weighted_b = zb / z;
     return mx + std::log(z);
   };
-  if (b[0] <= 0.0) return 0.0;
+  if (b[0] <= 0.0 || n < 2) return 0.0;
   double wb = 0.0;
   double beta = (target + rest(0.0, wb) - a[0]) / b[0];
   for (int it = 0; it < 12; ++it) {
@@ -909,26 +870,50 @@ double HeadSynth::solve_sink_beta(const std::vector<double>& q, int pos, double 
 }
 
 // Adds the local, span and sink components to the post-RoPE query q (content and drift) at
-// position pos, for the shares sh.
+// position pos, for the shares sh. Each is solved on the exact logits over the query's
+// reference positions: the first token, the spans and the 256 most recent positions (all of
+// 0..pos while pos < 256). In that set the first token holds m_s, the spans m_r and the 16
+// most recent positions m_l of the rest; the positions older than the reference dilute them,
+// so over a longer context attention spreads.
+// Order: local (m_l / (1 - m_s - m_r) of the set without the first token, before the spans),
+// spans (m_r / (1 - m_s)), then the first token (m_s).
 void HeadSynth::add_structure(int pos, const Shares& sh, const std::vector<double>& prefs,
                               std::vector<double>& q) const {
-  const int n = pos + 1;  // keys 0..pos
+  const int recent = std::max(1, pos - kShareReference + 1);
+  std::vector<int> ref = {0};
+  if (!span_targets.empty())
+    for (const Span& sp : plan.spans)
+      for (int t = sp.begin; t < std::min(sp.end, recent); ++t) ref.push_back(t);
+  for (int t = recent; t <= pos; ++t) ref.push_back(t);
+  const std::size_t n = ref.size();
+  std::vector<double> a, v;
+  logits(q, ref, a);
   if (sh.local > 0.0) {
     std::vector<double> local_post(d);
     rope_rotate(local_dir.data(), local_post.data(), pos, omega);
-    const double kappa = solve_local_kappa(n, sh.local / sh.content * n);
+    logits(local_post, ref, v);
+    for (double& x : v) x *= sqrt_d / local_amp;  // kappa v_t = kappa g(pos - t) + cross terms
+    std::vector<char> in_window(n, 0);
+    for (std::size_t r = 1; r < n; ++r) in_window[r] = ref[r] > pos - kLocalWindow;
+    const double kappa = solve_share(a, v, in_window, sh.local / (1.0 - sh.sink - sh.span));
     const double beta = kappa * sqrt_d / local_amp;
     for (int c = 0; c < d; ++c) q[c] += beta * local_post[c];
+    for (std::size_t r = 0; r < n; ++r) a[r] += kappa * v[r];
   }
   if (sh.span > 0.0) {
-    const double kappa = solve_span_kappa(prefs, sh.span / sh.content * n);
-    for (std::size_t j = 0; j < span_targets.size(); ++j) {
-      const double b = sqrt_d * kappa * prefs[j] / span_amp;
-      for (int c = 0; c < d; ++c) q[c] += b * span_targets[j][c];
-    }
+    std::vector<double> dir(d, 0.0);
+    for (std::size_t j = 0; j < span_targets.size(); ++j)
+      for (int c = 0; c < d; ++c) dir[c] += sqrt_d * prefs[j] / span_amp * span_targets[j][c];
+    logits(dir, ref, v);  // kappa v_t = kappa pi_j nu_t (tau_j . R(t) v_j) on span j's tokens
+    std::vector<char> in_span(n, 0);
+    for (std::size_t r = 1; r < n; ++r) in_span[r] = ref[r] < T && span_of[ref[r]] >= 0;
+    const double kappa = solve_share(a, v, in_span, sh.span / (1.0 - sh.sink));
+    for (int c = 0; c < d; ++c) q[c] += kappa * dir[c];
+    for (std::size_t r = 0; r < n; ++r) a[r] += kappa * v[r];
   }
   if (sh.sink > 0.0 && sink_amp > 0.0) {
-    const double beta = solve_sink_beta(q, pos, sh.sink);
+    logits(sink_dir, ref, v);
+    const double beta = solve_sink_beta(a, v, sh.sink);
     for (int c = 0; c < d; ++c) q[c] += beta * sink_dir[c];
   }
 }
@@ -961,7 +946,7 @@ void HeadSynth::synth_queries(HeadData& out) const {
     Shares sh;
     sh.sink = mu * plan.sink_mass;
     sh.local = mu * plan.local_mass;
-    sh.span = span_tokens.empty() ? 0.0 : mu * plan.span_mass;
+    sh.span = span_targets.empty() ? 0.0 : mu * plan.span_mass;
     const double structure = sh.sink + sh.local + sh.span;
     if (structure > kMaxStructureMass) {
       const double f = kMaxStructureMass / structure;
