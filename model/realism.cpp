@@ -82,6 +82,9 @@ int checked_length(const TraceMeta& meta, int length, int w) {
   if (w > W)
     throw InputError("realism window = " + std::to_string(w) + " is larger than the trace's observation window W = " +
                      std::to_string(W) + ".");
+  if (w > L)
+    throw InputError("realism window = " + std::to_string(w) + " is larger than the length L = " + std::to_string(L) +
+                     ".");
   if (L > T || L - w < T - W)
     throw InputError("realism length L = " + std::to_string(L) + " needs observation queries at positions " +
                      std::to_string(L - w) + ".." + std::to_string(L - 1) + ", but the trace's are at " +

@@ -7,16 +7,14 @@
 // the end.
 //
 // Logits of a query at position p over the keys t = 0..p (MODEL.md section 2: s_t = q.k_t /
-// sqrt(d), nats) are built as
-//   s_t = content_t + [t = 0] s_0 + kappa_l g(p - t) + [t in span j] kappa_r pi_j w_t
+// sqrt(d), nats) are, up to cross terms with the key content,
+//   s_t = content_t + [t = 0] s_0 + kappa_l g(p - t) + [t in span j] kappa_r pi_j nu_t
 // content_t the query's content against the key's (standard deviation lambda nu_q over t, nu_q a
-// per-query log-normal factor), g the RoPE kernel sum_i h_i cos(omega_i (p - t)) with g(0) = 1,
-// w_t the span token's amplitude. For the query's target shares (m_s, m_l, m_r and the content's
-// m_c = 1 - m_s - m_l - m_r), kappa_l and kappa_r are solved so that the boosts, on tokens of
-// average content weight, hold (m_l / m_c) and (m_r / m_c) times the content:
-//   sum_{D=0}^{p} (e^{kappa_l g(D)} - 1) = (m_l / m_c) (p + 1),  sum_{t in spans} e^{kappa_r pi_j w_t} = (m_r / m_c) (p + 1)
-// and s_0 is solved exactly (Newton on the sink component) so that the first token's share of
-// the query's softmax over 0..p is m_s.
+// per-query log-normal factor), g the RoPE kernel sum_i h_i cos(omega_i (p - t)) with g(0) = 1.
+// Over the query's reference positions R (the first token, the spans and the 256 most recent
+// positions) kappa_l, kappa_r and s_0 are solved on the exact logits so that, of the softmax
+// over R, the 16 most recent positions hold m_l, the spans m_r and the first token m_s (the
+// query head's shares); positions older than R dilute them.
 #include "model/synthetic.hpp"
 
 #include <algorithm>
@@ -56,7 +54,7 @@ constexpr double kLocalCenterPeriod = 16.0;   // local kernel centred on omega =
 constexpr double kLocalLogWidth = 2.0794415416798357;  // ln 8: its width in log-frequency
 constexpr int kLocalWindow = 16;              // the local share: the query's 16 most recent positions
 constexpr int kShareReference = 256;          // shares are solved over the 256 most recent positions
-constexpr double kMaxKappa = 80.0;            // the share solves search kappa in [0, 80] nats
+constexpr double kMaxKappa = 64.0;            // the share solves search kappa in [0, 64] nats
 constexpr int kMaxLayers = 4096, kMaxHeads = 4096, kMaxGroup = 256, kMaxHeadDim = 1024;
 constexpr int kMaxPrompt = 1 << 22, kMaxDecode = 1 << 20;
 constexpr const char* kGeneratorVersion = "tierlab-synthetic/2";
@@ -573,10 +571,10 @@ struct Shares {
   double sink = 0.0, local = 0.0, span = 0.0, content = 1.0;
 };
 
-// One head's generator in named steps. The constructor fixes the key-content scales, draws
-// the structure directions (sink, local, spans) from the Structure stream and tabulates the
-// local kernel; generate() then draws keys, values and queries, each from its own stream
-// (head_seed), in that order.
+// One head's generator in named steps. The constructor fixes the key-content scales and draws
+// the structure directions (spans, sink, local) from the Structure stream; generate() then
+// draws keys, values and queries, each from its own stream (head_seed), in that order, and
+// solves each query's structure on the generated keys (kept in double, channel-major).
 class HeadSynth {
  public:
   HeadSynth(const SynthParams& params, int layer_index, int kv_head_index);
@@ -791,11 +789,12 @@ void HeadSynth::logits(const std::vector<double>& q, const std::vector<int>& pos
   for (double& x : out) x /= sqrt_d;
 }
 
-// kappa in [0, kMaxKappa] for which the entries r >= 1 with in_set[r] hold `share` of the
+// kappa in [0, 64] for which the entries r >= 1 with in_set[r] hold `share` of the
 // softmax of s_r = a_r + kappa v_r over the entries r >= 1:
 //   f(kappa) = LSE_in(s) - LSE_out(s) - ln(share / (1 - share)) = 0,
-//   f'(kappa) = mean_in(v) - mean_out(v) (softmax-weighted); Newton, kept in a bisection bracket.
-// 0 when the set already holds the share at kappa = 0.
+//   f'(kappa) = mean_in(v) - mean_out(v) (softmax-weighted); Newton, kept in a bisection bracket
+// found by doubling kappa from 0.5. 0 when the set already holds the share at kappa = 0; when no
+// kappa up to 64 reaches it, the doubling step that came closest.
 double HeadSynth::solve_share(const std::vector<double>& a, const std::vector<double>& v, const std::vector<char>& in_set,
                               double share) const {
   const std::size_t n = a.size();
@@ -823,11 +822,26 @@ double HeadSynth::solve_share(const std::vector<double>& a, const std::vector<do
     slope = v_in / z_in - v_out / z_out;
     return (mx_in + std::log(z_in)) - (mx_out + std::log(z_out)) - target;
   };
-  double slope = 0.0, unused = 0.0;
+  double slope = 0.0;
   double f = eval(0.0, slope);
   if (!(f < 0.0)) return 0.0;
-  double lo = 0.0, hi = kMaxKappa, kappa = 0.0;
-  if (eval(hi, unused) <= 0.0) return hi;
+  // Bracket the root by doubling kappa; where the share cannot be reached (a set whose v never
+  // dominates, e.g. RoPE side lobes as high as the window's), keep the kappa that came closest.
+  double lo = 0.0, hi = 0.0, best = 0.0, f_best = f, f_lo = f, slope_lo = slope;
+  for (double k = 0.5; k <= kMaxKappa; k *= 2.0) {
+    double s_k = 0.0;
+    const double f_k = eval(k, s_k);
+    if (f_k >= 0.0) {
+      hi = k;
+      break;
+    }
+    if (f_k > f_best) best = k, f_best = f_k;
+    lo = k, f_lo = f_k, slope_lo = s_k;
+  }
+  if (hi == 0.0) return best;
+  double kappa = lo;
+  f = f_lo;
+  slope = slope_lo;
   for (int it = 0; it < 60 && std::abs(f) > 1e-9; ++it) {
     double next = slope > 0.0 ? kappa - f / slope : 0.5 * (lo + hi);
     if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);

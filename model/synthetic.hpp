@@ -10,11 +10,12 @@
 //               standard deviation lambda (the head's logit scale, nats) over all earlier tokens
 // A head's dominant component (its "kind") is drawn from the mix weights, modulated by the
 // layer's depth (more sink heads late, more local and diffuse heads early); every head also
-// gets a smaller first-token and local share. The structured components are set per query from
-// the content's partition function at the query's position, so their shares hold at every T
-// while the content part spreads as T grows. Keys have large outlier channels (queries too, on
-// the same channels), some outlier tokens, correlated neighbours and RoPE (keys_pre_rope are
-// stored too); GQA groups of g query heads share one KV head; decode queries drift step by step.
+// gets a smaller first-token and local share. The structured components are solved per query
+// on its exact logits so that the shares hold over its 256 most recent positions (plus the
+// first token and the spans); older positions dilute them, so attention spreads as T grows.
+// Keys have large outlier channels (queries too, on the same channels), some outlier tokens,
+// correlated neighbours and RoPE (keys_pre_rope are stored too); GQA groups of g query heads
+// share one KV head; decode queries drift step by step.
 // Each head's random streams are seeded by (preset name, seed, layer, kv_head).
 // Same parameters and seed -> byte-identical file.
 #include <cstdint>
