@@ -1,11 +1,16 @@
-// tierlab info TRACE [--json]
+// tierlab info TRACE [--json] [--realism [--lengths L,...] [--window W]]
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "model/error.hpp"
+#include "model/realism.hpp"
 #include "model/trace.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/realism_output.hpp"
+#include "scenarios/run/progress.hpp"
 
 namespace tierlab::cli {
 
@@ -13,13 +18,41 @@ void add_info(CLI::App& app) {
   struct Args {
     std::string trace;
     bool json = false;
+    bool realism = false;
+    std::string lengths;
+    int window = 0;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("info", "Show a trace's shapes, dtypes and provenance");
   cmd->add_option("trace", args->trace, "Trace file (safetensors)")->required();
   cmd->add_flag("--json", args->json, "Print JSON");
-  cmd->callback([args]() {
+  cmd->add_flag("--realism", args->realism,
+                "Print the realism statistics (entropy, first-token mass, tokens holding 90%, margin, 2-bit noise, "
+                "channel spreads over the causal observation queries; docs/synthetic.md)");
+  cmd->add_option("--lengths", args->lengths,
+                  "With --realism: statistics of the trace cut to these prompt lengths (e.g. 64,128,256; needs "
+                  "observation queries reaching back to L - window)");
+  cmd->add_option("--window", args->window, "With --realism: observation queries per query head at each length (default W)");
+  cmd->callback([args, cmd]() {
     TraceReader reader(args->trace);
+    if ((cmd->count("--lengths") > 0 || cmd->count("--window") > 0) && !args->realism)
+      throw InputError("options --lengths and --window go with --realism.");
+    if (args->realism) {
+      RealismOptions opt;
+      opt.window = args->window;
+      if (cmd->count("--lengths") > 0) opt.lengths = parse_length_list(args->lengths, "--lengths");
+      TerminalProgress bar("realism");
+      const RealismReport report = trace_realism(reader, opt, [&](int d, int t) { bar.update(d, t); });
+      bar.finish();
+      if (args->json) {
+        std::printf("%s\n", nlohmann::json({{"path", args->trace}, {"realism", realism_json(report)}}).dump(2).c_str());
+        return;
+      }
+      std::printf("realism statistics (docs/synthetic.md): median [p10, p90] over heads, causal observation queries\n");
+      const std::string name = std::filesystem::path(args->trace).filename().string();
+      std::printf("%s", report.table(name).c_str());
+      return;
+    }
     const TraceMeta& m = reader.meta();
     std::size_t spans = 0;
     for (const auto& s : m.spans) spans += s.size();
