@@ -100,7 +100,10 @@ struct CausalRowSums {
   int kept = 0;
 };
 
-CausalRowSums causal_row_double(const HeadProblem& hp, const Selection& sel, int row, int limit) {
+// Every selection of one row: the exact logits, attention and output once, then each
+// selection's approximate attention against them (no allocation per token).
+void causal_row_double(const HeadProblem& hp, const std::vector<Selection>& sels, int row, int limit,
+                       CausalRowSums* out /* one per selection */) {
   const MatrixRM& Q = *hp.queries;
   const MatrixRM& K = *hp.exact_keys;
   const MatrixRM& V = *hp.values;
@@ -108,37 +111,51 @@ CausalRowSums causal_row_double(const HeadProblem& hp, const Selection& sel, int
   const double scale = 1.0 / std::sqrt(double(d));
   const Eigen::VectorXd q = Q.row(row).transpose().cast<double>();
   std::vector<double> s(limit), sh(limit);
-  double m = -std::numeric_limits<double>::infinity(), mh = m;
-  CausalRowSums r;
+  double m = -std::numeric_limits<double>::infinity();
   for (int t = 0; t < limit; ++t) {
     s[t] = K.row(t).cast<double>().dot(q) * scale;
     m = std::max(m, s[t]);
-    if (sel[t] != 0) {
-      sh[t] = hp.variants[sel[t] - 1]->row(t).cast<double>().dot(q) * scale;
-      mh = std::max(mh, sh[t]);
-      r.logit_sq += (sh[t] - s[t]) * (sh[t] - s[t]);
-      ++r.kept;
+  }
+  std::vector<double> e(limit);  // exp(s - m)
+  double z = 0;
+  for (int t = 0; t < limit; ++t) z += (e[t] = std::exp(s[t] - m));
+  std::vector<double> o(static_cast<std::size_t>(d), 0.0), D(static_cast<std::size_t>(d));
+  for (int t = 0; t < limit; ++t) {
+    const double p = e[t] / z;
+    const float* v = V.row(t).data();
+    for (int i = 0; i < d; ++i) o[i] += p * double(v[i]);
+  }
+  double o2 = 0;
+  for (int i = 0; i < d; ++i) o2 += o[i] * o[i];
+  for (std::size_t k = 0; k < sels.size(); ++k) {
+    const Selection& sel = sels[k];
+    CausalRowSums& r = out[k];
+    double mh = -std::numeric_limits<double>::infinity();
+    for (int t = 0; t < limit; ++t)
+      if (sel[t] != 0) {
+        sh[t] = hp.variants[sel[t] - 1]->row(t).cast<double>().dot(q) * scale;
+        mh = std::max(mh, sh[t]);
+        r.logit_sq += (sh[t] - s[t]) * (sh[t] - s[t]);
+        ++r.kept;
+      }
+    double zh = 0;
+    for (int t = 0; t < limit; ++t) {
+      sh[t] = sel[t] != 0 ? std::exp(sh[t] - mh) : 0.0;
+      zh += sh[t];
     }
+    std::fill(D.begin(), D.end(), 0.0);
+    for (int t = 0; t < limit; ++t) {
+      const double p = e[t] / z;
+      const double delta = (zh > 0 ? sh[t] / zh : 0.0) - p;
+      const float* v = V.row(t).data();
+      for (int i = 0; i < d; ++i) D[i] += delta * double(v[i]);
+      r.tv += 0.5 * std::abs(delta);
+    }
+    double d2 = 0;
+    for (int i = 0; i < d; ++i) d2 += D[i] * D[i];
+    r.abs = d2;
+    r.rel = zh > 0 ? rel_of(r.abs, o2) : 1.0;
   }
-  double z = 0, zh = 0;
-  for (int t = 0; t < limit; ++t) {
-    s[t] = std::exp(s[t] - m);
-    z += s[t];
-    sh[t] = sel[t] != 0 ? std::exp(sh[t] - mh) : 0.0;
-    zh += sh[t];
-  }
-  Eigen::VectorXd o = Eigen::VectorXd::Zero(d), D = Eigen::VectorXd::Zero(d);
-  for (int t = 0; t < limit; ++t) {
-    const double p = s[t] / z;
-    const double delta = (zh > 0 ? sh[t] / zh : 0.0) - p;
-    const Eigen::VectorXd v = V.row(t).transpose().cast<double>();
-    o += p * v;
-    D += delta * v;
-    r.tv += 0.5 * std::abs(delta);
-  }
-  r.abs = D.squaredNorm();
-  r.rel = zh > 0 ? rel_of(r.abs, o.squaredNorm()) : 1.0;
-  return r;
 }
 
 void grow(std::vector<float>& v, std::size_t n) {
@@ -565,12 +582,14 @@ class CpuRecomputer final : public Recomputer {
     const HeadProblem& hp = batch.problem;
     const int nsel = static_cast<int>(batch.selections.size());
     const int nq = static_cast<int>(hp.queries->rows());
+    std::vector<cpu::CausalRowSums> by_row(std::size_t(nsel) * nq);  // [r * nsel + s]
+    // Rows are tasks when there are enough of them (each does its exact part once).
+#pragma omp parallel for schedule(dynamic, 4) if (threads_inside && nq >= 8)
+    for (int r = 0; r < nq; ++r)
+      cpu::causal_row_double(hp, batch.selections, r, hp.visible[r], &by_row[std::size_t(r) * nsel]);
     std::vector<cpu::CausalRowSums> rows(std::size_t(nsel) * nq);
-#pragma omp parallel for schedule(dynamic, 1) if (threads_inside)
-    for (int task = 0; task < nsel * nq; ++task) {
-      const int s = task / nq, r = task % nq;
-      rows[task] = cpu::causal_row_double(hp, batch.selections[s], r, hp.visible[r]);
-    }
+    for (int r = 0; r < nq; ++r)
+      for (int s = 0; s < nsel; ++s) rows[std::size_t(s) * nq + r] = by_row[std::size_t(r) * nsel + s];
     std::vector<ErrorMetrics> out(nsel);
     for (int s = 0; s < nsel; ++s) {
       double lsq = 0;
