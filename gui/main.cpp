@@ -24,7 +24,7 @@ const char* kHelp =
     "  SCENARIO.yaml             a scenario file; its run (out/<name>) feeds the interior,\n"
     "                            phase-map and staleness views (Scenario > Run when missing)\n"
     "  RUN_DIR                   a folder written by `tierlab run` (holds scenario.yaml)\n"
-    "  PRESET or preset:NAME[:T] a synthetic preset (tiny, llama-like, mistral-like, qwen-like)\n"
+    "  PRESET or preset:NAME[:T] a synthetic preset (tierlab synth --help lists them: tiny, llama-like, ..., llama-3.1-8b, mistral-7b, qwen3-8b)\n"
     "                            at context length T, generated in memory\n"
     "  CHECKPOINT.bin            a llama2.c checkpoint captured on the fly, e.g.\n"
     "                            data/stories260K/stories260K.bin\n"
