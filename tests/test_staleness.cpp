@@ -288,6 +288,17 @@ TEST_CASE("the staleness key is validated with the file and line") {
   CHECK(d.find<StalenessAnalysis>()->spec.window == 0);  // the trace's observation window
   CHECK(d.find<StalenessAnalysis>()->spec.horizon == 1);
   CHECK(parse_scenario(head, "s.yaml").find<StalenessAnalysis>() == nullptr);
+  // The per-head options check themselves too (the explorer builds them by hand).
+  StalenessOptions bad;
+  bad.horizon = 0;
+  CHECK_THROWS_AS(bad.validate(), InputError);
+  bad = StalenessOptions{};
+  bad.window = -1;
+  CHECK_THROWS_AS(bad.validate(), InputError);
+  bad = StalenessOptions{};
+  bad.steps = {1, 4, 4};
+  CHECK_THROWS_AS(bad.validate(), InputError);
+  CHECK_NOTHROW(StalenessOptions{}.validate());
 }
 
 TEST_CASE("a run with staleness writes its tables, summary verdict and figures") {

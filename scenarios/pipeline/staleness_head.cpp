@@ -121,8 +121,8 @@ Materialized materialized(const HeadData& head, const StalenessOptions& opt, con
 
 void StalenessOptions::validate() const {
   ladder.validate();
-  if (!std::isfinite(budget) || budget <= 0)
-    throw InputError("staleness budget = " + format_number(budget) + " bits per element; it must be finite and > 0.");
+  if (!std::isfinite(budget) || budget < 0)
+    throw InputError("staleness budget = " + format_number(budget) + " bits per element; it must be finite and >= 0.");
   if (window < 0)
     throw InputError("staleness window = " + std::to_string(window) +
                      " decode steps; it must be >= 1 (or 0 for the trace's observation window).");
