@@ -59,7 +59,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   Series jac{"median Jaccard of evicted sets (stale vs fresh)", palette(0), Style::Line, {}, {}, 6};
   Series agr{"median tier agreement (stale vs fresh)", palette(2), Style::Line, {}, {}, 6};
   Series fam{"share of heads whose recomputed-best family is the one after prefill", palette(4), Style::Line, {}, {}, 6};
-  Series better{"share of heads where the fresh allocation beats the stale one", palette(1), Style::Dashed, {}, {}, 6};
+  Series better{"share of heads where the fresh allocation beats the stale one (of those where they differ)", palette(1), Style::Dashed, {}, {}, 6};
   double xlo = INFINITY, xhi = 0, rlo = 1, rhi = 1;
   for (const auto& r : st["rows"]) {
     const double x = double_or_nan(r, "step");
@@ -104,7 +104,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   return out;
 }
 
-std::string pct(double share) { return format_or_nan(100 * share, "%.1f") + "%"; }
+std::string pct(double share) { return std::isfinite(share) ? format_or_nan(100 * share, "%.1f") + "%" : "-"; }
 std::string num3(double v) { return format_or_nan(v, "%.3g"); }
 
 }  // namespace
@@ -202,7 +202,7 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
         if (std::isfinite(b)) a.bound.push_back(b);
         if (std::isfinite(jac)) a.jaccard.push_back(jac);
         if (std::isfinite(agr)) a.agreement.push_back(agr);
-        if (std::isfinite(es) && std::isfinite(ef)) ++a.compared, a.fresh_better += ef < es ? 1 : 0;
+        if (std::isfinite(es) && std::isfinite(ef) && es != ef) ++a.compared, a.fresh_better += ef < es ? 1 : 0;
         ++a.heads;
         a.same += same ? 1 : 0;
         if (!fam.empty()) ++a.family[fam];
@@ -258,7 +258,7 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
        "from the same W steps has the least exact error on steps s..s+k-1; same family = that family is the one after "
        "prefill (Q*, E*, M* from the observation queries, recomputed on step 1). The surrogate's argmin is M by "
        "construction and is not used.\n\n"
-    << "| step s | heads | median out of sample | fresh better | median aging | median bound (in-sample) | "
+    << "| step s | heads | median out of sample | fresh better (of heads where they differ) | median aging | median bound (in-sample) | "
        "median Jaccard | median tier agreement | best Q / E / M | same family as after prefill |\n"
        "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
@@ -280,11 +280,16 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
     }
   for (const auto& r : rows) later_same.push_back(double_or_nan(r, "share_same_family"));
   const auto& r1 = rows.back();
-  const double lo_ratio = later_ratio.empty() ? kNaN : *std::min_element(later_ratio.begin(), later_ratio.end());
-  const double hi_ratio = later_ratio.empty() ? kNaN : *std::max_element(later_ratio.begin(), later_ratio.end());
-  const double lo_share = later_share.empty() ? kNaN : *std::min_element(later_share.begin(), later_share.end());
-  const double hi_share = later_share.empty() ? kNaN : *std::max_element(later_share.begin(), later_share.end());
-  const double min_same = *std::min_element(later_same.begin(), later_same.end());
+  // The least and largest finite value (NaN when none).
+  const auto range = [](const std::vector<double>& v) {
+    double lo = kNaN, hi = kNaN;
+    for (const double x : v)
+      if (std::isfinite(x)) lo = std::isnan(lo) ? x : std::min(lo, x), hi = std::isnan(hi) ? x : std::max(hi, x);
+    return std::pair{lo, hi};
+  };
+  const auto [lo_ratio, hi_ratio] = range(later_ratio);
+  const auto [lo_share, hi_share] = range(later_share);
+  const double min_same = range(later_same).first;
   const double last_ratio = double_or_nan(r1, "median_ratio");
   const double last_bound = double_or_nan(r1, "median_ratio_insample");
   // A step where re-deciding pays: median ratio > 1.05 and the fresh allocation better for
