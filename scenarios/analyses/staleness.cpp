@@ -306,7 +306,7 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
   } else {
     s << "Out of sample, over steps 2.." << r1["step"] << " the median err_stale / err_fresh lies in ["
       << num3(lo_ratio) << ", " << num3(hi_ratio) << "] and the fresh allocation beats the stale one for "
-      << pct(lo_share) << " to " << pct(hi_share) << " of heads. ";
+      << pct(lo_share) << " to " << pct(hi_share) << " of the heads where the two differ. ";
     if (pays == n_later)
       s << "Re-deciding from the last W steps pays at every scored step after the first";
     else if (2 * pays > n_later)
@@ -319,7 +319,7 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
         << " scored steps (median ratio > 1.05, fresh better for most heads), does not pay at " << hurts
         << " (below 0.95) and is within 5% at the rest";
     s << "; at step " << r1["step"] << " the median ratio is " << num3(last_ratio) << " (fresh better for "
-      << pct(double_or_nan(r1, "share_fresh_better")) << " of heads).";
+      << pct(double_or_nan(r1, "share_fresh_better")) << " of the heads where they differ).";
   }
   s << " The stale allocation's median error at step " << r1["step"] << " is "
     << num3(double_or_nan(r1, "median_aging")) << " times its error at step 1 (aging"
@@ -328,9 +328,14 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
               "tokens, so compare allocations at one step rather than one allocation across steps"
             : "")
     << "). The in-sample bound err_stale / err_insample is " << num3(last_bound) << " at step " << r1["step"]
-    << " against " << num3(last_ratio)
-    << " out of sample: the difference is in-sample fit (M* fitted on the queries it is scored on), which no causal "
-       "policy can have. The recomputed-best family is the one after prefill for "
+    << " against " << num3(last_ratio) << " out of sample: "
+    << (last_bound >= last_ratio
+            ? "the difference is in-sample fit (M* fitted on the queries it is scored on), which no causal policy can "
+              "have."
+            : "here the allocation fitted on the scored step's own queries recomputes worse than the fresh one (the "
+              "surrogate on one step's g queries is not the exact error), so in-sample fit is no bound on the exact "
+              "error.")
+    << " The recomputed-best family is the one after prefill for "
     << pct(double_or_nan(r1, "share_same_family")) << " of heads at step " << r1["step"]
     << " (lowest over the steps: " << pct(min_same) << "): the family is "
     << (min_same >= 0.9 ? "stable" : min_same >= 0.7 ? "mostly stable" : "NOT stable");
