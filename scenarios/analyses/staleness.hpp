@@ -1,11 +1,20 @@
 #pragma once
-// Allocation staleness over decode steps (scenario key `staleness`, MODEL.md section 7):
-// per cell, every head's stale M* (observation queries) against a fresh M* at each listed
-// decode step s, at `budget` (pipeline/staleness_head.hpp states the quantities). Over all
-// cells' heads, per step: the median and mean of err_stale(s) / err_fresh(s), of the Jaccard
-// overlap of the evicted sets and of the tier agreement, and the share of heads whose best
-// family equals the observation's. Cell key "staleness". Tables: staleness.csv/.json (per
-// step), staleness_heads.csv (cell x head x step). Figures: staleness, staleness_overlap.
+// Allocation staleness over decode steps (scenario key `staleness`, MODEL.md section 7),
+// out of sample: per cell, every head's stale M* (decided from the observation queries after
+// prefill) against a fresh M* decided from the queries of the W decode steps before s
+// (observation rows filling in while s - 1 < W), both scored exactly on steps s..s+k-1, at
+// `budget` (pipeline/staleness_head.hpp states the quantities). Over all cells' heads, per
+// step: the median and mean of err_stale(s) / err_fresh(s) (out of sample) and of
+// err_stale(s) / err_stale(1) (aging), the median of err_stale(s) / err_insample(s) (the
+// in-sample BOUND, fitted on the scored queries), the share of heads where the fresh
+// allocation beats the stale one, the Jaccard overlap of the evicted sets and the tier
+// agreement, the recomputed-best family's shares (Q, E, M by exact error of the optima
+// decided from D(s)) and the share of heads whose recomputed-best family is the one after
+// prefill. Cell key "staleness". Tables: staleness.csv/.json (per step), staleness_heads.csv
+// (cell x head x step). Figures: staleness (ratios, log), staleness_overlap.
+//
+// Keys: steps (increasing, in [1, 4096]), budget (0, 16], window W in [1, 4096] (default:
+// each trace's observation window), horizon k in [1, 4096] (default 1).
 #include <vector>
 
 #include "scenarios/analyses/analysis.hpp"
@@ -15,6 +24,8 @@ namespace tierlab {
 struct StalenessSpec {
   std::vector<int> steps{1, 2, 4, 8, 16};  // increasing, each in [1, 4096]; steps > S are skipped
   double budget = 2.0;                     // (0, 16]
+  int window = 0;                          // W; 0: the trace's observation window
+  int horizon = 1;                         // k
 };
 
 class StalenessAnalysis final : public Analysis {
