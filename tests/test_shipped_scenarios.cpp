@@ -1,4 +1,4 @@
-// Every scenario file shipped under scenarios/files (the default set and extended/) parses
+// Every scenario file shipped under scenarios/files (the default set and paper/) parses
 // and validates, and the default set is what `tierlab run` without arguments runs.
 #include <catch2/catch.hpp>
 

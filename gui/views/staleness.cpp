@@ -86,7 +86,7 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
     const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
     f.title = "Staleness of head " + head + "'s M* over decode steps, B = " + format_label(s.budget) + " bits";
     std::ostringstream info;
-    info << "Live, head " << head << ": M* from the observation queries (stale) vs M* from step s's queries (fresh).\n"
+    info << "Live, head " << head << ": M* from the observation queries (stale) vs M* decided from the W steps before s (fresh, out of sample).\n"
          << "best family on the observation queries: " << (sh.family_obs.empty() ? "-" : sh.family_obs);
     if (sh.steps.empty()) info << "\nM is infeasible at B = " << format_label(s.budget);
     v.info = info.str();
