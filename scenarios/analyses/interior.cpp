@@ -28,6 +28,9 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Fewer cells than this: no rank correlation across cells is reported in summary.md (the
 // tables keep rho and its interval).
 constexpr std::size_t kMinCellsForRho = 5;
+// Fewer independent clusters than this: no verdict across cells either (a cluster bootstrap
+// over 2 model draws says nothing, however many logit scales or lengths each has).
+constexpr std::size_t kMinClustersForRho = 5;
 
 // NaN -> null in JSON.
 double verdict_err(const FamilyOutcome& f, QuerySet q) {
@@ -457,6 +460,12 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
     // over a handful of cells says nothing, so none is reported.
     s << "- " << xs.size() << " cells with a defined A and dominated share: too few for a rank correlation across cells (at least "
       << kMinCellsForRho << "; the headline relation is tested by the scenarios with many cells). Per-cell values: `tables/cells.csv`.\n";
+  } else if (r.clusters < kMinClustersForRho) {
+    s << "- Spearman rho(dominated share, " << sc.primary_aggregation << " A of the cell) over " << xs.size()
+      << " cells = " << format_or_nan(rho, "%.3f") << ", but the cells come from " << r.clusters
+      << " independent model draws (preset x seed; at least " << kMinClustersForRho
+      << " are needed): no interval and no verdict across cells (the cells of one draw are not independent samples; the "
+         "headline relation is tested by scenario 01). Per-cell values: `tables/cells.csv`.\n";
   } else {
     s << "- Spearman rho(dominated share, " << sc.primary_aggregation << " A of the cell) over " << xs.size()
       << " cells in " << r.clusters << " independent clusters (model draw x seed) = " << format_or_nan(rho, "%.3f")
