@@ -12,6 +12,7 @@
 #include "model/synthetic.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/pipeline/advantage.hpp"
+#include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/head.hpp"
 
 using namespace tierlab;
@@ -149,4 +150,29 @@ TEST_CASE("the model-wide routed allocation meets the budget over the whole mode
     const double best = std::min(m.Q.feasible ? m.Q.err_decode : 1e300, m.E.err_decode);
     CHECK(m.advantage_decode == Approx(1 - std::max(m.routed.err_decode, kFloat32ErrorFloor) / best));
   }
+}
+
+TEST_CASE("tierlab solve at a total-bit budget: the materialised allocation measures within it at every scope",
+          "[verdicts][equal-memory]") {
+  SynthParams p = synth_preset("tiny");
+  p.seed = 6;
+  p.prompt_len = 200;
+  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdicts_solve.safetensors";
+  write_synthetic_trace(p, path);
+  const TraceReader trace(path);
+  for (const Scope scope : {Scope::Head, Scope::Layer, Scope::Model})
+    for (const double B : {1.5, 2.0, 3.0}) {
+      AllocateOptions o;
+      o.budget = B;
+      o.rate_kind = RateKind::Total;
+      o.scope = scope;
+      const AllocationReport r = allocate_trace(trace, o);
+      REQUIRE(r.has_solution());
+      INFO(to_string(scope) << " B = " << B);
+      CHECK(r.rate.total_bits <= B + 1e-9);
+      if (scope == Scope::Head)
+        for (const HeadSolveReport& h : r.heads) CHECK(h.rate.total_bits <= B + 1e-9);
+      // The reported bound is the one at B (valid for every allocation measuring <= B).
+      CHECK(r.lower_bound <= r.objective * (1 + 1e-12));
+    }
 }

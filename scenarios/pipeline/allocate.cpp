@@ -216,10 +216,10 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
   FamilyOptions fo_exact = fo;
   fo_exact.solver = FamilySolver::Exact;
 
-  auto make_problem = [&](const std::vector<int>& members, bool use_smoothed) {
+  auto make_problem = [&](const std::vector<int>& members, bool use_smoothed, double budget) {
     FamilyProblem p;
     p.rates = rates;
-    p.budget = opt.budget;
+    p.budget = budget;
     for (int i : members) {
       const KeptHead& k = kept[static_cast<std::size_t>(i)];
       p.heads.push_back(FamilyHead{use_smoothed ? &k.smoothed : &k.cost, &k.a, k.noise});
@@ -234,12 +234,73 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
   rep.status = SolveStatus::Trivial;
   rep.heads.resize(static_cast<std::size_t>(H));
   std::vector<std::vector<std::uint8_t>> tiers(static_cast<std::size_t>(H));
+  // The scope's MEASURED rate in the budget's kind (partial groups and metadata counted),
+  // token-weighted over its heads.
+  auto measured = [&](const std::vector<int>& members, const FamilyResult& r) {
+    double sum = 0, tokens = 0;
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const KeptHead& kh = kept[static_cast<std::size_t>(members[k])];
+      const int n = static_cast<int>(kh.cost.cols());
+      const Rate x = needs_head ? allocation_rate(trace.head(kh.layer, kh.kv_head), meta.rope, ladder, r.heads[k].tiers)
+                                : allocation_rate(n, meta.head_dim, ladder, r.heads[k].tiers);
+      sum += rate_of(x, opt.rate_kind) * n, tokens += n;
+    }
+    return tokens > 0 ? sum / tokens : 0.0;
+  };
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const auto tg = std::chrono::steady_clock::now();
-    const FamilyResult r = solve(make_problem(groups[g], smoothed), fo);
+    FamilyResult r = solve(make_problem(groups[g], smoothed, opt.budget), fo);
+    // Equal memory (MODEL.md section 9): while the materialised allocation measures more than
+    // B, re-solve at a smaller B' (shrink by the excess, then bisect), as solve_within_budget
+    // does for one head. The bound stays the one at B: measured >= nominal, so every
+    // allocation that measures <= B is nominally feasible at B.
+    double solved_budget = opt.budget;
+    const double tol = 1e-12 * std::max(1.0, opt.budget);
+    if (r.has_solution() && measured(groups[g], r) > opt.budget + tol) {
+      const double bound_at_B = r.lower_bound;
+      std::vector<double> head_bounds_at_B;
+      for (const FamilyHeadResult& h : r.heads) head_bounds_at_B.push_back(h.bound);
+      double hi = opt.budget, lo = opt.budget;
+      double excess = measured(groups[g], r) - opt.budget;
+      FamilyResult best;
+      for (int i = 0; i < 8 && lo > 0; ++i) {
+        lo = std::max(0.0, lo - std::max(excess, 1e-6));
+        FamilyResult x = solve(make_problem(groups[g], smoothed, lo), fo);
+        if (!x.has_solution()) break;
+        const double mx = measured(groups[g], x);
+        if (mx <= opt.budget + tol) {
+          best = std::move(x);
+          break;
+        }
+        hi = lo, excess = mx - opt.budget;
+      }
+      if (best.has_solution())
+        for (int i = 0; i < 24 && hi - lo > 1e-4 * std::max(1.0, opt.budget); ++i) {
+          const double mid = 0.5 * (lo + hi);
+          FamilyResult x = solve(make_problem(groups[g], smoothed, mid), fo);
+          if (x.has_solution() && measured(groups[g], x) <= opt.budget + tol) lo = mid, best = std::move(x);
+          else hi = mid;
+        }
+      if (best.has_solution()) {
+        r = std::move(best);
+        r.lower_bound = bound_at_B;
+        for (std::size_t k = 0; k < r.heads.size() && k < head_bounds_at_B.size(); ++k) r.heads[k].bound = head_bounds_at_B[k];
+        // Optimal at B' is not a certificate at B: the gap to B's bound decides.
+        const double gap = std::max(0.0, r.objective - r.lower_bound);
+        if (r.status == SolveStatus::Optimal && gap > 1e-12 * std::max(std::fabs(r.objective), 1e-300))
+          r.status = SolveStatus::Feasible;
+        r.method += "; repaired to the measured budget (solved at B' = " + format_number(lo, 6) + ")";
+        solved_budget = lo;
+      } else {
+        r = FamilyResult{};
+        r.status = SolveStatus::Infeasible;
+        r.message = "no allocation measures <= B = " + format_number(opt.budget) + " " +
+                    std::string(to_string(opt.rate_kind)) + " bits once materialised";
+      }
+    }
     FamilyResult r_true;
     if (smoothed && r.has_solution()) {
-      r_true = solve(make_problem(groups[g], false), fo_exact);
+      r_true = solve(make_problem(groups[g], false, solved_budget), fo_exact);
       if (!r_true.has_solution())
         throw std::logic_error("the exact solve on the true costs found no allocation where the smoothed one did (" +
                          group_names[g] + "); the two share one budget and ladder, so this is a bug.");
