@@ -105,7 +105,7 @@ void add_demo(CLI::App& app) {
     }
 
     // The interior: each family's surrogate-optimal allocation (exact solver), recomputed.
-    std::printf("\ninterior advantage A = 1 - err(M*)/min(err(Q*), err(E*)), mean over heads (ladder %s)\n",
+    std::printf("\ninterior advantage A = 1 - err(M*)/min(err(Q*), err(E*)), median over heads (ladder %s)\n",
                 RateLadder::parse("evict,kivi2,kivi4,kivi8,exact").name().c_str());
     std::printf("budget   A decode    A obs   A surrogate   heads where M* beats both endpoints (decode)\n");
     summary["interior"] = nlohmann::json::array();
@@ -115,8 +115,8 @@ void add_demo(CLI::App& app) {
       const InteriorReport rep = interior_advantage(trace, opt, *backend);
       int wins = 0;
       for (const auto& h : rep.heads) wins += h.advantage_decode > 0 ? 1 : 0;
-      std::printf("%5.2f  %10.4f %9.4f %12.4f   %d of %zu\n", budget, rep.mean_advantage_decode,
-                  rep.mean_advantage_obs, rep.mean_advantage_surrogate, wins, rep.heads.size());
+      std::printf("%5.2f  %10.4f %9.4f %12.4f   %d of %zu\n", budget, rep.median_advantage_decode,
+                  rep.median_advantage_obs, rep.median_advantage_surrogate, wins, rep.heads.size());
       summary["interior"].push_back(to_json(rep));
     }
 

@@ -166,6 +166,15 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
     rep.mean_advantage_decode = mean_of(&HeadInterior::advantage_decode, rep.defined_decode);
     rep.mean_advantage_obs = mean_of(&HeadInterior::advantage_obs, rep.defined_obs);
     rep.mean_advantage_surrogate = mean_of(&HeadInterior::advantage_surrogate, rep.defined_surrogate);
+    auto median_of = [&](double HeadInterior::*field) {
+      std::vector<double> v;
+      for (const auto& h : rep.heads)
+        if (!std::isnan(h.*field)) v.push_back(h.*field);
+      return quantile_or_nan(v, 0.5);
+    };
+    rep.median_advantage_decode = median_of(&HeadInterior::advantage_decode);
+    rep.median_advantage_obs = median_of(&HeadInterior::advantage_obs);
+    rep.median_advantage_surrogate = median_of(&HeadInterior::advantage_surrogate);
     int dominated = 0;
     for (const auto& h : rep.heads) dominated += h.dominated_2bit ? 1 : 0;
     if (two >= 0 && !rep.heads.empty()) rep.dominated_share = static_cast<double>(dominated) / rep.heads.size();
@@ -214,6 +223,8 @@ nlohmann::json to_json(const InteriorReport& r) {
           {"ladder", r.options.ladder.name()},
           {"mean_advantage",
            {{"decode", r.mean_advantage_decode}, {"obs", r.mean_advantage_obs}, {"surrogate", r.mean_advantage_surrogate}}},
+          {"median_advantage",
+           {{"decode", r.median_advantage_decode}, {"obs", r.median_advantage_obs}, {"surrogate", r.median_advantage_surrogate}}},
           {"defined_heads", {{"decode", r.defined_decode}, {"obs", r.defined_obs}, {"surrogate", r.defined_surrogate}}},
           {"dominated_share", r.dominated_share},
           {"heads", heads},
@@ -237,6 +248,11 @@ std::string text_report(const InteriorReport& r, bool per_head) {
       os << buf;
     }
   }
+  std::snprintf(buf, sizeof buf, "median A: decode %s, obs %s, surrogate %s (A is unbounded below; the median, not the mean, "
+                "summarises the heads)\n",
+                fmt(r.median_advantage_decode, "%.4f").c_str(), fmt(r.median_advantage_obs, "%.4f").c_str(),
+                fmt(r.median_advantage_surrogate, "%.4f").c_str());
+  os << buf;
   std::snprintf(buf, sizeof buf,
                 "mean A: decode %s (%d heads), obs %s (%d heads), surrogate %s (%d heads); dominated share %s\n",
                 fmt(r.mean_advantage_decode, "%.4f").c_str(), r.defined_decode, fmt(r.mean_advantage_obs, "%.4f").c_str(),

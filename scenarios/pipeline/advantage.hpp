@@ -59,6 +59,11 @@ struct InteriorReport {
   double mean_advantage_decode = std::numeric_limits<double>::quiet_NaN();
   double mean_advantage_obs = std::numeric_limits<double>::quiet_NaN();
   double mean_advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
+  // The medians over the heads where A is defined (A is unbounded below: a few heads where an
+  // endpoint is nearly exact swamp the mean; the text reports lead with the median).
+  double median_advantage_decode = std::numeric_limits<double>::quiet_NaN();
+  double median_advantage_obs = std::numeric_limits<double>::quiet_NaN();
+  double median_advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
   int defined_decode = 0, defined_obs = 0, defined_surrogate = 0;  // heads where A is defined
   double dominated_share = std::numeric_limits<double>::quiet_NaN();
   bool has_decode = false;  // the trace has decode steps
