@@ -29,7 +29,9 @@ std::unique_ptr<Recomputer> backend_or_throw(const std::string& name) {
   std::string note;
   auto backend = make_recomputer(parse_backend(name), &note);
   if (!backend) throw InputError("backend '" + name + "' is not available: " + note);
-  if (!note.empty()) std::fprintf(stderr, "tierlab: %s\n", note.c_str());
+  // With --backend auto the CPU fallback is normal: the reports name the backend used, and
+  // `tierlab info TRACE` says why cuda was not taken; an explicit choice that fell back is said.
+  if (!note.empty() && parse_backend(name) != Backend::Auto) std::fprintf(stderr, "tierlab: %s\n", note.c_str());
   return backend;
 }
 

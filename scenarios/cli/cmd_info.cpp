@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/recompute.hpp"
+
 #include "model/error.hpp"
 #include "model/realism.hpp"
 #include "model/trace.hpp"
@@ -93,6 +95,12 @@ void add_info(CLI::App& app) {
     std::printf("spans        %zu planted spans\n", spans);
     std::printf("token ids    %zu\n", m.token_ids.size());
     std::printf("provenance   %s\n", m.provenance.c_str());
+    {  // where --backend auto recomputes, said here once rather than on every command
+      std::string note;
+      const auto be = make_recomputer(Backend::Auto, &note);
+      std::printf("backend      auto -> %s%s%s\n", be ? be->description().c_str() : "none", note.empty() ? "" : "; ",
+                  note.c_str());
+    }
   });
 }
 
