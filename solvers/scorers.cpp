@@ -232,8 +232,10 @@ int effective_window(const ScorerConfig& c, const HeadData& h) {
   const int wtr = query_rows(h, c.group_size);
   const int w = c.window == 0 ? wtr : c.window;
   if (w > wtr)
-    throw InputError("head (" + std::to_string(h.layer) + ", " + std::to_string(h.kv_head) + "): window " +
-                     std::to_string(w) + " exceeds the trace's " + std::to_string(wtr) + " observation queries");
+    throw InputError("scorer '" + std::string(kind_name(c.kind)) + "': parameter window = " + std::to_string(w) +
+                     " exceeds the trace's W = " + std::to_string(wtr) + " observation queries (head (" +
+                     std::to_string(h.layer) + ", " + std::to_string(h.kv_head) + ")); give window <= " +
+                     std::to_string(wtr) + ", or 0 for all of them.");
   return w;
 }
 
