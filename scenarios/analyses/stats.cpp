@@ -39,6 +39,19 @@ double spearman(const std::vector<double>& x, const std::vector<double>& y) {
   return pearson(mid_ranks(x), mid_ranks(y));
 }
 
+namespace {
+
+// The 95% percentile interval of the resampled rhos.
+Interval percentile_interval(const std::vector<double>& rhos) {
+  Interval iv;
+  iv.used = static_cast<int>(rhos.size());
+  iv.lo = quantile_or_nan(rhos, 0.025);
+  iv.hi = quantile_or_nan(rhos, 0.975);
+  return iv;
+}
+
+}  // namespace
+
 Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y, int resamples, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const std::size_t n = x.size();
@@ -55,11 +68,7 @@ Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<doub
       if (std::isfinite(rho)) rhos.push_back(rho);
     }
   }
-  Interval iv;
-  iv.used = static_cast<int>(rhos.size());
-  iv.lo = quantile_or_nan(rhos, 0.025);
-  iv.hi = quantile_or_nan(rhos, 0.975);
-  return iv;
+  return percentile_interval(rhos);
 }
 
 std::size_t distinct_count(const std::vector<std::string>& labels) {
@@ -91,11 +100,7 @@ Interval cluster_bootstrap_spearman(const std::vector<double>& x, const std::vec
       if (std::isfinite(rho)) rhos.push_back(rho);
     }
   }
-  Interval iv;
-  iv.used = static_cast<int>(rhos.size());
-  iv.lo = quantile_or_nan(rhos, 0.025);
-  iv.hi = quantile_or_nan(rhos, 0.975);
-  return iv;
+  return percentile_interval(rhos);
 }
 
 }  // namespace tierlab

@@ -41,13 +41,17 @@ ModelFamily model_family(const TraceReader& trace, const InteriorOptions& opt, c
     for (const KeptCosts& k : costs) p.heads.push_back(FamilyHead{&k.cost, &k.a, {}});
     return solve_families_pooled(p, options, fo);
   };
-  // The mean measured rate of an allocation over the heads (equal T, so a plain mean).
+  // The mean measured rate of an allocation over the heads (equal T, so a plain mean), without
+  // materialising it (allocation_rate: the same accounting); heads are read only for the tiers
+  // whose bits depend on the data.
+  const bool needs_head = ladder_needs_head(opt.ladder);
   auto measure = [&](const FamilyResult& r) {
     Rate sum;
     for (int l = 0, i = 0; l < meta.n_layers; ++l)
       for (int h = 0; h < meta.n_kv_heads; ++h, ++i) {
-        const HeadData head = trace.head(l, h);
-        const Rate x = materialize(head, meta.rope, opt.ladder, r.heads[static_cast<std::size_t>(i)].tiers).rate;
+        const auto& tiers = r.heads[static_cast<std::size_t>(i)].tiers;
+        const Rate x = needs_head ? allocation_rate(trace.head(l, h), meta.rope, opt.ladder, tiers)
+                                  : allocation_rate(meta.prompt_len, meta.head_dim, opt.ladder, tiers);
         sum.code_bits += x.code_bits, sum.total_bits += x.total_bits;
       }
     sum.code_bits /= meta.n_heads(), sum.total_bits /= meta.n_heads();

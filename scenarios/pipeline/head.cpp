@@ -39,16 +39,22 @@ BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rop
                                      RateKind kind, FamilyChoice family, const FamilyOptions& options) {
   const double tol = 1e-12 * std::max(1.0, budget);
   BudgetedSolution best;  // the last solution whose measured rate met B
+  // Attempts measure the allocation's rate without materialising it (same accounting);
+  // only the allocation returned is materialised.
   auto attempt = [&](double b) {
     BudgetedSolution r;
     r.solved_budget = b;
     r.solution = solve_head(costs.cost, costs.weights.a, rates, ladder, b, family, options);
-    if (r.solution.feasible) r.keys = materialize(head, rope, ladder, r.solution.tiers);
+    if (r.solution.feasible) r.keys.rate = allocation_rate(head, rope, ladder, r.solution.tiers);
     return r;
   };
   auto measured = [&](const BudgetedSolution& r) { return rate_of(r.keys.rate, kind); };
+  auto finish = [&](BudgetedSolution r) {
+    if (r.solution.feasible) r.keys = materialize(head, rope, ladder, r.solution.tiers);
+    return r;
+  };
   BudgetedSolution first = attempt(budget);
-  if (!first.solution.feasible || measured(first) <= budget + tol) return first;
+  if (!first.solution.feasible || measured(first) <= budget + tol) return finish(std::move(first));
   // Shrink B' by the excess until the measured rate meets B (or no allocation is feasible).
   double hi = budget, lo = budget;  // hi: measured > B; lo: the candidate
   double excess = measured(first) - budget;
@@ -79,7 +85,7 @@ BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rop
     else hi = mid;
   }
   best.repaired = true;
-  return best;
+  return finish(std::move(best));
 }
 
 void InteriorOptions::validate() const {
