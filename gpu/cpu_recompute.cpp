@@ -50,12 +50,18 @@ double rel_of(double abs, double on2) {
   return abs == 0 ? 0.0 : std::numeric_limits<double>::infinity();
 }
 
-// One row recomputed directly in double precision from the inputs (the guard path).
+// Tokens row `row` of a problem sees: visible[row] with causal limits, else all T.
+int row_limit(const HeadProblem& hp, int row) {
+  return hp.visible.empty() ? static_cast<int>(hp.exact_keys->rows()) : hp.visible[static_cast<std::size_t>(row)];
+}
+
+// One row recomputed directly in double precision from the inputs (the guard path), over
+// the tokens it sees (0 .. row_limit - 1).
 RowSums direct_row_double(const HeadProblem& hp, const Selection& sel, int row) {
   const MatrixRM& Q = *hp.queries;
   const MatrixRM& K = *hp.exact_keys;
   const MatrixRM& V = *hp.values;
-  const int T = static_cast<int>(K.rows()), d = static_cast<int>(K.cols());
+  const int T = row_limit(hp, row), d = static_cast<int>(K.cols());
   const double scale = 1.0 / std::sqrt(double(d));
   const Eigen::VectorXd q = Q.row(row).transpose().cast<double>();
   Eigen::VectorXd s(T), sh(T);
@@ -90,72 +96,6 @@ RowSums direct_row_double(const HeadProblem& hp, const Selection& sel, int row) 
   r.abs = D.squaredNorm();
   r.rel = zh > 0 ? rel_of(r.abs, o.squaredNorm()) : 1.0;
   return r;
-}
-
-// One row with a causal limit (tokens 0..limit-1), directly in double precision: the
-// path for HeadProblem::visible (decode steps, few rows per head). Also sums the squared
-// logit change over the kept tokens the row sees.
-struct CausalRowSums {
-  double rel = 0, abs = 0, tv = 0, logit_sq = 0;
-  int kept = 0;
-};
-
-// Every selection of one row: the exact logits, attention and output once, then each
-// selection's approximate attention against them (no allocation per token).
-void causal_row_double(const HeadProblem& hp, const std::vector<Selection>& sels, int row, int limit,
-                       CausalRowSums* out /* one per selection */) {
-  const MatrixRM& Q = *hp.queries;
-  const MatrixRM& K = *hp.exact_keys;
-  const MatrixRM& V = *hp.values;
-  const int d = static_cast<int>(K.cols());
-  const double scale = 1.0 / std::sqrt(double(d));
-  const Eigen::VectorXd q = Q.row(row).transpose().cast<double>();
-  std::vector<double> s(limit), sh(limit);
-  double m = -std::numeric_limits<double>::infinity();
-  for (int t = 0; t < limit; ++t) {
-    s[t] = K.row(t).cast<double>().dot(q) * scale;
-    m = std::max(m, s[t]);
-  }
-  std::vector<double> e(limit);  // exp(s - m)
-  double z = 0;
-  for (int t = 0; t < limit; ++t) z += (e[t] = std::exp(s[t] - m));
-  std::vector<double> o(static_cast<std::size_t>(d), 0.0), D(static_cast<std::size_t>(d));
-  for (int t = 0; t < limit; ++t) {
-    const double p = e[t] / z;
-    const float* v = V.row(t).data();
-    for (int i = 0; i < d; ++i) o[i] += p * double(v[i]);
-  }
-  double o2 = 0;
-  for (int i = 0; i < d; ++i) o2 += o[i] * o[i];
-  for (std::size_t k = 0; k < sels.size(); ++k) {
-    const Selection& sel = sels[k];
-    CausalRowSums& r = out[k];
-    double mh = -std::numeric_limits<double>::infinity();
-    for (int t = 0; t < limit; ++t)
-      if (sel[t] != 0) {
-        sh[t] = hp.variants[sel[t] - 1]->row(t).cast<double>().dot(q) * scale;
-        mh = std::max(mh, sh[t]);
-        r.logit_sq += (sh[t] - s[t]) * (sh[t] - s[t]);
-        ++r.kept;
-      }
-    double zh = 0;
-    for (int t = 0; t < limit; ++t) {
-      sh[t] = sel[t] != 0 ? std::exp(sh[t] - mh) : 0.0;
-      zh += sh[t];
-    }
-    std::fill(D.begin(), D.end(), 0.0);
-    for (int t = 0; t < limit; ++t) {
-      const double p = e[t] / z;
-      const double delta = (zh > 0 ? sh[t] / zh : 0.0) - p;
-      const float* v = V.row(t).data();
-      for (int i = 0; i < d; ++i) D[i] += delta * double(v[i]);
-      r.tv += 0.5 * std::abs(delta);
-    }
-    double d2 = 0;
-    for (int i = 0; i < d; ++i) d2 += D[i] * D[i];
-    r.abs = d2;
-    r.rel = zh > 0 ? rel_of(r.abs, o2) : 1.0;
-  }
 }
 
 void grow(std::vector<float>& v, std::size_t n) {
@@ -238,6 +178,13 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
       auto sd = sc.sd.topLeftCorner(nr, nt);
       sd.noalias() = Qd.middleRows(r0, nr) * kd.transpose();
       logits.block(r0, t0, nr, nt) = sd * inv_sqrt_d;
+      // Causal limits: tokens past a row's limit get p = 0 (logit -inf) and ds = 0 (so
+      // u = 0, no logit error and no overflow guard from tokens the row never sees).
+      for (int r = 0; r < nr; ++r) {
+        const int lim = row_limit(hp, row_begin + r0 + r);
+        if (lim < t0 + nt)
+          logits.row(r0 + r).segment(std::max(lim, t0), t0 + nt - std::max(lim, t0)).setConstant(-std::numeric_limits<double>::infinity());
+      }
       for (int v = 0; v < nv; ++v) {
         if (ph.identical[v]) continue;
         auto kdiff = sc.kdiff.topRows(nt);
@@ -245,6 +192,10 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
         auto ds = sc.ds.topLeftCorner(nr, nt);
         ds.noalias() = Q.middleRows(row_begin + r0, nr) * kdiff.transpose();
         ds *= scale;
+        for (int r = 0; r < nr; ++r) {
+          const int lim = row_limit(hp, row_begin + r0 + r);
+          if (lim < t0 + nt) ds.row(r).tail(t0 + nt - std::max(lim, t0)).setZero();
+        }
         double* lsq = logit_part[v][rb].data() + t0;
         std::fill(lsq, lsq + nt, 0.0);
         for (int r = 0; r < nr; ++r) {
@@ -293,16 +244,29 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   return ph;
 }
 
-double kept_logit_sq(const PreparedHead& ph, const Selection& sel, int* n_kept) {
+double kept_logit_sq(const PreparedHead& ph, const Selection& sel, double* n_pairs) {
   double s = 0;
   int kept = 0;
+  std::vector<int> kept_before;  // with causal limits: kept tokens among 0 .. t-1
+  const bool causal = !ph.problem.visible.empty();
+  if (causal) kept_before.assign(std::size_t(ph.T) + 1, 0);
   for (int t = 0; t < ph.T; ++t) {
     const int code = sel[t];
+    if (causal) kept_before[std::size_t(t)] = kept;
     if (code == 0) continue;
     ++kept;
     if (!ph.identical[code - 1]) s += ph.logit_sq[code - 1][t];
   }
-  if (n_kept) *n_kept = kept;
+  if (n_pairs) {
+    if (!causal) {
+      *n_pairs = double(kept) * ph.rows;
+    } else {
+      kept_before[std::size_t(ph.T)] = kept;
+      double pairs = 0;
+      for (int r = 0; r < ph.rows; ++r) pairs += kept_before[std::size_t(row_limit(ph.problem, ph.row_begin + r))];
+      *n_pairs = pairs;
+    }
+  }
   return s;
 }
 
@@ -438,13 +402,13 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
 
 ErrorMetrics evaluate_selection(const PreparedHead& ph, const Selection& sel, Workspace& ws) {
   const RowSums total = evaluate_rows(ph, sel, 0, ph.rows, ws);
-  int n_kept = 0;
-  const double lsq = kept_logit_sq(ph, sel, &n_kept);
+  double n_pairs = 0;
+  const double lsq = kept_logit_sq(ph, sel, &n_pairs);
   ErrorMetrics m;
   m.rel_error = total.rel / ph.rows;
   m.abs_error = total.abs / ph.rows;
   m.attn_tv = total.tv / ph.rows;
-  m.logit_error = n_kept > 0 ? lsq / (double(n_kept) * ph.rows) : 0.0;
+  m.logit_error = n_pairs > 0 ? lsq / n_pairs : 0.0;
   return m;
 }
 
@@ -517,7 +481,6 @@ class CpuRecomputer final : public Recomputer {
     const int nsel = static_cast<int>(batch.selections.size());
     std::vector<ErrorMetrics> out(nsel);
     if (nsel == 0) return out;
-    if (!hp.visible.empty()) return evaluate_causal(batch, threads_inside);
     const int nq = static_cast<int>(hp.queries->rows());
     const int T = static_cast<int>(hp.exact_keys->rows()), d = static_cast<int>(hp.exact_keys->cols());
     const int nv = static_cast<int>(hp.variants.size());
@@ -530,7 +493,7 @@ class CpuRecomputer final : public Recomputer {
                                  kEvaluateRowBlock, kMaxChunkRows);
     std::vector<RowSums> acc(nsel);
     std::vector<double> logit(nsel, 0.0);
-    std::vector<int> kept(nsel, 0);
+    std::vector<double> kept(nsel, 0.0);  // (row, kept token it sees) pairs
 
     for (int c0 = 0; c0 < nq; c0 += chunk) {
       const int c1 = std::min(nq, c0 + chunk);
@@ -565,44 +528,16 @@ class CpuRecomputer final : public Recomputer {
           acc[s].abs += p.abs;
           acc[s].tv += p.tv;
         }
-        logit[s] += cpu::kept_logit_sq(ph, batch.selections[s], &kept[s]);
+        double pairs = 0;
+        logit[s] += cpu::kept_logit_sq(ph, batch.selections[s], &pairs);
+        kept[s] += pairs;
       }
     }
     for (int s = 0; s < nsel; ++s) {
       out[s].rel_error = acc[s].rel / nq;
       out[s].abs_error = acc[s].abs / nq;
       out[s].attn_tv = acc[s].tv / nq;
-      out[s].logit_error = kept[s] > 0 ? logit[s] / (double(kept[s]) * nq) : 0.0;
-    }
-    return out;
-  }
-
-  // Rows with causal limits (HeadProblem::visible): each row directly in double.
-  static std::vector<ErrorMetrics> evaluate_causal(const HeadBatch& batch, bool threads_inside) {
-    const HeadProblem& hp = batch.problem;
-    const int nsel = static_cast<int>(batch.selections.size());
-    const int nq = static_cast<int>(hp.queries->rows());
-    std::vector<cpu::CausalRowSums> by_row(std::size_t(nsel) * nq);  // [r * nsel + s]
-    // Rows are tasks when there are enough of them (each does its exact part once).
-#pragma omp parallel for schedule(dynamic, 4) if (threads_inside && nq >= 8)
-    for (int r = 0; r < nq; ++r)
-      cpu::causal_row_double(hp, batch.selections, r, hp.visible[r], &by_row[std::size_t(r) * nsel]);
-    std::vector<cpu::CausalRowSums> rows(std::size_t(nsel) * nq);
-    for (int r = 0; r < nq; ++r)
-      for (int s = 0; s < nsel; ++s) rows[std::size_t(s) * nq + r] = by_row[std::size_t(r) * nsel + s];
-    std::vector<ErrorMetrics> out(nsel);
-    for (int s = 0; s < nsel; ++s) {
-      double lsq = 0;
-      long kept = 0;
-      for (int r = 0; r < nq; ++r) {
-        const cpu::CausalRowSums& x = rows[std::size_t(s) * nq + r];
-        out[s].rel_error += x.rel / nq;
-        out[s].abs_error += x.abs / nq;
-        out[s].attn_tv += x.tv / nq;
-        lsq += x.logit_sq;
-        kept += x.kept;
-      }
-      out[s].logit_error = kept > 0 ? lsq / double(kept) : 0.0;
+      out[s].logit_error = kept[s] > 0 ? logit[s] / kept[s] : 0.0;
     }
     return out;
   }

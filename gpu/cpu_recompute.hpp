@@ -8,10 +8,11 @@
 // gui/explorer_core (interactive re-evaluation). They compute exactly what the "cpu"
 // backend computes (it is built from them): prepare_head() is phase 1 for a range of query
 // rows, evaluate_selection() (or evaluate_rows() + kept_logit_sq()) is phase 2 and gives
-// the ErrorMetrics of recompute.hpp, means over the prepared rows. They ignore
-// HeadProblem::visible (no causal limits: give a problem whose keys are the tokens every
-// row sees). Shapes must have passed check_batch(); a PreparedHead keeps pointers to the
-// problem's matrices, which must outlive it.
+// the ErrorMetrics of recompute.hpp, means over the prepared rows. With causal limits
+// (HeadProblem::visible) row i sees tokens 0 .. visible[i]-1 only: phase 1 sets p_it = 0
+// and ds_vit = 0 past the limit, so the sums below run over the tokens each row sees (the
+// same tiles, no separate path). Shapes must have passed check_batch(); a PreparedHead
+// keeps pointers to the problem's matrices, which must outlive it.
 //
 // Phase 1, prepare_head(), per query row i of rows [r0, r1):
 //   s_it = q_i.k_t / sqrt(d)  (double GEMM: the precision of p sets the precision of
@@ -32,7 +33,8 @@
 //     delta_t = p^_t - p~_t = p~_t (u_t - Ubar) / Z  (kept),   -p~_t  (evicted),
 //   D = delta V  (one float32 GEMM per block of up to 64 rows: (rows x T) (T x d)),
 //   e = ||D||^2 / on2,  abs = ||D||^2,  tv = 1/2 sum_t |delta_t|  (double sums),
-//   logit error = sum_kept L_{sel_t, t} / (n_kept * rows)  (0 when every token is evicted).
+//   logit error = sum_kept L_{sel_t, t} / (number of (row, kept token the row sees) pairs;
+//   n_kept * rows without causal limits)  (0 when no row sees a kept token).
 // Never subtracting two nearly equal outputs keeps e accurate when it is tiny: an
 // all-exact selection gives delta = 0 and e = 0 exactly. Measured against a double
 // reference (tests/test_recompute.cpp): e within 6e-7 relative, tv within 2e-6.
@@ -82,8 +84,9 @@ struct RowSums {
 };
 RowSums evaluate_rows(const PreparedHead&, const Selection&, int r0, int r1, Workspace&);
 
-// sum over kept tokens of L_{sel_t, t}, and the number of kept tokens.
-double kept_logit_sq(const PreparedHead&, const Selection&, int* n_kept);
+// sum over kept tokens of L_{sel_t, t}, and the number of (prepared row, kept token the row
+// sees) pairs: the logit error's denominator.
+double kept_logit_sq(const PreparedHead&, const Selection&, double* n_pairs);
 
 // All rows of a prepared head for one selection, on the calling thread: the metrics'
 // means over the prepared rows.
