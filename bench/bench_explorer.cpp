@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "gui/explorer_core.hpp"
+#include "model/openmp_policy.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
 using namespace tierlab;
@@ -38,6 +39,7 @@ using Clock = std::chrono::steady_clock;
 static double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 int main(int argc, char** argv) {
+  tierlab::use_passive_openmp_wait(argv);  // model/openmp_policy.hpp
   int changes = 30, tokens = 32768;
   Settings s;
   for (int i = 1; i < argc; ++i) {

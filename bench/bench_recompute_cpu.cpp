@@ -36,6 +36,7 @@
 #include "model/clock.hpp"
 #include "gpu/recompute.hpp"
 #include "model/quantizer.hpp"
+#include "model/openmp_policy.hpp"
 
 using namespace tierlab;
 
@@ -195,6 +196,7 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 }  // namespace
 
 int main(int argc, char** argv) try {
+  tierlab::use_passive_openmp_wait(argv);  // model/openmp_policy.hpp
   const Options o = parse(argc, argv);
   const int H = o.kv_heads, E = o.allocations;
   const Instance in = o.data.empty() ? generate(o) : load_dump(o);

@@ -3,10 +3,12 @@
 # tierlab's CPU backend (bench_recompute_cpu), side by side in one run on the same sizes
 # and the same instance (bench/numpy_recompute_dump.py writes the reference's data).
 #
-# Usage: bench/run_recompute_cpu.sh [--build DIR] [--rounds N] [--repeats R]
-#                                   [--tokens T] [--dim D] [--kv-heads H] [--group-size G]
-#                                   [--queries Q] [--allocations E] [--seed S]
+# Usage: bench/run_recompute_cpu.sh [--build DIR] [--rounds N] [--repeats R] [--load N]
+#                                   [--json FILE] [--tokens T] [--dim D] [--kv-heads H]
+#                                   [--group-size G] [--queries Q] [--allocations E] [--seed S]
 # --build defaults to $REPO/build; the benchmark is built with -DTIERLAB_BENCH=ON.
+# --load N: N competing busy processes (one busy loop each) run during both sides' runs
+# (e.g. --load $(nproc): one per core). --json FILE: the summary as JSON too.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,14 +17,18 @@ PY=/usr/bin/python3
 BUILD="$REPO/build"
 ROUNDS=3
 REPEATS=3
+LOAD=0
+JSON=""
 SIZES=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --repeats) REPEATS="$2"; shift 2 ;;
+    --load) LOAD="$2"; shift 2 ;;
+    --json) JSON="$2"; shift 2 ;;
     --tokens|--dim|--kv-heads|--group-size|--queries|--allocations|--seed) SIZES+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "run_recompute_cpu.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -36,11 +42,21 @@ REF="$SHARED/bench/numpy_recompute_ref.py"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tierlab_recompute.XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+BUSY=()
+cleanup() {
+  [[ ${#BUSY[@]} -gt 0 ]] && kill "${BUSY[@]}" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "dumping the reference's instance ..." >&2
 "$PY" "$REPO/bench/numpy_recompute_dump.py" --out "$WORK/data" "${SIZES[@]}" > "$WORK/dump.json"
+for ((i = 0; i < LOAD; i++)); do
+  ( trap - EXIT; while :; do :; done ) &
+  BUSY+=($!)
+done
+[[ $LOAD -gt 0 ]] && echo "competing load: $LOAD busy processes (pids ${BUSY[*]})" >&2 && sleep 2
 # Rounds of (numpy run, tierlab run) back to back, so that each pair meets about the same
 # load; the speed-up is the median of the rounds' ratios.
 for ((i = 0; i < ROUNDS; i++)); do
@@ -49,10 +65,11 @@ for ((i = 0; i < ROUNDS; i++)); do
   "$BENCH" --data "$WORK/data" --repeats "$REPEATS" "${SIZES[@]}" > "$WORK/tierlab_$i.json"
 done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+if [[ ${#BUSY[@]} -gt 0 ]]; then kill "${BUSY[@]}" 2>/dev/null; BUSY=(); fi
 
-"$PY" - "$WORK" "$ROUNDS" "$(nproc)" "$load_before" "$load_after" "$OMP_WAIT_POLICY" <<'PYEOF'
+"$PY" - "$WORK" "$ROUNDS" "$(nproc)" "$load_before" "$load_after" "$OMP_WAIT_POLICY" "$LOAD" "$JSON" <<'PYEOF'
 import json, statistics, sys
-work, rounds, cores, load_before, load_after, wait = sys.argv[1], int(sys.argv[2]), *sys.argv[3:7]
+work, rounds, cores, load_before, load_after, wait, busy, json_out = sys.argv[1], int(sys.argv[2]), *sys.argv[3:9]
 npy = [json.load(open(f"{work}/numpy_{i}.json")) for i in range(rounds)]
 tls = [json.load(open(f"{work}/tierlab_{i}.json")) for i in range(rounds)]
 med = statistics.median
@@ -70,7 +87,8 @@ ratios_am = [(n["seconds_per_allocation"] + n["setup_seconds"] / E) / t["seconds
 n_err, t_err = npy[0]["mean_rel_error"], tl["mean_rel_error"]
 print(f"workload: {tl['kv_heads']} KV heads x {tl['query_heads_per_kv'] * tl['queries_per_head']} query rows, "
       f"T={tl['tokens']}, d={tl['dim']}, variants kivi2/kivi4/exact + evict, {E} allocations")
-print(f"machine: {cores} cores, load average {load_before} before, {load_after} after; OMP_WAIT_POLICY={wait}")
+print(f"machine: {cores} cores, load average {load_before} before, {load_after} after; OMP_WAIT_POLICY={wait}; "
+      f"competing busy processes: {busy}")
 print(f"numpy    ({npy[0]['impl']}, median of {rounds} rounds): {n_ms:8.2f} ms/allocation   setup {n_setup:6.3f} s")
 print(f"tierlab  ({tl['impl']}, median of {rounds} rounds x {tl['repeats']} repeats): {t_ms:8.2f} ms/allocation"
       f"   setup {t_setup:6.3f} s   (setup included, amortized over {E}: {t_am:.2f} ms/allocation)")
@@ -82,4 +100,10 @@ print(f"mean relative error: numpy {n_err:.10g}, tierlab {t_err:.10g}, relative 
 print(f"same instance: KIVI keys differing from numpy's: {tl['kivi_elements_differing_from_numpy']}; "
       f"max relative difference of per-allocation errors vs numpy float32 {tl['max_rel_diff_per_allocation_vs_numpy_f32']:.2e}, "
       f"vs the same formula in float64 {tl['max_rel_diff_per_allocation_vs_numpy_f64']:.2e}")
+if json_out:
+    with open(json_out, "w") as f:
+        json.dump({"numpy_ms": n_ms, "tierlab_ms": t_ms, "tierlab_cpu_ms": t_cpu, "speedup": med(ratios),
+                   "speedup_rounds": ratios, "speedup_amortized": med(ratios_am), "load_before": load_before,
+                   "load_after": load_after, "busy_processes": int(busy), "wait_policy": wait,
+                   "numpy_mean_rel_error": n_err, "tierlab_mean_rel_error": t_err}, f, indent=1)
 PYEOF

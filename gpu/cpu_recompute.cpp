@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -425,7 +426,9 @@ class CpuRecomputer final : public Recomputer {
   std::string name() const override { return "cpu"; }
   std::string description() const override {
     const int n = omp_get_max_threads();
-    return "cpu (" + std::to_string(n) + (n == 1 ? " OpenMP thread)" : " OpenMP threads)");
+    const char* wait = std::getenv("OMP_WAIT_POLICY");  // libgomp's default spins, then sleeps
+    return "cpu (" + std::to_string(n) + (n == 1 ? " OpenMP thread" : " OpenMP threads") + ", " +
+           (wait && *wait ? std::string(wait) + " wait)" : std::string("default wait)"));
   }
 
   // With at least two batches per thread, each thread takes whole batches (one parallel

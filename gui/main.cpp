@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gui/main_window.hpp"
+#include "model/openmp_policy.hpp"
 
 namespace {
 
@@ -42,6 +43,7 @@ const char* kHelp =
 }  // namespace
 
 int main(int argc, char** argv) {
+  tierlab::use_passive_openmp_wait(argv);  // model/openmp_policy.hpp
   std::string source = "preset:llama-like:1024", shots, view, out;
   bool run = false;
   double budget = -1;

@@ -258,3 +258,22 @@ TEST_CASE("CLI: text report, recompute with the interior advantage, and bad name
             bad_out, bad_err) == 2);
   CHECK(read_text(bad_err).find("no allocation to write") != std::string::npos);
 }
+
+TEST_CASE("CLI: OpenMP threads wait passively unless the user chose a policy", "[cli][threads]") {
+  REQUIRE(fs::exists(tierlab_binary()));
+  const std::string out = temp_file("policy.txt"), err = temp_file("policy.err");
+  // No policy set: tierlab restarts itself with OMP_WAIT_POLICY=passive (model/openmp_policy.hpp).
+  std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + quote(tierlab_binary()) + " info " + quote(tiny_trace()) +
+                    " > " + quote(out) + " 2> " + quote(err);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK(read_text(out).find("passive wait)") != std::string::npos);
+  // The user's choice is kept.
+  cmd = "env OMP_WAIT_POLICY=active " + quote(tierlab_binary()) + " info " + quote(tiny_trace()) + " > " + quote(out) +
+        " 2> " + quote(err);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK(read_text(out).find("active wait)") != std::string::npos);
+  cmd = "env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 " + quote(tierlab_binary()) + " info " + quote(tiny_trace()) + " > " +
+        quote(out) + " 2> " + quote(err);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK(read_text(out).find("default wait)") != std::string::npos);
+}

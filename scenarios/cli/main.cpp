@@ -6,9 +6,11 @@
 #include <exception>
 
 #include "model/error.hpp"
+#include "model/openmp_policy.hpp"
 #include "scenarios/cli/commands.hpp"
 
 int main(int argc, char** argv) {
+  tierlab::use_passive_openmp_wait(argv);  // OpenMP threads sleep when idle (model/openmp_policy.hpp)
   CLI::App app{"tierlab: key-cache budgets as rate-distortion allocation (quantize, evict, or mix)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tierlab 0.1.0");
