@@ -18,6 +18,9 @@
 namespace tierlab {
 
 namespace {
+// Below this many key elements quantization runs on the calling thread (waking the team
+// costs more than the work on small traces).
+constexpr long long kParallelMinElements = 1 << 16;
 
 constexpr int kDefaultKiviGroup = 32;
 constexpr double kMetaBitsPerGroup = 32.0;  // fp16 scale + fp16 min (or zero point)
@@ -102,7 +105,7 @@ void kivi_rows(const MatrixRM& keys, const std::vector<int>& tokens, int bits, i
   const int d = static_cast<int>(keys.cols());
   const long long n = static_cast<long long>(tokens.size());
   const long long n_groups = (n + g - 1) / g;
-#pragma omp parallel
+#pragma omp parallel if (n * d >= kParallelMinElements)
   {
     std::vector<float> mn(d), mx(d);
     std::vector<const float*> src(g);
@@ -211,7 +214,7 @@ class TokenTier final : public BuiltinTier {
     const int d = static_cast<int>(keys.cols());
     const int g = token_group(tier(), d);
     const long long n = static_cast<long long>(tokens.size());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * d >= kParallelMinElements)
     for (long long i = 0; i < n; ++i) token_row_quantize(keys.row(tokens[i]).data(), out_row(i), d, g, tier().bits);
   }
 };

@@ -27,6 +27,9 @@ namespace tierlab {
 namespace {
 
 constexpr Eigen::Index kQueryChunk = 64;
+// Below this many (row, token) pairs a loop runs on the calling thread: waking the team
+// costs more than the work (issue 15, item 13: tiny traces).
+constexpr Eigen::Index kParallelMinWork = 1 << 16;
 constexpr Eigen::Index kTokenBlock = 256;  // column blocks of A B^T
 constexpr Eigen::Index kRowBlock = 4;      // row blocks of P V
 
@@ -36,7 +39,7 @@ void product_abt(const Eigen::Ref<const MatrixRMd>& A, const MatrixRMd& B, doubl
   const Eigen::Index T = B.rows(), C = A.rows();
   out.resize(C, T);
   const Eigen::Index n_blocks = (T + kTokenBlock - 1) / kTokenBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_blocks > 1 && T * C >= kParallelMinWork)
   for (Eigen::Index blk = 0; blk < n_blocks; ++blk) {
     const Eigen::Index t1 = std::min(T, (blk + 1) * kTokenBlock);
     for (Eigen::Index t = blk * kTokenBlock; t < t1; ++t) {
@@ -51,7 +54,7 @@ void product_pv(const MatrixRMd& P, const MatrixRMd& V, MatrixRMd& out) {
   const Eigen::Index T = V.rows(), C = P.rows();
   out = MatrixRMd::Zero(C, V.cols());
   const Eigen::Index n_blocks = (C + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_blocks > 1 && T * C >= kParallelMinWork)
   for (Eigen::Index blk = 0; blk < n_blocks; ++blk) {
     const Eigen::Index r1 = std::min(C, (blk + 1) * kRowBlock);
     for (Eigen::Index t = 0; t < T; ++t) {
@@ -150,7 +153,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
     MatrixRMd P(C, T);
     star_t.assign(C, -1);
     star_cost.assign(C, 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (C * T >= kParallelMinWork)
     for (Eigen::Index r = 0; r < C; ++r) {
       const double* s = S.row(r).data();
       double* p = P.row(r).data();
@@ -175,7 +178,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
     product_pv(P, V, O);  // outputs, C x dv
     for (Eigen::Index r = 0; r < C; ++r) acc.output_norm2 += O.row(r).squaredNorm();
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (C * T >= kParallelMinWork)
     for (Eigen::Index t = 0; t < T; ++t) {
       double a = 0.0, ev = 0.0, att = 0.0;
       const auto vt = V.row(t);
