@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <QApplication>
+#include <QBuffer>
+#include <QSvgGenerator>
 #include <QFont>
 #include <qcustomplot.h>
 
@@ -41,22 +43,17 @@ void ensure_app() {
   (void)app;
 }
 
-std::string xml(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '&') o += "&amp;";
-    else if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
+// A temporary name beside `path` for an atomic write (renamed over it when complete).
+std::string temp_beside(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
+
+// Renames the finished temporary file over `path`; removes it and throws on failure.
+void publish(const std::string& tmp, const std::string& path) {
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw InputError("figure: cannot write '" + path + "': " + ec.message() + ".");
   }
-  return o;
-}
-
-std::string hex(const Rgb& c) { return to_qcolor(c).name().toStdString(); }
-
-std::string opacity(const Rgb& c) {
-  return c.a >= 255 ? std::string() : " fill-opacity=\"" + std::to_string(c.a / 255.0) + "\"";
 }
 
 std::string extension(const std::string& path) {
@@ -157,79 +154,24 @@ void draw_figure(const Figure& fig, QCustomPlot& plot) {
   plot.axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
 }
 
-std::string figure_svg(const Figure& fig, const QCustomPlot& plot) {
-  // The same ranges and the ticks QCustomPlot chose, drawn as vector primitives in a fixed
-  // layout (margins for the title, the tick labels and the axis labels).
-  const int W = kFigureWidth, H = kFigureHeight;
-  const double xmin = plot.xAxis->range().lower, xmax = plot.xAxis->range().upper;
-  const double ymin = plot.yAxis->range().lower, ymax = plot.yAxis->range().upper;
-  const QRect r(115, 48, W - 115 - 20, H - 48 - 72);
-  auto px = [&](double x) {
-    if (fig.xlog) return r.left() + std::log(x / xmin) / std::log(xmax / xmin) * r.width();
-    return r.left() + (x - xmin) / (xmax - xmin) * r.width();
-  };
-  auto py = [&](double y) {
-    if (fig.ylog) return r.bottom() - std::log(y / ymin) / std::log(ymax / ymin) * r.height();
-    return r.bottom() - (y - ymin) / (ymax - ymin) * r.height();
-  };
-  std::ostringstream s;
-  s << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
-    << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H << "\" font-family=\"DejaVu Sans, sans-serif\">\n";
-  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s << "<text x=\"" << W / 2 << "\" y=\"24\" font-size=\"17\" font-weight=\"bold\" text-anchor=\"middle\">" << xml(fig.title) << "</text>\n";
-  s << "<defs><clipPath id=\"plot\"><rect x=\"" << r.left() << "\" y=\"" << r.top() << "\" width=\"" << r.width()
-    << "\" height=\"" << r.height() << "\"/></clipPath></defs>\n";
-  const QVector<double> xt = plot.xAxis->tickVector(), yt = plot.yAxis->tickVector();
-  const QVector<QString> xl = plot.xAxis->tickVectorLabels(), yl = plot.yAxis->tickVectorLabels();
-  for (int i = 0; i < xt.size(); ++i) {
-    const double x = px(xt[i]);
-    s << "<line x1=\"" << x << "\" y1=\"" << r.bottom() << "\" x2=\"" << x << "\" y2=\"" << r.bottom() - 6 << "\" stroke=\"black\"/>"
-      << "<text x=\"" << x << "\" y=\"" << r.bottom() + 20 << "\" font-size=\"14\" text-anchor=\"middle\">" << xml(xl[i].toStdString()) << "</text>\n";
-  }
-  for (int i = 0; i < yt.size(); ++i) {
-    const double y = py(yt[i]);
-    s << "<line x1=\"" << r.left() << "\" y1=\"" << y << "\" x2=\"" << r.left() + 6 << "\" y2=\"" << y << "\" stroke=\"black\"/>"
-      << "<text x=\"" << r.left() - 6 << "\" y=\"" << y + 5 << "\" font-size=\"14\" text-anchor=\"end\">" << xml(yl[i].toStdString()) << "</text>\n";
-  }
-  s << "<rect x=\"" << r.left() << "\" y=\"" << r.top() << "\" width=\"" << r.width() << "\" height=\"" << r.height()
-    << "\" fill=\"none\" stroke=\"black\"/>\n";
-  s << "<text x=\"" << r.center().x() << "\" y=\"" << r.bottom() + 46 << "\" font-size=\"16\" text-anchor=\"middle\">" << xml(fig.xlabel) << "</text>\n";
-  s << "<text transform=\"translate(" << r.left() - 95 << ',' << r.center().y() << ") rotate(-90)\" font-size=\"16\" text-anchor=\"middle\">"
-    << xml(fig.ylabel) << "</text>\n";
-  s << "<g clip-path=\"url(#plot)\">\n";
-  for (const Series& se : fig.series) {
-    const std::string c = hex(se.color);
-    if (se.style == Style::Line || se.style == Style::Dashed) {
-      s << "<polyline fill=\"none\" stroke=\"" << c << "\" stroke-width=\"" << (se.style == Style::Line ? 2.5 : 2) << '"'
-        << (se.style == Style::Dashed ? " stroke-dasharray=\"8,5\"" : "") << " points=\"";
-      for (std::size_t i = 0; i < se.x.size(); ++i) s << px(se.x[i]) << ',' << py(se.y[i]) << ' ';
-      s << "\"/>\n";
-    }
-    for (std::size_t i = 0; i < se.x.size(); ++i) {
-      if (se.style == Style::Points || se.style == Style::Line)
-        s << "<circle cx=\"" << px(se.x[i]) << "\" cy=\"" << py(se.y[i]) << "\" r=\"" << (se.style == Style::Line ? 3 : se.size / 2)
-          << "\" fill=\"" << c << '"' << opacity(se.color) << "/>\n";
-      else if (se.style == Style::Squares)
-        s << "<rect x=\"" << px(se.x[i]) - se.size / 2 << "\" y=\"" << py(se.y[i]) - se.size / 2 << "\" width=\"" << se.size
-          << "\" height=\"" << se.size << "\" fill=\"" << c << '"' << opacity(se.color) << "/>\n";
-    }
-  }
-  s << "</g>\n";
-  int ly = r.top() + 18;
-  const int lx = r.right() - 330;
-  for (const Series& se : fig.series) {
-    if (se.name.empty()) continue;
-    const std::string c = hex(se.color);
-    if (se.style == Style::Line || se.style == Style::Dashed)
-      s << "<line x1=\"" << lx << "\" y1=\"" << ly - 5 << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly - 5 << "\" stroke=\"" << c
-        << "\" stroke-width=\"2\"" << (se.style == Style::Dashed ? " stroke-dasharray=\"6,4\"" : "") << "/>";
-    else
-      s << "<rect x=\"" << lx + 6 << "\" y=\"" << ly - 11 << "\" width=\"12\" height=\"12\" fill=\"" << c << "\"/>";
-    s << "<text x=\"" << lx + 32 << "\" y=\"" << ly << "\" font-size=\"13\">" << xml(se.name) << "</text>\n";
-    ly += 20;
-  }
-  s << "</svg>\n";
-  return s.str();
+std::string figure_svg(const Figure& fig, QCustomPlot& plot) {
+  // Qt's SVG generator paints the same QCustomPlot scene as the PNG and the PDF: one
+  // drawing in three formats (gridlines, framed legend, markers and text alike).
+  QByteArray bytes;
+  QBuffer buffer(&bytes);
+  buffer.open(QIODevice::WriteOnly);
+  QSvgGenerator gen;
+  gen.setOutputDevice(&buffer);
+  gen.setSize(QSize(kFigureWidth, kFigureHeight));
+  gen.setViewBox(QRect(0, 0, kFigureWidth, kFigureHeight));
+  gen.setResolution(96);  // as the offscreen screen the PNG is drawn for: same font sizes
+  gen.setTitle(QString::fromStdString(fig.title));
+  gen.setDescription(QStringLiteral("tierlab figure"));
+  QCPPainter painter;
+  if (!painter.begin(&gen)) throw InputError("figure: the SVG generator could not start painting '" + fig.title + "'.");
+  plot.toPainter(&painter, kFigureWidth, kFigureHeight);
+  painter.end();
+  return bytes.toStdString();
 }
 
 std::vector<std::string> render_figure(const Figure& fig, const std::string& base, const std::vector<std::string>& formats) {
@@ -243,15 +185,27 @@ std::vector<std::string> render_figure(const Figure& fig, const std::string& bas
   draw_figure(fig, plot);
   plot.replot();
   std::vector<std::string> files;
+  // Each file is written under a temporary name and renamed when complete, so a figure is
+  // either the new one or absent, never half written.
   if (wants("png")) {
-    if (!plot.savePng(QString::fromStdString(base + ".png"), kFigureWidth, kFigureHeight, 2.0))
-      throw InputError("figure: cannot write '" + base + ".png'.");
-    files.push_back(base + ".png");
+    const std::string path = base + ".png", tmp = temp_beside(path);
+    if (!plot.savePng(QString::fromStdString(tmp), kFigureWidth, kFigureHeight, 2.0, -1, 96, QCP::ruDotsPerInch)) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw InputError("figure: cannot write '" + path + "'.");
+    }
+    publish(tmp, path);
+    files.push_back(path);
   }
   if (wants("pdf")) {
-    if (!plot.savePdf(QString::fromStdString(base + ".pdf"), kFigureWidth, kFigureHeight))
-      throw InputError("figure: cannot write '" + base + ".pdf'.");
-    files.push_back(base + ".pdf");
+    const std::string path = base + ".pdf", tmp = temp_beside(path);
+    if (!plot.savePdf(QString::fromStdString(tmp), kFigureWidth, kFigureHeight)) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw InputError("figure: cannot write '" + path + "'.");
+    }
+    publish(tmp, path);
+    files.push_back(path);
   }
   if (wants("svg")) {
     write_file_atomically(base + ".svg", figure_svg(fig, plot));

@@ -3,10 +3,9 @@
 // ranges (linear or logarithmic) and series of points, lines, dashed lines or squares.
 // The same description is drawn three ways, so that what a report shows, what
 // `tierlab figure` writes and what tierlab-explorer displays are one picture:
-//   - PNG and PDF through QCustomPlot (scenarios/figures/figure_qt.hpp draws it into a
-//     QCustomPlot, headless or in a window);
-//   - SVG by this library's own writer, from the same ranges and the ticks QCustomPlot chose
-//     (Qt's SVG module is not a dependency);
+//   - PNG, PDF and SVG through QCustomPlot (scenarios/figures/figure_qt.hpp draws it into a
+//     QCustomPlot, headless or in a window); the SVG is that same scene painted by Qt's SVG
+//     module (QSvgGenerator), so the three files are one drawing;
 //   - CSV of the data: one row per point, columns series,x,y.
 #include <string>
 #include <vector>

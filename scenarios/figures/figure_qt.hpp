@@ -19,6 +19,6 @@ QColor to_qcolor(const Rgb&);
 void draw_figure(const Figure&, QCustomPlot& plot);
 
 // The SVG text of the figure as drawn in `plot` by draw_figure (its tick positions and labels).
-std::string figure_svg(const Figure&, const QCustomPlot& plot);
+std::string figure_svg(const Figure&, QCustomPlot& plot);
 
 }  // namespace tierlab

@@ -1,8 +1,7 @@
 #pragma once
 // The figures of a scenario run (MODEL.md section 8), drawn from the saved tables under
 // DIR/tables and written to DIR/figures as PNG (900 x 600 px at 2x), PDF (QCustomPlot,
-// rendered headless) and SVG (a vector rendering of the same figure: same data, same axis
-// ranges and ticks, written by this library, since Qt's SVG module is not a dependency).
+// rendered headless) and SVG (the same QCustomPlot scene painted by Qt's SVG module).
 // Nothing is recomputed: `tierlab figure DIR` calls this. Each analysis builds its own
 // figures (AnalysisType::figures, scenarios/analyses/*.cpp: what each figure shows is stated
 // there); this draws them all.
