@@ -1,6 +1,7 @@
 // Trace-level solving (scenarios/pipeline/allocate.hpp, scenarios/pipeline/advantage.hpp) on a `tiny` synthetic
 // trace, and the `tierlab solve --write-allocation` -> `tierlab eval --allocation` round trip
 // through the built binary.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -276,4 +277,32 @@ TEST_CASE("CLI: OpenMP threads wait passively unless the user chose a policy", "
         quote(out) + " 2> " + quote(err);
   REQUIRE(std::system(cmd.c_str()) == 0);
   CHECK(read_text(out).find("default wait)") != std::string::npos);
+}
+
+TEST_CASE("CLI: a usage error is one line naming the command and option, with did-you-mean, and exit 2", "[cli]") {
+  REQUIRE(fs::exists(tierlab_binary()));
+  const std::string out = temp_file("usage.txt"), err = temp_file("usage.err");
+  const std::string t = quote(tiny_trace());
+  struct Case {
+    std::string args, expect;
+  };
+  const std::vector<Case> cases = {
+      {"", "no command given; commands: demo"},
+      {"evl " + t, "unknown command 'evl' (did you mean 'eval'?)"},
+      {"eval " + t + " --polcy kivi:2", "eval: unknown option '--polcy' (did you mean '--policy'?)"},
+      {"solve " + t + " --budget 2 --scop=head", "solve: unknown option '--scop' (did you mean '--scope'?)"},
+      {"solve " + t + " --budget x", "solve: Could not convert: --budget = x (see tierlab solve --help)"},
+      {"eval", "eval: trace is required"},
+      {"solve " + t + " --budget 2 --zzzzzzzz", "solve: unknown option '--zzzzzzzz' (see tierlab solve --help)"},
+  };
+  for (const Case& c : cases) {
+    INFO("tierlab " << c.args);
+    CHECK(run(c.args, out, err) == 2);
+    const std::string e = read_text(err);
+    CHECK(e.find(c.expect) != std::string::npos);
+    CHECK(std::count(e.begin(), e.end(), '\n') == 1);
+    CHECK(e.rfind("tierlab: error: ", 0) == 0);
+  }
+  CHECK(run("--help", out, err) == 0);
+  CHECK(run("--version", out, err) == 0);
 }

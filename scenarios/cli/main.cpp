@@ -1,6 +1,7 @@
 // tierlab: the command-line tool. `tierlab --help` lists the commands.
-// Exit status: 0 done; 1 a command-line error (CLI11); 2 bad input (InputError: the message
-// names the file, field and value); 3 an internal error (a defect: please report it);
+// Exit status: 0 done; 2 bad input (InputError: the message names the file, field and
+// value) or a usage error (one line naming the command and option, with "did you mean":
+// scenarios/cli/usage.hpp); 3 an internal error (a defect: please report it);
 // 4 the exact recomputation failed on its backend (RecomputeError, model/error.hpp).
 #include <cstdio>
 #include <exception>
@@ -8,6 +9,7 @@
 #include "model/error.hpp"
 #include "model/openmp_policy.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/usage.hpp"
 
 int main(int argc, char** argv) {
   tierlab::use_passive_openmp_wait(argv);  // OpenMP threads sleep when idle (model/openmp_policy.hpp)
@@ -26,8 +28,14 @@ int main(int argc, char** argv) {
   tierlab::cli::add_figure(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return tierlab::cli::usage_error(app, e, argc, argv);  // one line, "did you mean", exit 2
   } catch (const tierlab::InputError& e) {
     std::fprintf(stderr, "tierlab: error: %s\n", e.what());
     return 2;

@@ -1,0 +1,19 @@
+#pragma once
+// Command-line usage errors (CLI11's ParseError) in tierlab's words: one line on stderr that
+// names the command and the option or value at fault, with "did you mean" for a misspelt
+// command or long option; returns 2, the exit status of every input error.
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace tierlab::cli {
+
+// Prints the usage error of `e` (argv as given to main) and returns 2.
+int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
+
+// The candidate closest to `word` by edit distance when it is close enough to be a slip
+// (at most 2 edits, or a third of the word's length); empty otherwise.
+std::string closest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace tierlab::cli
