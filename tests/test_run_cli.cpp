@@ -69,6 +69,12 @@ TEST_CASE("tierlab run with several scenarios writes one folder each and a combi
   const std::string line = alpha.substr(row + 1, alpha.find('\n', row + 1) - row - 1);
   CHECK(line.size() > 12);
   CHECK(index.find(line) != std::string::npos);
+
+  // `tierlab figure` on the multi-scenario folder re-renders every scenario's figures.
+  for (const char* name : {"alpha", "beta"}) fs::remove_all(out / name / "figures");
+  REQUIRE(run("figure '" + out.string() + "'", d / "figure.txt") == 0);
+  CHECK(slurp(d / "figure.txt").find("a multi-scenario run; rendering its 2 scenarios") != std::string::npos);
+  for (const char* name : {"alpha", "beta"}) CHECK(fs::exists(out / name / "figures" / "interior_vs_dominated.svg"));
 }
 
 TEST_CASE("tierlab run checks every scenario file before computing anything") {
