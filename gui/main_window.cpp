@@ -1,5 +1,6 @@
 #include "gui/main_window.hpp"
 
+#include "model/paths.hpp"
 #include "model/tier_quantizer.hpp"
 #include "solvers/families.hpp"
 
@@ -49,15 +50,9 @@ const char* kViewTitles[ViewCount] = {"Water-filling (one head)", "Layer x head 
                                       "Dominance", "Staleness"};
 constexpr double kSliderScale = 20.0;  // slider steps per bit
 
-#ifndef TIERLAB_SOURCE_DIR
-#define TIERLAB_SOURCE_DIR "."
-#endif
-
-QString shipped_model() {
-  for (const QString& p : {QString("data/stories260K/stories260K.bin"),
-                           QString(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin"})
-    if (QFileInfo::exists(p)) return p;
-  return "data/stories260K/stories260K.bin";
+QString shipped_model() {  // from any folder: model/paths.hpp (the current folder, $TIERLAB_DATA, the repository)
+  const std::filesystem::path p = resolve_shipped("data/stories260K/stories260K.bin", {});
+  return QString::fromStdString(p.empty() ? std::string("data/stories260K/stories260K.bin") : p.string());
 }
 
 }  // namespace

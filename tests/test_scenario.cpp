@@ -1,6 +1,7 @@
 // Scenario files: parsing, cells, and errors naming the file, the line and the choices.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <string>
 
 #include "model/error.hpp"
@@ -133,6 +134,20 @@ TEST_CASE("model cells: the shipped checkpoint, seeds x context lengths") {
   const std::string e = error_of("name: m\ntraces:\n  model:\n    checkpoint: nowhere.bin\n    context_lengths: [32]\n");
   CHECK_THAT(e, Catch::Contains("bad.yaml:4:"));
   CHECK_THAT(e, Catch::Contains("nowhere.bin"));
+}
+
+TEST_CASE("a scenario copied to another folder still finds the shipped model") {
+  // The shipped scenarios name the model relative to scenarios/files/; from a file in /tmp
+  // that path leads nowhere, and the shipped data/ is found instead (model/paths.hpp).
+  const std::string yaml = "name: m\ntraces:\n  model:\n    checkpoint: ../../data/stories260K/stories260K.bin\n"
+                           "    context_lengths: [32]\n";
+  const Scenario s = parse_scenario(yaml, "/tmp/some/where/copied.yaml");
+  REQUIRE(s.cells.size() == 1);
+  CHECK(std::filesystem::equivalent(s.cells[0].checkpoint,
+                                    std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin"));
+  // A path that leads nowhere says where it looked.
+  const std::string e = error_of("name: m\ntraces:\n  model:\n    checkpoint: data/none/x.bin\n    context_lengths: [32]\n");
+  CHECK_THAT(e, Catch::Contains("looked for") && Catch::Contains("data/none/x.bin"));
 }
 
 TEST_CASE("the water-filling head names a cell of the scenario") {

@@ -12,6 +12,7 @@
 
 #include "model/enum_names.hpp"
 #include "model/error.hpp"
+#include "model/paths.hpp"
 #include "model/text.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
 
@@ -112,14 +113,27 @@ void parse_synthetic_cells(const YamlReader& c, const YAML::Node& syn, int decod
   }
 }
 
+// "a, b and c" of the places a path was looked for.
+std::string join_paths(const std::vector<std::string>& v) {
+  std::vector<std::string> uniq;
+  for (const std::string& x : v)
+    if (std::find(uniq.begin(), uniq.end(), x) == uniq.end()) uniq.push_back(x);
+  std::string s;
+  for (std::size_t i = 0; i < uniq.size(); ++i) s += (i == 0 ? "" : i + 1 == uniq.size() ? " and " : ", ") + ("'" + uniq[i] + "'");
+  return s;
+}
+
 // traces.model: a llama2.c checkpoint captured per seed and context length.
 void parse_model_cells(const YamlReader& c, const YAML::Node& mod, const std::filesystem::path& base, int decode_steps,
                        std::set<std::string>& ids, Scenario& s) {
   c.keys(mod, "traces.model", {"checkpoint", "seeds", "context_lengths", "temperature", "decode_steps"});
   if (!mod["checkpoint"]) c.fail(mod, "traces.model needs the key 'checkpoint' (a llama2.c .bin file, e.g. data/stories260K/stories260K.bin).");
-  std::filesystem::path ck = c.str(mod["checkpoint"], "traces.model.checkpoint");
-  if (ck.is_relative() && !std::filesystem::exists(ck)) ck = base / ck;
-  if (!std::filesystem::exists(ck)) c.fail(mod["checkpoint"], "key 'traces.model.checkpoint': the checkpoint '" + ck.string() + "' does not exist.");
+  const std::filesystem::path given = c.str(mod["checkpoint"], "traces.model.checkpoint");
+  std::vector<std::string> tried;
+  const std::filesystem::path ck = resolve_shipped(given, base, &tried);  // model/paths.hpp
+  if (ck.empty())
+    c.fail(mod["checkpoint"], "key 'traces.model.checkpoint': the checkpoint '" + given.string() +
+                                  "' does not exist (looked for " + join_paths(tried) + ").");
   std::vector<std::uint64_t> seeds{0};
   if (mod["seeds"]) {
     seeds.clear();
@@ -157,9 +171,13 @@ void parse_file_cells(const YamlReader& c, const YAML::Node& files, const std::f
   for (const auto& f : c.list(files, "traces.files")) {
     ScenarioCell cell;
     cell.source = "file";
-    std::filesystem::path p = c.str(f, "traces.files");
-    if (p.is_relative()) p = base / p;
-    if (!std::filesystem::exists(p)) c.fail(f, "key 'traces.files': the trace '" + p.string() + "' does not exist.");
+    const std::filesystem::path given = c.str(f, "traces.files");
+    std::vector<std::string> tried;
+    // Relative to the scenario file first (then as given, then under the shipped data/).
+    std::filesystem::path p = given.is_relative() ? resolve_shipped(base / given, {}, &tried) : std::filesystem::path();
+    if (p.empty()) p = resolve_shipped(given, base, &tried);
+    if (p.empty())
+      c.fail(f, "key 'traces.files': the trace '" + given.string() + "' does not exist (looked for " + join_paths(tried) + ").");
     cell.path = p.string();
     cell.id = "file-" + p.stem().string();
     if (!ids.insert(cell.id).second) c.fail(f, "traces.files gives the cell '" + cell.id + "' twice.");
