@@ -92,6 +92,18 @@ std::string UniformPolicy::name() const {
   return os.str();
 }
 
+std::string UniformPolicy::full_precision_note(int n_tokens) const {
+  if (kind != Kind::Kivi || residual <= 0) return {};
+  const int window = n_tokens % residual;
+  if (window == 0) return {};
+  UniformPolicy every = *this;
+  every.residual = 0;
+  const std::string T = std::to_string(n_tokens), R = std::to_string(residual), W = std::to_string(window);
+  return "policy " + name() + " keeps the last " + W + " of " + T + " prompt tokens in full precision (KIVI's residual window R = " +
+         R + " holds T mod R = " + W + (window == n_tokens ? " tokens: every token is exact, T < R" : " tokens") +
+         "); the solver's kivi" + std::to_string(bits) + " tier quantizes every token, as " + every.name() + " does.";
+}
+
 RateLadder UniformPolicy::ladder() const {
   RateLadder ladder;
   ladder.tiers.push_back(Tier{QuantizerKind::Evict, 0, 0});

@@ -33,6 +33,12 @@ struct UniformPolicy {
   // The tier of every token of one head (indices into ladder()). `weights` is needed
   // only by evict (c_t(0) ranks the tokens); it may be null otherwise.
   std::vector<std::uint8_t> allocate(int n_tokens, const TokenWeights* weights) const;
+
+  // KIVI with a residual window R > 0 keeps the last T mod R of T prompt tokens in full
+  // precision (all of them when T < R), where the solver's kivi<b> tier quantizes every
+  // token. A sentence saying so, naming the window and the policy that quantizes every
+  // token (kivi:B:gG:r0); empty when nothing is left in full precision.
+  std::string full_precision_note(int n_tokens) const;
 };
 
 }  // namespace tierlab

@@ -94,6 +94,8 @@ void add_demo(CLI::App& app) {
     std::printf("policy             code  total   rel err obs  surrogate   rel err decode   attn TV\n");
     for (const std::string& name : args->policies) {
       const UniformPolicy policy = UniformPolicy::parse(name);
+      if (const std::string note = policy.full_precision_note(trace.meta().prompt_len); !note.empty())
+        std::fprintf(stderr, "tierlab: note: %s\n", note.c_str());
       TraceEvaluation ev = evaluate_trace(trace, policy.ladder(), [&](const HeadData& head, const TokenWeights& w) {
         return policy.allocate(static_cast<int>(head.keys.rows()), &w);
       }, *backend);

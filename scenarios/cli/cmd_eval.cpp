@@ -256,6 +256,8 @@ void add_eval(CLI::App& app) {
       const UniformPolicy policy = UniformPolicy::parse(args->policy);
       ladder = policy.ladder();
       label = policy.name();
+      if (const std::string note = policy.full_precision_note(trace.meta().prompt_len); !note.empty())
+        std::fprintf(stderr, "tierlab: note: %s\n", note.c_str());
       allocate = [policy](const HeadData& head, const TokenWeights& w) {
         return policy.allocate(static_cast<int>(head.keys.rows()), &w);
       };

@@ -1,5 +1,6 @@
 // tierlab info TRACE [--json] [--realism [--lengths L,...] [--window W]]
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <memory>
 
@@ -15,6 +16,82 @@
 #include "scenarios/run/progress.hpp"
 
 namespace tierlab::cli {
+
+namespace {
+
+// One value in a line: scalars as they are (strings without quotes), short arrays of
+// scalars inline, anything deeper by its size (the whole of it: `tierlab info --json`).
+std::string short_value(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.6g", v.get<double>());
+    return b;
+  }
+  if (v.is_primitive()) return v.dump();
+  if (v.is_array()) {
+    bool scalars = v.size() <= 8;
+    for (const auto& x : v) scalars = scalars && x.is_primitive();
+    if (scalars) {
+      std::string s = "[";
+      for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + short_value(v[i]);
+      return s + "]";
+    }
+    return std::to_string(v.size()) + " entries";
+  }
+  return std::to_string(v.size()) + " fields";
+}
+
+// Words joined by ", " in lines of at most 100 characters, each starting with `indent`.
+std::string wrapped(const std::vector<std::string>& items, const std::string& first, const std::string& indent) {
+  std::string out, line = first;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string piece = items[i] + (i + 1 < items.size() ? "," : "");
+    if (line.size() > indent.size() && line.size() + 1 + piece.size() > 100) {
+      out += line + "\n";
+      line = indent;
+    }
+    line += (line.size() > indent.size() || (line == first && !first.empty() && first.back() != ' ') ? " " : "") + piece;
+  }
+  return out + line + "\n";
+}
+
+// The provenance as lines a reader can scan: top-level scalars on the first line, each
+// object as key=value pairs, each list of records by its count (and its kinds, if the
+// records have a "kind"). Not JSON: printed as it is.
+std::string readable_provenance(const std::string& raw, const nlohmann::json& j) {
+  const std::string label = "provenance   ", indent(label.size(), ' ');
+  if (raw.empty()) return label + "(none)\n";
+  if (j.is_discarded() || !j.is_object()) return label + raw + "\n";
+  std::vector<std::string> scalars;
+  std::string rest;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const nlohmann::json& v = it.value();
+    if (v.is_primitive()) {
+      scalars.push_back(it.key() + " " + short_value(v));
+    } else if (v.is_object()) {
+      std::vector<std::string> kv;
+      for (auto f = v.begin(); f != v.end(); ++f) kv.push_back(f.key() + "=" + short_value(f.value()));
+      rest += wrapped(kv, indent + it.key() + ":", indent + "  ");
+    } else {
+      std::map<std::string, int> kinds;
+      for (const auto& x : v)
+        if (x.is_object() && x.contains("kind") && x["kind"].is_string()) ++kinds[x["kind"].get<std::string>()];
+      std::string line = indent + it.key() + ": " + short_value(v);
+      if (!kinds.empty()) {
+        line += " (";
+        bool first = true;
+        for (const auto& [k, n] : kinds) line += (first ? "" : ", ") + k + " " + std::to_string(n), first = false;
+        line += ")";
+      }
+      rest += line + "\n";
+    }
+  }
+  std::string out = scalars.empty() ? label + "\n" : wrapped(scalars, label.substr(0, label.size() - 1), indent);
+  return out + rest + indent + "(all of it: tierlab info --json)\n";
+}
+
+}  // namespace
 
 void add_info(CLI::App& app) {
   struct Args {
@@ -94,7 +171,7 @@ void add_info(CLI::App& app) {
                 file.names().size(), static_cast<double>(bytes) / 1e6);
     std::printf("spans        %zu planted spans\n", spans);
     std::printf("token ids    %zu\n", m.token_ids.size());
-    std::printf("provenance   %s\n", m.provenance.c_str());
+    std::printf("%s", readable_provenance(m.provenance, provenance).c_str());
     {  // where --backend auto recomputes, said here once rather than on every command
       std::string note;
       const auto be = make_recomputer(Backend::Auto, &note);
