@@ -1,12 +1,12 @@
 // Trace-level solving (scenarios/pipeline/allocate.hpp, scenarios/pipeline/advantage.hpp) on a `tiny` synthetic
 // trace, and the `tierlab solve --write-allocation` -> `tierlab eval --allocation` round trip
 // through the built binary.
-#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +20,7 @@
 #include "model/allocation.hpp"
 #include "model/error.hpp"
 #include "model/synthetic.hpp"
+#include "solvers/policy.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 
@@ -305,4 +306,22 @@ TEST_CASE("CLI: a usage error is one line naming the command and option, with di
   }
   CHECK(run("--help", out, err) == 0);
   CHECK(run("--version", out, err) == 0);
+}
+
+TEST_CASE("KIVI's residual window is named when it leaves prompt tokens in full precision", "[policy]") {
+  const UniformPolicy kivi = UniformPolicy::parse("kivi:2");
+  // T < R: every token stays exact; the note says so and names the policy quantizing all.
+  const std::string all = kivi.full_precision_note(100);
+  CHECK_THAT(all, Catch::Contains("last 100 of 100") && Catch::Contains("R = 128") && Catch::Contains("every token is exact") &&
+                      Catch::Contains("kivi:2:g32:r0"));
+  const std::vector<std::uint8_t> tiers = kivi.allocate(100, nullptr);
+  CHECK(std::count(tiers.begin(), tiers.end(), std::uint8_t{2}) == 100);  // consistent with the note
+  // T mod R tokens otherwise; none when R divides T, and never for r0 or other kinds.
+  CHECK_THAT(kivi.full_precision_note(300), Catch::Contains("last 44 of 300"));
+  CHECK(kivi.full_precision_note(256).empty());
+  CHECK(UniformPolicy::parse("kivi:2:r0").full_precision_note(100).empty());
+  CHECK(UniformPolicy::parse("token:2").full_precision_note(100).empty());
+  // The r0 policy quantizes every token, as the ladder tier does.
+  const std::vector<std::uint8_t> r0 = UniformPolicy::parse("kivi:2:r0").allocate(100, nullptr);
+  CHECK(std::count(r0.begin(), r0.end(), std::uint8_t{1}) == 100);
 }
