@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <memory>
 
@@ -14,6 +15,7 @@
 #include "gpu/recompute.hpp"
 #include "model/allocation.hpp"
 #include "model/quantizer.hpp"
+#include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/head.hpp"
@@ -42,6 +44,56 @@ struct PySolution {
 struct PyEvaluation {
   std::shared_ptr<const TraceEvaluation> ev;
 };
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct PyInterior {
+  std::shared_ptr<const InteriorReport> rep;
+};
+
+// The per-head interior table: A (decode, obs, surrogate), dominance of the 2-bit tier, and
+// each family's option, measured rates and recomputed relative errors.
+py::dict interior_table(const InteriorReport& r) {
+  const auto& hs = r.heads;
+  const std::size_t n = hs.size();
+  auto col = [&](auto f) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = f(hs[i]);
+    return to_array(v);
+  };
+  py::dict d;
+  py::array_t<int> layer(static_cast<py::ssize_t>(n)), kv(static_cast<py::ssize_t>(n));
+  py::array_t<bool> dom(static_cast<py::ssize_t>(n));
+  for (std::size_t i = 0; i < n; ++i)
+    layer.mutable_data()[i] = hs[i].layer, kv.mutable_data()[i] = hs[i].kv_head, dom.mutable_data()[i] = hs[i].dominated_2bit;
+  d["layer"] = layer;
+  d["kv_head"] = kv;
+  d["A_decode"] = col([](const HeadInterior& h) { return h.advantage_decode; });
+  d["A_obs"] = col([](const HeadInterior& h) { return h.advantage_obs; });
+  d["A_surrogate"] = col([](const HeadInterior& h) { return h.advantage_surrogate; });
+  d["dominated_2bit"] = dom;
+  const std::pair<const char*, FamilyOutcome HeadInterior::*> fams[] = {
+      {"Q", &HeadInterior::Q}, {"E", &HeadInterior::E}, {"M", &HeadInterior::M}};
+  for (const auto& [name, f] : fams) {
+    const std::string p = name;
+    py::list option;
+    for (const HeadInterior& h : hs) option.append((h.*f).option);
+    d[py::str(p + "_option")] = option;
+    // An infeasible family (Q below every finite tier's rate) has no numbers: NaN.
+    auto value = [f = f](double FamilyOutcome::*inner) {
+      return [f, inner](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).*inner : kNaN; };
+    };
+    py::array_t<bool> feasible(static_cast<py::ssize_t>(n));
+    for (std::size_t i = 0; i < n; ++i) feasible.mutable_data()[i] = (hs[i].*f).feasible;
+    d[py::str(p + "_feasible")] = feasible;
+    d[py::str(p + "_decode_rel_error")] = col([f = f](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).decode.rel_error : kNaN; });
+    d[py::str(p + "_obs_rel_error")] = col([f = f](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).obs.rel_error : kNaN; });
+    d[py::str(p + "_surrogate")] = col(value(&FamilyOutcome::surrogate));
+    d[py::str(p + "_code_rate")] = col([f = f](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).rate.code_bits : kNaN; });
+    d[py::str(p + "_total_rate")] = col([f = f](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).rate.total_bits : kNaN; });
+  }
+  return d;
+}
 
 // Errors of E allocations of one head on one query set: means [E] and optionally per row [E, rows].
 struct HeadErrors {
@@ -586,6 +638,61 @@ next to the surrogate's prediction; obs = observation queries, decode = decode s
         return "<tierlab.Evaluation of " + e.ev->policy + " on " + std::to_string(e.ev->heads.size()) + " heads (" +
                e.ev->backend + "): mean obs rel_error " + std::to_string(e.ev->model.obs.rel_error) + ">";
       });
+
+  py::class_<PyInterior>(m, "Interior", R"doc(The interior advantage of every head of a trace at one budget
+(MODEL.md section 5; `tierlab solve --advantage`): A = 1 - err(M*) / min(err(Q*), err(E*)) with
+each family's surrogate-optimal allocation repaired to the measured budget (equal memory) and
+recomputed exactly; `heads` is the per-head table (a dict of arrays), with the means, medians
+and the dominated share (heads whose 2-bit tier has R_h >= 1).)doc")
+      .def_property_readonly("budget", [](const PyInterior& r) { return r.rep->options.budget; })
+      .def_property_readonly("rate", [](const PyInterior& r) { return std::string(to_string(r.rep->options.rate_kind)); })
+      .def_property_readonly("backend", [](const PyInterior& r) { return r.rep->backend; })
+      .def_property_readonly("mean_advantage_decode", [](const PyInterior& r) { return r.rep->mean_advantage_decode; })
+      .def_property_readonly("mean_advantage_obs", [](const PyInterior& r) { return r.rep->mean_advantage_obs; })
+      .def_property_readonly("median_advantage_decode", [](const PyInterior& r) { return r.rep->median_advantage_decode; })
+      .def_property_readonly("median_advantage_obs", [](const PyInterior& r) { return r.rep->median_advantage_obs; })
+      .def_property_readonly("dominated_share", [](const PyInterior& r) { return r.rep->dominated_share; },
+                             "Fraction of heads whose 2-bit tier is dominated (R_h(2) >= 1).")
+      .def_property_readonly("heads", [](const PyInterior& r) { return interior_table(*r.rep); },
+                             "Per head: layer, kv_head, A_decode, A_obs, A_surrogate, dominated_2bit, and for F in Q, E, M: "
+                             "F_feasible, F_option, F_decode_rel_error, F_obs_rel_error, F_surrogate, F_code_rate, F_total_rate.")
+      .def("to_json", [](const PyInterior& r) { return json_to_python(to_json(*r.rep)); },
+           "The report as `tierlab solve --advantage --json` prints it under \"interior\".")
+      .def("__repr__", [](const PyInterior& r) {
+        return "<tierlab.Interior B=" + std::to_string(r.rep->options.budget) + " " +
+               std::string(to_string(r.rep->options.rate_kind)) + " on " + std::to_string(r.rep->heads.size()) +
+               " heads: median A (decode) " + std::to_string(r.rep->median_advantage_decode) + ", dominated share " +
+               std::to_string(r.rep->dominated_share) + ">";
+      });
+
+  m.def("interior", [](const PyTrace& trace, const py::object& budget, const std::string& rate, const py::object& ladder,
+                       const std::string& backend, py::object progress) -> py::object {
+    const bool many = py::hasattr(budget, "__len__");
+    std::vector<double> budgets;
+    if (many)
+      for (auto b : budget) budgets.push_back(b.cast<double>());
+    else
+      budgets.push_back(budget.cast<double>());
+    if (budgets.empty()) throw InputError("argument budget: an empty list of budgets");
+    InteriorOptions io;
+    io.budget = budgets[0];
+    io.rate_kind = parse_rate_kind(rate);
+    io.ladder = ladder_arg(ladder);
+    io.validate();
+    for (double b : budgets)
+      if (!(b > 0 && b <= 16)) throw InputError("argument budget: " + std::to_string(b) + " is not in (0, 16] bits per element");
+    auto be = backend_for(backend);
+    WorkContext ctx;
+    ctx.progress = progress;
+    const Progress report = ctx.reporter();
+    auto reps = call_released(ctx, [&] { return interior_advantage(*trace.reader, io, budgets, *be, &ctx.stop, report); });
+    py::list out;
+    for (auto& r : reps) out.append(PyInterior{std::make_shared<const InteriorReport>(std::move(r))});
+    return many ? py::object(out) : py::object(out[0]);
+  }, py::arg("trace"), py::arg("budget"), py::arg("rate") = "total",
+     py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("backend") = "auto", py::arg("progress") = py::none(),
+     "The interior advantage of every head (tierlab.Interior) at a budget, or a list of them for a list of budgets "
+     "(each head's costs computed once); rate: total (equal memory, the scenarios' default) or code.");
 
   m.def("recompute", [](const PyTrace& trace, const py::object& allocation, const py::object& ladder,
                         const std::string& backend, py::object progress) {

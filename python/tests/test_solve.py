@@ -263,3 +263,33 @@ def test_long_calls_release_the_gil(workdir):
     during = [x for x in ticks if start <= x <= start + elapsed]
     # With the GIL held for the whole call the other thread would not run at all meanwhile.
     assert elapsed > 0.05 and len(during) > 10, (elapsed, len(during))
+
+
+def test_the_interior_advantage_gives_the_numbers_of_tierlab_solve_advantage(tiny_trace, tiny_trace_path):
+    cli = cli_json("solve", tiny_trace_path, "--budget", 2, "--rate", "total", "--advantage", "--backend", "cpu")["interior"]
+    r = tierlab.interior(tiny_trace, 2.0, backend="cpu")
+    assert r.budget == 2.0 and r.rate == "total" and r.backend == cli["backend"]
+    assert r.dominated_share == cli["dominated_share"]
+    assert r.mean_advantage_decode == pytest.approx(cli["mean_advantage"]["decode"], rel=1e-12)
+    assert r.median_advantage_obs == pytest.approx(cli["median_advantage"]["obs"], rel=1e-12)
+    t = r.heads
+    for i, h in enumerate(cli["heads"]):
+        assert (t["layer"][i], t["kv_head"][i], bool(t["dominated_2bit"][i])) == (h["layer"], h["kv_head"], h["dominated_2bit"])
+        assert t["A_decode"][i] == pytest.approx(h["advantage"]["decode"], rel=1e-12)
+        assert t["A_surrogate"][i] == pytest.approx(h["advantage"]["surrogate"], rel=1e-12)
+        for f in ("Q", "E", "M"):
+            assert bool(t[f"{f}_feasible"][i]) == h[f]["feasible"]
+            if h[f]["feasible"]:
+                assert t[f"{f}_decode_rel_error"][i] == pytest.approx(h[f]["decode"]["rel_error"], rel=1e-12)
+                assert t[f"{f}_total_rate"][i] == h[f]["rate"]["total_bits"]
+                assert t[f"{f}_option"][i] == h[f]["option"]
+        # A from the table's own errors, as MODEL.md section 5 defines it.
+        errs = [t[f"{f}_decode_rel_error"][i] for f in ("Q", "E")]
+        best = min(e for e in errs if not np.isnan(e))
+        assert t["A_decode"][i] == pytest.approx(1 - t["M_decode_rel_error"][i] / best, rel=1e-12)
+    both = tierlab.interior(tiny_trace, [2.0, 3.0], backend="cpu")
+    assert [x.budget for x in both] == [2.0, 3.0]
+    np.testing.assert_allclose(both[0].heads["A_decode"], t["A_decode"], rtol=1e-12)
+    assert "Interior" in repr(r) and r.to_json()["dominated_share"] == cli["dominated_share"]
+    with pytest.raises(tierlab.InputError, match="argument budget: 20"):
+        tierlab.interior(tiny_trace, [2.0, 20.0])

@@ -11,7 +11,8 @@ The C++ library through a pybind11 extension (tierlab._tierlab) with NumPy array
   solving     solve (a trace: any solver, family, scope, one budget or a list),
               solve_head (one head)
   recompute   recompute (an allocation of a trace), recompute_head (many allocations of
-              one head, per-row and mean errors), recompute_variants (the backends' problem)
+              one head, per-row and mean errors), recompute_variants (the backends' problem),
+              interior (the interior advantage A of every head: tierlab.Interior)
   scenarios   load_scenario, run_scenario, read_tables
   figures     figures (each as data), Figure.save, render_figures
   errors      InputError (a ValueError; FormatError is one), RecomputeError (a RuntimeError)
@@ -41,6 +42,7 @@ from ._tierlab import (
     HeadSolution,
     HeadErrors,
     Evaluation,
+    Interior,
     Scenario,
     Figure,
     open_trace,
@@ -59,6 +61,7 @@ from ._tierlab import (
     recompute,
     recompute_head,
     recompute_variants,
+    interior,
     load_scenario,
     run_scenario,
     figures,
@@ -122,7 +125,7 @@ def read_table(path):
 def read_tables(run_dir):
     """Every table of a scenario run folder (run_dir/tables): a dict name -> table, where a
     CSV table is a dict column -> NumPy array and a JSON table its parsed value (the name
-    is the file name; "interior.csv" and "interior.json" both appear)."""
+    is the file name: "cells.csv", "interior.json", ...)."""
     folder = _os.path.join(str(run_dir), "tables")
     if not _os.path.isdir(folder):
         raise InputError(f"run folder {run_dir} has no tables/ (run the scenario first: tierlab.run_scenario)")
