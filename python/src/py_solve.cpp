@@ -300,6 +300,54 @@ py::dict aggregate_dict(const Aggregate& a) {
   return d;
 }
 
+// tierlab.RecomputeProblem: the arrays of one HeadProblem, owned.
+struct PyProblem {
+  MatrixRM queries, keys, values;
+  std::vector<MatrixRM> variants;
+  std::vector<int> visible;
+  QuerySetProblem problem() const {
+    QuerySetProblem q;
+    q.queries = &queries;
+    q.exact = &keys;
+    q.values = &values;
+    for (const auto& v : variants) q.variants.push_back(&v);
+    q.visible = visible;
+    return q;
+  }
+};
+
+PyProblem make_problem(const py::object& queries, const py::object& keys, const py::object& values,
+                       const std::vector<py::object>& variants, const py::object& visible) {
+  PyProblem p;
+  p.queries = float_matrix(queries, "queries", 2, "[rows, d]");
+  p.keys = float_matrix(keys, "keys", 2, "[T, d]");
+  p.values = float_matrix(values, "values", 2, "[T, d]");
+  const MatrixRM &Q = p.queries, &K = p.keys, &V = p.values;
+  if (K.rows() != V.rows() || K.cols() != V.cols() || Q.cols() != K.cols())
+    throw InputError("arguments queries, keys, values: expected [rows, d], [T, d], [T, d]; got d = " +
+                     std::to_string(Q.cols()) + ", keys [" + std::to_string(K.rows()) + ", " + std::to_string(K.cols()) +
+                     "], values [" + std::to_string(V.rows()) + ", " + std::to_string(V.cols()) + "]");
+  if (variants.empty() || variants.size() > 254)
+    throw InputError("argument variants: expected 1 to 254 key matrices, got " + std::to_string(variants.size()));
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    p.variants.push_back(float_matrix(variants[i], "variants[" + std::to_string(i) + "]", 2, "[T, d]"));
+    if (p.variants.back().rows() != K.rows() || p.variants.back().cols() != K.cols())
+      throw InputError("argument variants[" + std::to_string(i) + "]: expected shape [" + std::to_string(K.rows()) +
+                       ", " + std::to_string(K.cols()) + "] (as keys)");
+  }
+  if (!visible.is_none()) {
+    const auto vis = int_array(visible, "visible", 1, "[rows]", K.rows());
+    if (vis.size() != Q.rows())
+      throw InputError("argument visible: expected one limit per query row (" + std::to_string(Q.rows()) + "), got " +
+                       std::to_string(vis.size()));
+    for (py::ssize_t i = 0; i < vis.size(); ++i) {
+      if (vis.data()[i] < 1) throw InputError("argument visible: limits must be >= 1 (row " + std::to_string(i) + ")");
+      p.visible.push_back(static_cast<int>(vis.data()[i]));
+    }
+  }
+  return p;
+}
+
 }  // namespace
 
 void bind_solve(py::module_& m) {
@@ -437,7 +485,9 @@ released; Ctrl-C raises KeyboardInterrupt.)doc");
 
   py::class_<HeadErrors>(m, "HeadErrors", R"doc(Exactly recomputed errors (MODEL.md section 2) of E allocations of
 one head: the means over the query rows as arrays [E] (rel_error, abs_error, attn_tv,
-logit_error) and, when asked (per_row=True), each row's errors as arrays [E, rows].)doc")
+logit_error) and, when asked (per_row=True), each row's errors as arrays [E, rows], each row
+recomputed on its own (their mean equals the batch mean within float32 rounding, about 1e-7
+relative, since the backend's float32 products round differently for one row than for a block).)doc")
       .def_readonly("backend", &HeadErrors::backend)
       .def_readonly("queries", &HeadErrors::queries)
       .def_property_readonly("rel_error", [](const HeadErrors& e) { return metric_array(e.mean, &ErrorMetrics::rel_error); },
@@ -541,42 +591,37 @@ allocations: integer array [T] or [E, T] of tier indices into ladder; each is ma
 queries, as `tierlab eval` does; backend: "auto" | "cpu" | "cuda". per_row: also each query
 row's errors [E, rows].)doc");
 
+  py::class_<PyProblem>(m, "RecomputeProblem", R"doc(One head's recomputation problem as the backends take it
+(gpu/recompute.hpp HeadProblem), built once and evaluated for many selections: exact keys
+[T, d], values [T, d], queries [rows, d], candidate key matrices `variants` (each [T, d], at
+most 254) and optional causal limits `visible` (row r sees tokens 0 .. visible[r] - 1). The
+arrays are copied (float32) at construction; evaluate() then does only the recomputation.)doc")
+      .def(py::init(&make_problem), py::arg("queries"), py::arg("keys"), py::arg("values"), py::arg("variants"),
+           py::arg("visible") = py::none(), "Checks and copies the arrays (tierlab.InputError naming the argument).")
+      .def("evaluate", [](const PyProblem& p, const py::object& selections, const std::string& backend, bool per_row) {
+        QuerySetProblem q = p.problem();
+        q.selections = allocations_arg(selections, "selections", p.keys.rows(), static_cast<int>(p.variants.size()) + 1);
+        auto be = backend_for(backend);
+        WorkContext ctx;
+        HeadErrors out = call_released(ctx, [&] { return evaluate_problem(q, *be, per_row, ctx); });
+        out.queries = "given";
+        return out;
+      }, py::arg("selections"), py::arg("backend") = "auto", py::arg("per_row") = false,
+         "Errors (tierlab.HeadErrors) of selections [E, T] or [T]: per token 0 = evicted, v >= 1 = variants[v - 1].")
+      .def_property_readonly("tokens", [](const PyProblem& p) { return p.keys.rows(); })
+      .def_property_readonly("rows", [](const PyProblem& p) { return p.queries.rows(); })
+      .def("__repr__", [](const PyProblem& p) {
+        return "<tierlab.RecomputeProblem " + std::to_string(p.queries.rows()) + " query rows x " +
+               std::to_string(p.keys.rows()) + " tokens, d=" + std::to_string(p.keys.cols()) + ", " +
+               std::to_string(p.variants.size()) + " variants>";
+      });
+
   m.def("recompute_variants", [](const py::object& queries, const py::object& keys, const py::object& values,
                                  const std::vector<py::object>& variants, const py::object& selections,
                                  const std::string& backend, const py::object& visible, bool per_row) {
-    const MatrixRM Q = float_matrix(queries, "queries", 2, "[rows, d]");
-    const MatrixRM K = float_matrix(keys, "keys", 2, "[T, d]");
-    const MatrixRM V = float_matrix(values, "values", 2, "[T, d]");
-    if (K.rows() != V.rows() || K.cols() != V.cols() || Q.cols() != K.cols())
-      throw InputError("arguments queries, keys, values: expected [rows, d], [T, d], [T, d]; got d = " +
-                       std::to_string(Q.cols()) + ", keys [" + std::to_string(K.rows()) + ", " + std::to_string(K.cols()) +
-                       "], values [" + std::to_string(V.rows()) + ", " + std::to_string(V.cols()) + "]");
-    if (variants.empty() || variants.size() > 254)
-      throw InputError("argument variants: expected 1 to 254 key matrices, got " + std::to_string(variants.size()));
-    std::vector<MatrixRM> vars;
-    for (std::size_t i = 0; i < variants.size(); ++i) {
-      vars.push_back(float_matrix(variants[i], "variants[" + std::to_string(i) + "]", 2, "[T, d]"));
-      if (vars.back().rows() != K.rows() || vars.back().cols() != K.cols())
-        throw InputError("argument variants[" + std::to_string(i) + "]: expected shape [" + std::to_string(K.rows()) +
-                         ", " + std::to_string(K.cols()) + "] (as keys)");
-    }
-    const auto sels = allocations_arg(selections, "selections", K.rows(), static_cast<int>(vars.size()) + 1);
-    QuerySetProblem q;
-    q.queries = &Q;
-    q.exact = &K;
-    q.values = &V;
-    for (const auto& v : vars) q.variants.push_back(&v);
-    q.selections = sels;
-    if (!visible.is_none()) {
-      const auto vis = int_array(visible, "visible", 1, "[rows]", K.rows());
-      if (vis.size() != Q.rows())
-        throw InputError("argument visible: expected one limit per query row (" + std::to_string(Q.rows()) + "), got " +
-                         std::to_string(vis.size()));
-      for (py::ssize_t i = 0; i < vis.size(); ++i) {
-        if (vis.data()[i] < 1) throw InputError("argument visible: limits must be >= 1 (row " + std::to_string(i) + ")");
-        q.visible.push_back(static_cast<int>(vis.data()[i]));
-      }
-    }
+    const PyProblem p = make_problem(queries, keys, values, variants, visible);
+    QuerySetProblem q = p.problem();
+    q.selections = allocations_arg(selections, "selections", p.keys.rows(), static_cast<int>(p.variants.size()) + 1);
     auto be = backend_for(backend);
     WorkContext ctx;
     HeadErrors out = call_released(ctx, [&] { return evaluate_problem(q, *be, per_row, ctx); });
@@ -584,10 +629,8 @@ row's errors [E, rows].)doc");
     return out;
   }, py::arg("queries"), py::arg("keys"), py::arg("values"), py::arg("variants"), py::arg("selections"),
      py::arg("backend") = "auto", py::arg("visible") = py::none(), py::arg("per_row") = false,
-     R"doc(The recomputation backends' own problem (gpu/recompute.hpp): exact keys [T, d], values [T, d],
-queries [rows, d], candidate key matrices `variants` (each [T, d]) and selections [E, T]
-(per token 0 = evicted, v >= 1 = variants[v - 1]); visible: optional causal limits per row
-(row r sees tokens 0 .. visible[r] - 1). Returns tierlab.HeadErrors.)doc");
+     "tierlab.RecomputeProblem(queries, keys, values, variants, visible).evaluate(selections, backend, per_row) in one "
+     "call (tierlab.HeadErrors).");
 
   py::class_<PyEvaluation>(m, "Evaluation", R"doc(The exact errors of one allocation of a whole trace (`tierlab eval`):
 per head (a dict of arrays, `heads`), per layer and for the model (means over heads),

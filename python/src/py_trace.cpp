@@ -45,7 +45,7 @@ py::object tensor_array(const py::object& trace_obj, const std::shared_ptr<const
       const std::vector<float> v = f.read_f32(name);
       py::array_t<float> a(shape_of(ti));
       if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
-      return std::move(a);
+      return a;
     }
   }
   auto owner = py::cast(MappedTensor{trace_obj, reader, name});
@@ -333,7 +333,7 @@ finite.)doc")
         }
         return out;
       }, "A copy in memory as float32, every value checked as the C++ reader checks it (NaN/Inf -> "
-         "tierlab.FormatError naming the tensor and index). Owned heads return themselves' copy.")
+         "tierlab.FormatError naming the tensor and index). A head in memory returns itself.")
       .def("__repr__", [](const PyHead& h) {
         const int T = h.reader ? h.reader->meta().prompt_len : static_cast<int>(h.owned->keys.rows());
         const int d = h.reader ? h.reader->meta().head_dim : static_cast<int>(h.owned->keys.cols());

@@ -2,6 +2,7 @@
 PYTHONPATH to BUILD/python, TIERLAB_CLI to the tierlab tool and TIERLAB_TEST_TMP)."""
 import json
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -53,7 +54,9 @@ def workdir():
     base = os.environ.get("TIERLAB_TEST_TMP")
     if base:
         os.makedirs(base, exist_ok=True)
-    return tempfile.mkdtemp(prefix="pytest-", dir=base)
+    path = tempfile.mkdtemp(prefix="pytest-", dir=base)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -198,6 +198,14 @@ def test_recomputing_given_variants_matches_the_numpy_gather_formula():
         ph = np.exp(sh - sh.max(1, keepdims=True)); ph /= ph.sum(1, keepdims=True)
         ref = (((ph @ V64 - o) ** 2).sum(1) / (o**2).sum(1)).mean()
         assert e.rel_error[k] == pytest.approx(ref, rel=1e-5)
+    problem = tierlab.RecomputeProblem(Q, K, V, [noisy, K])
+    assert (problem.tokens, problem.rows) == (T, R) and "2 variants" in repr(problem)
+    again = problem.evaluate(sel, backend="cpu", per_row=True)
+    np.testing.assert_array_equal(again.rel_error, e.rel_error)
+    # Row by row the float32 products round differently than in blocks of rows: 1e-6, not 1e-12.
+    np.testing.assert_allclose(again.row_rel_error.mean(1), e.rel_error, rtol=1e-6)
+    with pytest.raises(tierlab.InputError, match=r"argument selections: value 3 .* outside \[0, 2\]"):
+        problem.evaluate(np.full(T, 3))
     vis = np.full(R, T // 2)
     half = tierlab.recompute_variants(Q, K, V, [noisy, K], sel, backend="cpu", visible=vis)
     cut = tierlab.recompute_variants(Q, K[: T // 2].copy(), V[: T // 2].copy(), [noisy[: T // 2].copy(), K[: T // 2].copy()],

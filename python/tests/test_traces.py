@@ -306,3 +306,5 @@ def test_reading_a_large_trace_head_by_head_keeps_memory_near_one_head(workdir):
     # One head is 12 MiB; allow three heads (the kernel maps neighbouring pages in 2 MiB folios).
     assert peak < 3 * head_bytes, f"resident set grew by {peak / 2**20:.1f} MiB reading a {file_bytes / 2**20:.0f} MiB file"
     assert peak > head_bytes / 2  # the measurement sees the head it read
+    del t
+    os.remove(path)

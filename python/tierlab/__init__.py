@@ -11,7 +11,8 @@ The C++ library through a pybind11 extension (tierlab._tierlab) with NumPy array
   solving     solve (a trace: any solver, family, scope, one budget or a list),
               solve_head (one head)
   recompute   recompute (an allocation of a trace), recompute_head (many allocations of
-              one head, per-row and mean errors), recompute_variants (the backends' problem),
+              one head, per-row and mean errors), RecomputeProblem / recompute_variants (the
+              backends' own problem: variants and selections),
               interior (the interior advantage A of every head: tierlab.Interior)
   scenarios   load_scenario, run_scenario, read_tables
   figures     figures (each as data), Figure.save, render_figures
@@ -43,6 +44,7 @@ from ._tierlab import (
     HeadErrors,
     Evaluation,
     Interior,
+    RecomputeProblem,
     Scenario,
     Figure,
     open_trace,
