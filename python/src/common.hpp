@@ -1,9 +1,10 @@
 #pragma once
 // What the binding's translation units share (docs/design.md "The Python module"):
-//   - call_released: long work runs with the GIL released on a worker thread while the
-//     calling thread polls for Ctrl-C (PyErr_CheckSignals every 50 ms); on a signal the
-//     work's cancel flag (model/cancel.hpp) is set, the work stops at its next progress
-//     point (Cancelled) and KeyboardInterrupt is raised;
+//   - call_released: long work runs on the calling thread with the GIL released (other
+//     Python threads run meanwhile; OpenMP keeps its thread pool); during it, on the main
+//     thread, SIGINT (Ctrl-C) sets the work's cancel flag (model/cancel.hpp) instead of
+//     Python's: the work stops at its next progress point (Cancelled) and KeyboardInterrupt
+//     is raised when it returns;
 //   - progress callbacks: a Python callable progress(done, total) called from the worker
 //     with the GIL held; each call is also the work's cancel point;
 //   - array arguments: checked for dtype, dimensions, shape and memory order, with a
@@ -12,15 +13,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <csignal>
+
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "model/cancel.hpp"
@@ -53,46 +52,56 @@ struct WorkContext {
   }
 };
 
-// Runs work() on a worker thread with the GIL released; see the header comment. The
-// caller holds the GIL. Exceptions of work() are rethrown here (translated by pybind11).
+// While alive (on the interpreter's main thread only), SIGINT sets *stop instead of Python's
+// flag; the previous handler (Python's, or an enclosing scope's) is restored afterwards.
+class SigintScope {
+ public:
+  SigintScope(std::atomic<bool>* stop, bool active);
+  ~SigintScope();
+  SigintScope(const SigintScope&) = delete;
+  SigintScope& operator=(const SigintScope&) = delete;
+
+ private:
+  bool active_ = false;
+  std::atomic<bool>* previous_target_ = nullptr;
+  struct sigaction previous_ {};
+};
+
+// Is the calling thread the interpreter's main thread (the one that receives Ctrl-C)? Needs the GIL.
+bool on_main_thread();
+
+// Runs work() on the calling thread with the GIL released; see the header comment. The caller
+// holds the GIL. On the main thread, Ctrl-C during the work sets ctx.stop (the work stops at its
+// next cancel point) and KeyboardInterrupt is raised when it returns. Exceptions of work() are
+// rethrown (translated by pybind11).
 template <class F>
 auto call_released(WorkContext& ctx, F&& work) -> decltype(work()) {
   using R = decltype(work());
   std::optional<R> result;
   std::exception_ptr error;
-  std::optional<py::error_already_set> interrupt;
+  const bool main = on_main_thread();
   {
-    std::mutex m;
-    std::condition_variable cv;
-    bool done = false;
+    SigintScope sigint(&ctx.stop, main);
     py::gil_scoped_release release;
-    std::thread worker([&] {
-      try {
-        result.emplace(work());
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(m);
-      done = true;
-      cv.notify_one();
-    });
-    std::unique_lock<std::mutex> lock(m);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return done; })) {
-      if (interrupt) continue;
-      lock.unlock();
-      {
-        py::gil_scoped_acquire gil;
-        if (PyErr_CheckSignals() != 0) {
-          interrupt.emplace();  // takes the KeyboardInterrupt out of the interpreter's error state
-          ctx.stop = true;
-        }
-      }
-      lock.lock();
+    try {
+      result.emplace(work());
+    } catch (...) {
+      error = std::current_exception();
     }
-    lock.unlock();
-    worker.join();
   }
-  if (interrupt) throw *interrupt;
+  if (main && ctx.stop) {
+    // A Python exception of the work (its progress callback's) wins over the interrupt.
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (py::error_already_set&) {
+        throw;
+      } catch (...) {
+      }
+    }
+    PyErr_SetString(PyExc_KeyboardInterrupt, "interrupted (tierlab stopped at its next cancel point)");
+    throw py::error_already_set();
+  }
   if (error) std::rethrow_exception(error);
   return std::move(*result);
 }

@@ -133,6 +133,33 @@ py::array readonly_view(const py::dtype& dtype, std::vector<py::ssize_t> shape, 
   return a;
 }
 
+namespace {
+std::atomic<std::atomic<bool>*> g_sigint_target{nullptr};
+void interrupt_work(int) {
+  if (std::atomic<bool>* t = g_sigint_target.load()) t->store(true);
+}
+}  // namespace
+
+SigintScope::SigintScope(std::atomic<bool>* stop, bool active) : active_(active) {
+  if (!active_) return;
+  previous_target_ = g_sigint_target.exchange(stop);
+  struct sigaction sa {};
+  sa.sa_handler = interrupt_work;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_ONSTACK;
+  sigaction(SIGINT, &sa, &previous_);
+}
+
+SigintScope::~SigintScope() {
+  if (!active_) return;
+  sigaction(SIGINT, &previous_, nullptr);
+  g_sigint_target.store(previous_target_);
+}
+
+bool on_main_thread() {
+  return py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>() == PyThread_get_thread_ident();
+}
+
 std::shared_ptr<const HeadData> PyHead::data() const {
   if (owned) return owned;
   return std::make_shared<const HeadData>(reader->head(layer, kv_head));

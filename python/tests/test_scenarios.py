@@ -5,7 +5,6 @@ import csv
 import json
 import os
 import signal
-import time
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -157,7 +156,6 @@ def test_ctrl_c_during_a_scenario_run_keeps_the_finished_cells(scenario_file, wo
     def progress(done, total):
         if done == 1:
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)
 
     with pytest.raises(KeyboardInterrupt, match="finished cells kept"):
         tierlab.run_scenario(scenario_file, out, progress=progress)
