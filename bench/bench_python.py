@@ -7,8 +7,11 @@ Recompute of one 32k-token head (the reference's workload with --kv-heads 1: G*Q
 variants KIVI 2-bit, KIVI 4-bit, exact, E random allocations with eviction):
   python   tierlab.RecomputeProblem(...).evaluate(selections, backend="cpu"), the E allocations
            in one call (setup included), seconds / E
-  c++      bench_recompute_cpu --data DIR: Recomputer::evaluate over the same E allocations
-           (seconds_per_allocation_amortized: setup included, / E), same sizes
+  c++      the same backend call (Recomputer::evaluate through recompute()) timed in C++ in the
+           same process, right after each Python call (RecomputeProblem._time_cpp): the overhead
+           is the median over these pairs of python / c++ - 1; and bench_recompute_cpu --data DIR
+           (its own process: Recomputer::evaluate over the same E allocations,
+           seconds_per_allocation_amortized: setup included, / E), same sizes
   numpy    numpy_recompute_ref.py (seconds_per_allocation; and with its setup amortized over E)
   The instance is numpy_recompute_dump.py's (the reference's own draws); the Python call uses
   the reference's KIVI keys, so its errors are compared with the reference's.
@@ -23,6 +26,7 @@ Prints a report and one JSON line (--json FILE writes it).
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -92,15 +96,21 @@ def main():
     synth_seconds = time.perf_counter() - t0
     tierlab.solve(trace, a.budget)  # warm-up (page cache, OpenMP threads)
 
+    rec_inproc, rec_pairs, faults = [], [], []
     rec_py, rec_cpp, rec_np, rec_np_am, solve_py, solve_py_cpp, solve_cli = [], [], [], [], [], [], []
     for r in range(a.rounds):
         print(f"round {r + 1}/{a.rounds} ...", file=sys.stderr)
-        times = []
-        for _ in range(a.repeats):
+        times, inner = [], []
+        for _ in range(a.repeats):  # the Python call and the same C++ call, back to back
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             errs = problem.evaluate(alloc, backend="cpu")
             times.append((time.perf_counter() - t0) / E)
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+            inner.append(problem._time_cpp(alloc, "cpu", 1)[0] / E)
         rec_py.append(median(times))
+        rec_inproc.append(median(inner))
+        rec_pairs.extend(p / c - 1 for p, c in zip(times, inner))
         out = run_json([bench_cpu, "--data", data, "--repeats", str(a.repeats), *sizes])
         rec_cpp.append(out["seconds_per_allocation_amortized"])
         n = run_json([py, ref, *sizes])
@@ -123,9 +133,13 @@ def main():
         "tokens": T, "dim": D, "query_rows": R, "allocations": E, "rounds": a.rounds, "repeats": a.repeats,
         "cores": os.cpu_count(), "load_before": load_before, "load_after": load_after,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
-        "recompute_ms_per_allocation": {"python": 1e3 * median(rec_py), "cpp": 1e3 * median(rec_cpp),
+        "recompute_ms_per_allocation": {"python": 1e3 * median(rec_py), "cpp_in_process": 1e3 * median(rec_inproc),
+                                        "cpp": 1e3 * median(rec_cpp),
                                         "numpy": 1e3 * median(rec_np), "numpy_setup_amortized": 1e3 * median(rec_np_am)},
+        "recompute_overhead_python_vs_cpp_in_process": median(rec_pairs),
         "recompute_overhead_python_vs_cpp": median([p / c - 1 for p, c in zip(rec_py, rec_cpp)]),
+        "recompute_minor_page_faults_per_python_call": median(faults),
+        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"},
         "recompute_speedup_numpy_over_python": median([n / p for n, p in zip(rec_np_am, rec_py)]),
         "recompute_speedup_numpy_loop_over_python": median([n / p for n, p in zip(rec_np, rec_py)]),
         "recompute_mean_rel_error": {"python": py_err, "numpy": float(ref_errors.mean())},
@@ -142,8 +156,12 @@ def main():
     print(f"recompute, one head: T={T}, d={D}, {R} query rows, variants kivi2/kivi4/exact + evict, {E} allocations "
           f"(medians of {a.rounds} rounds x {a.repeats} repeats; setup included, per allocation)")
     print(f"  python  tierlab.RecomputeProblem.evaluate : {ms['python']:9.2f} ms/allocation")
-    print(f"  c++     Recomputer::evaluate (bench)      : {ms['cpp']:9.2f} ms/allocation   "
-          f"python overhead {100 * r['recompute_overhead_python_vs_cpp']:+.1f}%")
+    print(f"          minor page faults per Python call: {r['recompute_minor_page_faults_per_python_call']:.0f} "
+          f"(malloc settings from the environment: {r['malloc_env'] or 'none'})")
+    print(f"  c++     the same backend call, same process: {ms['cpp_in_process']:8.2f} ms/allocation   "
+          f"python overhead {100 * r['recompute_overhead_python_vs_cpp_in_process']:+.1f}% (median of {len(rec_pairs)} back-to-back pairs)")
+    print(f"  c++     bench_recompute_cpu (own process): {ms['cpp']:9.2f} ms/allocation   "
+          f"python vs it {100 * r['recompute_overhead_python_vs_cpp']:+.1f}% (medians of rounds)")
     print(f"  numpy   reference loop                    : {ms['numpy']:9.2f} ms/allocation "
           f"(setup amortized: {ms['numpy_setup_amortized']:.2f})   numpy / python: "
           f"{r['recompute_speedup_numpy_over_python']:.1f}x (loop only: {r['recompute_speedup_numpy_loop_over_python']:.1f}x)")
@@ -155,7 +173,7 @@ def main():
     print(f"  c++     the same call's allocate_trace    : {sv['cpp_in_call']:9.4f} s   "
           f"python overhead {100 * r['solve_overhead_python_vs_cpp_in_call']:+.2f}%")
     print(f"  c++     tierlab solve --json (seconds)    : {sv['cli']:9.4f} s   "
-          f"python vs tool {100 * r['solve_overhead_python_vs_cli']:+.1f}%; same objective: {r['solve_objective_equal_to_cli']}")
+          f"python vs tool {100 * r['solve_overhead_python_vs_cli']:+.1f}% (median of the rounds' ratios); same objective: {r['solve_objective_equal_to_cli']}")
     print(json.dumps(res))
     if a.json:
         with open(a.json, "w") as f:

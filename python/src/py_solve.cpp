@@ -5,6 +5,7 @@
 // tierlab.recompute_head and tierlab.recompute_variants (one head, many allocations, per-row
 // and mean errors: gpu/recompute.hpp).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -608,6 +609,28 @@ arrays are copied (float32) at construction; evaluate() then does only the recom
         return out;
       }, py::arg("selections"), py::arg("backend") = "auto", py::arg("per_row") = false,
          "Errors (tierlab.HeadErrors) of selections [E, T] or [T]: per token 0 = evicted, v >= 1 = variants[v - 1].")
+      .def("_time_cpp", [](const PyProblem& p, const py::object& selections, const std::string& backend, int repeats) {
+        // For bench/bench_python.py: the same backend call timed in C++ (no Python in the loop).
+        QuerySetProblem q = p.problem();
+        q.selections = allocations_arg(selections, "selections", p.keys.rows(), static_cast<int>(p.variants.size()) + 1);
+        auto be = backend_for(backend);
+        HeadBatch b;
+        b.problem.queries = q.queries;
+        b.problem.exact_keys = q.exact;
+        b.problem.values = q.values;
+        b.problem.variants = q.variants;
+        b.problem.visible = q.visible;
+        b.selections = q.selections;
+        std::vector<double> seconds;
+        py::gil_scoped_release release;
+        for (int r = 0; r < repeats; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          recompute(*be, {b});
+          seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        return seconds;
+      }, py::arg("selections"), py::arg("backend") = "cpu", py::arg("repeats") = 1,
+         "Benchmark helper: seconds of each of `repeats` backend calls on the selections, timed in C++.")
       .def_property_readonly("tokens", [](const PyProblem& p) { return p.keys.rows(); })
       .def_property_readonly("rows", [](const PyProblem& p) { return p.queries.rows(); })
       .def("__repr__", [](const PyProblem& p) {
