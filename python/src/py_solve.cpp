@@ -362,8 +362,10 @@ void bind_solve(py::module_& m) {
 (`tierlab solve`): status (optimal | feasible | infeasible | trivial), message, objective
 (sum of c_t over heads), bound (lower bound), gap, rates, and the allocation as a NumPy
 uint8 array [n_layers, n_kv_heads, T] of tier indices into `ladder`.)doc")
-      .def_property_readonly("status", [](const PySolution& s) { return std::string(to_string(s.rep->status)); })
-      .def_property_readonly("message", [](const PySolution& s) { return s.rep->message; })
+      .def_property_readonly("status", [](const PySolution& s) { return std::string(to_string(s.rep->status)); },
+                             "optimal | feasible | infeasible | trivial (the worst over the budget scopes).")
+      .def_property_readonly("message", [](const PySolution& s) { return s.rep->message; },
+                             "How the status was reached, in a sentence or two.")
       .def_property_readonly("feasible", [](const PySolution& s) { return s.rep->has_solution(); })
       .def_property_readonly("objective", [](const PySolution& s) { return s.rep->objective; },
                              "Surrogate objective sum_t c_t(tau_t) over every head (true costs).")
