@@ -419,6 +419,15 @@ MatrixRM SafetensorsFile::read_matrix(const std::string& name, std::int64_t rows
   return m;
 }
 
+const std::uint8_t* SafetensorsFile::mapped_bytes(const std::string& name) const {
+  return map_ + data_start_ + info(name).begin;
+}
+
+void SafetensorsFile::drop_pages(const std::string& name) const {
+  const TensorInfo& ti = info(name);
+  tierlab::release_pages(map_, size_, map_ + data_start_ + ti.begin, ti.end - ti.begin);
+}
+
 std::vector<std::int32_t> SafetensorsFile::read_i32(const std::string& name) const {
   const TensorInfo& ti = info(name);
   const auto n = static_cast<std::size_t>(ti.numel());

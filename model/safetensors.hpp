@@ -69,6 +69,11 @@ class SafetensorsFile {
   // I32, or I64 narrowed with a range check (PyTorch's default integer dtype).
   std::vector<std::int32_t> read_i32(const std::string& name) const;
   std::vector<std::uint8_t> read_u8(const std::string& name) const;
+  // The tensor's bytes in the memory map, unconverted and unchecked (little-endian, of
+  // info(name).dtype), valid while this object lives: for zero-copy views (the Python module).
+  const std::uint8_t* mapped_bytes(const std::string& name) const;
+  // Drops the tensor's mapped pages from the resident set, as every read does afterwards.
+  void drop_pages(const std::string& name) const;
 
  private:
   std::string path_;
