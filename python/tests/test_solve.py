@@ -164,15 +164,18 @@ def test_per_row_errors_average_to_the_mean_and_match_numpy(tiny_trace):
     allocs = np.stack([rng.choice([0, 4], size=192, p=[0.3, 0.7]) for _ in range(3)])  # evict or exact only
     e = tierlab.recompute_head(head, allocs, backend="cpu", per_row=True)
     assert e.row_rel_error.shape == (3, 16) and e.rel_error.shape == (3,)
-    np.testing.assert_allclose(e.row_rel_error.mean(1), e.rel_error, rtol=1e-12)
-    np.testing.assert_allclose(e.row_attn_tv.mean(1), e.attn_tv, rtol=1e-12)
+    # Each row is recomputed on its own (a one-row problem): the same formulas as the
+    # batched mean, with float32 GEMMs blocked differently, so they agree to the CPU
+    # backend's stated precision (6e-7 relative), not to the last bit.
+    np.testing.assert_allclose(e.row_rel_error.mean(1), e.rel_error, rtol=1e-6)
+    np.testing.assert_allclose(e.row_attn_tv.mean(1), e.attn_tv, rtol=1e-6)
     for k in range(3):
         ref = numpy_row_errors(head, allocs[k], head.keys.astype(np.float64))
         np.testing.assert_allclose(e.row_rel_error[k], ref, rtol=2e-5, atol=1e-12)
     assert tierlab.recompute_head(head, allocs, backend="cpu").row_rel_error is None
     d = tierlab.recompute_head(head, allocs, backend="cpu", queries="decode", per_row=True)
     assert d.row_rel_error.shape == (3, 16)
-    np.testing.assert_allclose(d.row_rel_error.mean(1), d.rel_error, rtol=1e-12)
+    np.testing.assert_allclose(d.row_rel_error.mean(1), d.rel_error, rtol=1e-6)
     exact = tierlab.recompute_head(head, np.full(192, 4), backend="cpu")
     assert exact.rel_error[0] == 0.0 and exact.code_rate[0] == 16.0
     assert "3 allocations" in repr(e)

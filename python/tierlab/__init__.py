@@ -26,6 +26,11 @@ import os as _os
 
 import numpy as _np
 
+# OpenMP threads wait passively (sleep when idle) unless the user chose a policy, as in
+# tierlab's programs (model/openmp_policy.hpp): libgomp reads this once, when the
+# extension below loads it, so it is set here, before the import.
+_os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 from ._version import __version__
 from ._tierlab import (
     InputError,

@@ -165,7 +165,7 @@ std::string figure_svg(const Figure& fig, QCustomPlot& plot) {
   gen.setSize(QSize(kFigureWidth, kFigureHeight));
   gen.setViewBox(QRect(0, 0, kFigureWidth, kFigureHeight));
   gen.setResolution(96);  // as the offscreen screen the PNG is drawn for: same font sizes
-  gen.setTitle(QString::fromStdString(fig.title));
+  gen.setTitle(QString::fromStdString(fig.title).toHtmlEscaped());  // Qt writes it into <title> as it is
   gen.setDescription(QStringLiteral("tierlab figure"));
   QCPPainter painter;
   if (!painter.begin(&gen)) throw InputError("figure: the SVG generator could not start painting '" + fig.title + "'.");
