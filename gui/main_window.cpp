@@ -18,10 +18,11 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QMenuBar>
-#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpression>
+#include <QRegularExpressionValidator>
 #include <QScrollArea>
 #include <QSlider>
 #include <QSpinBox>
@@ -49,6 +50,20 @@ const char* kViewNames[ViewCount] = {"waterfill", "headmap", "interior", "domina
 const char* kViewTitles[ViewCount] = {"Water-filling (one head)", "Layer x head map", "Interior advantage",
                                       "Dominance", "Staleness"};
 constexpr double kSliderScale = 20.0;  // slider steps per bit
+
+// Why the bits-ladder text is not a ladder (empty when it is): each entry an integer 1..15.
+QString bitsProblem(const QString& text) {
+  const QStringList parts = text.split(',');
+  if (text.trimmed().isEmpty()) return "no bit width given (e.g. 2,4,8)";
+  for (const QString& raw : parts) {
+    const QString p = raw.trimmed();
+    bool ok = false;
+    const int b = p.toInt(&ok);
+    if (p.isEmpty()) return "'" + text + "' has an empty entry";
+    if (!ok || b < 1 || b > 15) return "'" + p + "' is not a bit width from 1 to 15";
+  }
+  return {};
+}
 
 QString shipped_model() {  // from any folder: model/paths.hpp (the current folder, $TIERLAB_DATA, the repository)
   const std::filesystem::path p = resolve_shipped("data/stories260K/stories260K.bin", {});
@@ -107,7 +122,8 @@ void MainWindow::buildMenus() {
     SourceSpec s;
     s.kind = SourceKind::Model;
     s.path = shipped_model().toStdString();
-    s.context_length = std::min(context_->value(), 496);
+    preset_->setCurrentIndex(preset_->count() - 1);  // the field's range becomes the model's (below)
+    s.context_length = context_->value();
     openSpec(s);
   });
   file->addSeparator();
@@ -177,7 +193,7 @@ QGroupBox* MainWindow::buildSourceBox() {
     if (preset_->currentIndex() == preset_->count() - 1) {
       s.kind = SourceKind::Model;
       s.path = shipped_model().toStdString();
-      s.context_length = std::min(context_->value(), 496);
+      s.context_length = context_->value();  // within the model's limit: the field's range
     } else {
       s.kind = SourceKind::Synthetic;
       s.preset = preset_->currentText().toStdString();
@@ -186,6 +202,21 @@ QGroupBox* MainWindow::buildSourceBox() {
     openSpec(s);
   });
   connect(open_file, &QPushButton::clicked, this, [this] { openDialog(); });
+  // The context field accepts only what the chosen source can open: the model's seq_len
+  // minus its decode steps for stories260K, up to 65,536 for a synthetic preset.
+  connect(preset_, &QComboBox::currentIndexChanged, this, [this](int i) {
+    int limit = 1 << 16;
+    if (i == preset_->count() - 1) {
+      try {
+        limit = model_context_limit(shipped_model().toStdString());
+      } catch (const std::exception& e) {
+        showError(QString::fromStdString(e.what()));
+      }
+    }
+    context_->setMaximum(limit);
+    context_->setToolTip(QString("Context length T (prompt tokens), %1 to %2 for this source; press Enter to reopen the "
+                                 "source at this length.").arg(context_->minimum()).arg(limit));
+  });
   return src_box;
 }
 
@@ -229,7 +260,10 @@ QGroupBox* MainWindow::buildAllocationBox() {
   bits_ = new QComboBox;
   bits_->setEditable(true);
   for (const char* b : {"2,4,8", "2,4", "4,8", "2", "4", "1,2,4,8", "3,6"}) bits_->addItem(b);
-  bits_->setToolTip("Bits of the finite tiers (comma-separated); the ladder always has evict and exact (16 bits).");
+  bits_->setToolTip("Bits of the finite tiers (comma-separated, each 1 to 15); the ladder always has evict and exact (16 bits).");
+  // Digits and commas only: a letter is refused as it is typed.
+  bits_->setValidator(new QRegularExpressionValidator(QRegularExpression(R"(\s*\d{0,2}(\s*,\s*\d{0,2})*\s*)"), bits_));
+  last_good_bits_ = bits_->currentText();
   af->addRow("bits ladder", bits_);
   rate_kind_ = new QComboBox;
   rate_kind_->addItems({"code", "total"});
@@ -273,6 +307,7 @@ void MainWindow::buildViews() {
 // The status bar: the status line, the progress bar and the cancel button.
 void MainWindow::buildStatusBar() {
   status_ = new QLabel;
+  status_->setTextFormat(Qt::PlainText);  // messages name methods like kivi<b>: never rich text
   progress_ = new QProgressBar;
   progress_->setRange(0, 1000);
   progress_->setMaximumWidth(220);
@@ -314,7 +349,7 @@ void MainWindow::connectControls() {
       if (!updating_controls_) settingsChanged();
     });
   connect(bits_, &QComboBox::currentTextChanged, this, [this] {
-    if (!updating_controls_) settingsChanged();
+    if (!updating_controls_) bitsEdited();
   });
   connect(tabs_, &QTabWidget::currentChanged, this, [this](int v) {
     if (v >= 0 && v < ViewCount && results_[v]) info_->setPlainText(QString::fromStdString(results_[v]->info));
@@ -419,11 +454,9 @@ void MainWindow::showError(const QString& message) {
   status_->setText("Error: " + message);
   status_->setToolTip(message);
   info_->setPlainText("Error: " + message);
-  if (isVisible() && QApplication::platformName() != "offscreen") {
-    auto* box = new QMessageBox(QMessageBox::Warning, "tierlab-explorer", message, QMessageBox::Ok, this);
-    box->setAttribute(Qt::WA_DeleteOnClose);
-    box->open();  // window-modal, does not block the event loop
-  }
+  // No dialog: a modal box takes the focus from the field at fault, which reports its
+  // value again when the focus comes back (an endless loop on every OK). The status bar
+  // and the text panel say it; the field itself refuses what it can (validators, ranges).
 }
 
 QString MainWindow::statusText() const { return status_->text(); }
@@ -566,7 +599,8 @@ Settings MainWindow::settings() const {
   s.budget = budget_->value();
   const QString kind = quantizer_->currentData().toString();
   QString ladder = "evict";
-  for (const QString& b : bits_->currentText().split(',', Qt::SkipEmptyParts)) ladder += "," + kind + b.trimmed();
+  const QString bits = bitsProblem(bits_->currentText()).isEmpty() ? bits_->currentText() : last_good_bits_;
+  for (const QString& b : bits.split(',', Qt::SkipEmptyParts)) ladder += "," + kind + b.trimmed();
   ladder += ",exact";
   s.ladder = ladder.toStdString();
   s.rate_kind = parse_rate_kind(rate_kind_->currentText().toStdString());
@@ -722,6 +756,19 @@ void MainWindow::setLadderBits(const QString& kind, const QString& bits) {
   if (i >= 0) quantizer_->setCurrentIndex(i);
   bits_->setCurrentText(bits);
   updating_controls_ = false;
+  bitsEdited();
+}
+
+void MainWindow::bitsEdited() {
+  const QString why = bitsProblem(bits_->currentText());
+  if (!why.isEmpty()) {  // incomplete or out of range: said at the field; the views keep the last ladder
+    bits_->setStyleSheet("QComboBox { background: #ffe0e0; }");
+    showError("bits ladder: " + why + "; the views keep " + last_good_bits_ + ".");
+    return;
+  }
+  bits_->setStyleSheet(QString());
+  last_good_bits_ = bits_->currentText();
+  last_error_.clear();
   settingsChanged();
 }
 

@@ -109,6 +109,7 @@ class MainWindow : public QMainWindow {
   void startNext();
   void jobFinished();
   void showError(const QString& message);
+  void bitsEdited();  // the bits-ladder field changed: checked here, the views recomputed if it is a ladder
   void settingsChanged();
   void requestView(int view);
   void applyView(int view, const ViewResult& r);
@@ -129,6 +130,7 @@ class MainWindow : public QMainWindow {
   QSlider* budget_slider_ = nullptr;
   QComboBox* quantizer_ = nullptr;
   QComboBox* bits_ = nullptr;
+  QString last_good_bits_;  // the ladder the views use while the field holds an incomplete or bad text
   QComboBox* rate_kind_ = nullptr;
   QComboBox* solver_ = nullptr;
   QComboBox* family_ = nullptr;

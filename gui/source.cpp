@@ -97,6 +97,10 @@ HeadData Source::head(int layer, int kv_head) const {
   return captured_.at(static_cast<std::size_t>(layer * meta_.n_kv_heads + kv_head));
 }
 
+int model_context_limit(const std::string& checkpoint) {
+  return Llama2cModel(checkpoint).config().seq_len - kModelDecodeSteps;
+}
+
 bool Source::has_tables() const {
   return !run_dir_.empty() && fs::exists(fs::path(run_dir_) / "tables" / "interior.json");
 }
@@ -157,7 +161,7 @@ std::shared_ptr<Source> Source::open(const SourceSpec& spec, const Progress& pro
     }
     case SourceKind::Model: {
       if (!fs::exists(spec.path)) throw InputError("explorer: the checkpoint '" + spec.path + "' does not exist.");
-      open_model(spec.path, spec.context_length, 16, 0.8, spec.seed, s->meta_, s->captured_, progress);
+      open_model(spec.path, spec.context_length, kModelDecodeSteps, 0.8, spec.seed, s->meta_, s->captured_, progress);
       s->description_ = fs::path(spec.path).stem().string() + " captured (T = " + std::to_string(s->meta_.prompt_len) +
                         ", S = " + std::to_string(s->meta_.decode_steps) + ")";
       break;

@@ -48,6 +48,12 @@ struct SourceSpec {
 // anything else a trace file.
 SourceSpec parse_source(const std::string& arg);
 
+// Decode steps captured after the prompt when the explorer opens a llama2.c model.
+constexpr int kModelDecodeSteps = 16;
+// The longest context length T the explorer can open the checkpoint at: its seq_len minus
+// kModelDecodeSteps (reads the checkpoint's header; throws InputError naming the file).
+int model_context_limit(const std::string& checkpoint);
+
 using Progress = std::function<void(double fraction, const std::string& what)>;
 
 // An opened source. head() may be called from any thread (const, no shared state).
