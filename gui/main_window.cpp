@@ -107,6 +107,10 @@ void MainWindow::buildUi() {
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu("&File");
   file->addAction("&Open trace, scenario or checkpoint...", QKeySequence::Open, this, [this] { openDialog(); });
+  file->addAction("Open &run folder...", this, [this] {  // a `tierlab run` output folder (its scenario.yaml and tables)
+    const QString dir = QFileDialog::getExistingDirectory(this, "Open a tierlab run folder (with scenario.yaml)");
+    if (!dir.isEmpty()) openArgument(dir);
+  });
   QMenu* presets = file->addMenu("Open synthetic &preset");
   for (const auto& name : synth_preset_names()) {
     const QString n = QString::fromStdString(name);
@@ -428,6 +432,8 @@ void MainWindow::jobFinished() {
   if (apply) {
     status_->clear();
     apply();
+    // A run's "finished" line outlives the view it triggers, until the next change.
+    if (status_->text().isEmpty() && !sticky_status_.isEmpty()) status_->setText(sticky_status_);
   } else if (!pending_) {
     status_->setText("cancelled");
   }
@@ -474,6 +480,7 @@ void MainWindow::openArgument(const QString& arg) {
 
 void MainWindow::openSpec(const SourceSpec& spec) {
   last_error_.clear();
+  sticky_status_.clear();
   Job job;
   job.what = "opening " + QString::fromStdString(spec.describe());
   QPointer<MainWindow> self(this);
@@ -577,12 +584,17 @@ void MainWindow::runScenario() {
   job.what = "running scenario " + QString::fromStdString(src->scenario()->name);
   QPointer<MainWindow> self(this);
   job.work = [self, src](const std::atomic<bool>& cancel, const Progress& progress) -> UiApply {
-    run_source_scenario(*src, progress, &cancel);
-    return [self] {
+    const ScenarioRunSummary done = run_source_scenario(*src, progress, &cancel);
+    return [self, done] {
       if (!self) return;
       self->dirty_.assign(ViewCount, true);
       self->updateSourceControls();
-      self->status_->setText("scenario run finished: tables in " + QString::fromStdString(self->source_->run_dir()));
+      const QString dir = QString::fromStdString(self->source_->run_dir());
+      const QString text = QString("scenario run finished: tables, %1 figures and summary.md in %2").arg(done.figures).arg(dir);
+      self->status_->setText(text);
+      self->sticky_status_ = text;
+      self->info_->setPlainText(text + "\n(the same files as `tierlab run`: " + dir + "/tables, " + dir + "/figures, " + dir +
+                                "/summary.md)");
       self->requestView(self->tabs_->currentIndex());
     };
   };
@@ -613,6 +625,7 @@ Settings MainWindow::settings() const {
 }
 
 void MainWindow::settingsChanged() {
+  sticky_status_.clear();
   dirty_.assign(ViewCount, true);
   if (engine_) requestView(tabs_->currentIndex());
 }

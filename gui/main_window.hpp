@@ -151,6 +151,7 @@ class MainWindow : public QMainWindow {
   std::vector<bool> dirty_;
   WaterfillNumbers wf_numbers_;
   QString last_error_;
+  QString sticky_status_;  // a scenario run's result line, kept in the status bar until the next change
   bool updating_controls_ = false;
 
   // The job queue: one running, at most one waiting.

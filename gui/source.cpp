@@ -13,6 +13,7 @@
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
 #include "scenarios/analyses/waterfill.hpp"
+#include "scenarios/figures/figures.hpp"
 #include "scenarios/run/runner.hpp"
 
 namespace tierlab::explorer {
@@ -176,6 +177,11 @@ std::shared_ptr<Source> Source::open(const SourceSpec& spec, const Progress& pro
       if (progress) progress(0.05, "reading " + yaml);
       s->scenario_ = load_scenario(yaml);
       const Scenario& sc = *s->scenario_;
+      // The scenario.yaml inside a run folder (beside its cells/ or tables/) is that run's.
+      const fs::path beside = fs::path(yaml).parent_path();
+      if (s->run_dir_.empty() && spec.run_dir.empty() && !beside.empty() &&
+          (fs::is_directory(beside / "cells") || fs::is_directory(beside / "tables")))
+        s->run_dir_ = beside.string();
       if (s->run_dir_.empty()) s->run_dir_ = spec.run_dir.empty() ? "out/" + sc.name : spec.run_dir;
       if (sc.cells.empty()) throw InputError("explorer: the scenario '" + yaml + "' has no cells.");
       const ScenarioCell* cell = &sc.cells.front();
@@ -205,7 +211,7 @@ std::shared_ptr<Source> Source::open(const SourceSpec& spec, const Progress& pro
   return s;
 }
 
-bool run_source_scenario(const Source& src, const Progress& progress, const std::atomic<bool>* cancel) {
+ScenarioRunSummary run_source_scenario(const Source& src, const Progress& progress, const std::atomic<bool>* cancel) {
   if (!src.scenario()) throw InputError("explorer: the source is not a scenario; there is nothing to run.");
   const Scenario& sc = *src.scenario();
   RunOptions o;
@@ -238,7 +244,13 @@ bool run_source_scenario(const Source& src, const Progress& progress, const std:
     });
   const RunResult r = run_scenario(sc, o);
   if (r.interrupted) throw Cancelled();
-  return r.tables_written;
+  ScenarioRunSummary out;
+  out.tables_written = r.tables_written;
+  if (r.tables_written) {  // what `tierlab run` writes after the tables: the figures (summary.md is written with them)
+    if (progress) progress(0.99, "drawing the figures into " + o.out + "/figures");
+    out.figures = render_figures(o.out).size();
+  }
+  return out;
 }
 
 }  // namespace tierlab::explorer

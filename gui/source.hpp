@@ -89,7 +89,11 @@ class Source {
 };
 
 // Runs the scenario of a source into its run_dir (cells already there are kept). *cancel
-// stops it between cells (run_stop_flag). Returns true when the tables were written.
-bool run_source_scenario(const Source&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+// stops it between cells (run_stop_flag). Then draws the figures, as `tierlab run` does.
+struct ScenarioRunSummary {
+  bool tables_written = false;
+  std::size_t figures = 0;  // files written under run_dir/figures
+};
+ScenarioRunSummary run_source_scenario(const Source&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace tierlab::explorer

@@ -437,6 +437,10 @@ TEST_CASE("explorer window: a scenario without tables is run from the window, th
   REQUIRE(w.lastError().isEmpty());
   REQUIRE(w.source()->has_tables());
   CHECK(fs::exists(dir + "/run/tables/phase.json"));
+  // Run does what `tierlab run` does: figures and summary.md too, and says so.
+  CHECK(fs::exists(dir + "/run/figures/phase_map.svg"));
+  CHECK(fs::exists(dir + "/run/summary.md"));
+  CHECK(w.statusText().contains("figures and summary.md in"));
 
   w.setCurrentView(InteriorView);
   REQUIRE(w.waitIdle());
@@ -455,6 +459,14 @@ TEST_CASE("explorer window: a scenario without tables is run from the window, th
   REQUIRE(w.result(StalenessView) != nullptr);
   CHECK(w.result(StalenessView)->figures.at(0).title.find("scenario run") != std::string::npos);
   CHECK(w.result(StalenessView)->figures.at(0).series.at(0).x.size() == 3);  // steps 1, 2, 4
+
+  // The run folder's own scenario.yaml opens that run (not out/<name> of the current folder).
+  MainWindow again;
+  again.openArgument(QString::fromStdString(dir + "/run/scenario.yaml"));
+  REQUIRE(again.waitIdle());
+  REQUIRE(again.source() != nullptr);
+  CHECK(again.source()->run_dir() == dir + "/run");
+  CHECK(again.source()->has_tables());
 }
 
 TEST_CASE("tierlab solve and the explorer fit the same noise model for the same head, on code and on total bits") {
