@@ -305,6 +305,29 @@ def load_model(name, device, dtype, trust_remote_code=False, attn_implementation
     return model.to(device).eval()
 
 
+def parse_prompt_ids(text, ap):
+    """The comma-separated prompt ids of --prompt-ids (non-negative integers, at least one)."""
+    parts = [x.strip() for x in text.split(",")]
+    if not any(parts):
+        ap.error("--prompt-ids is empty; give comma-separated token ids, e.g. 1,15,27,3")
+    ids = []
+    for x in parts:
+        if not x.isdigit():
+            ap.error(f"--prompt-ids: '{x}' is not a non-negative integer token id")
+        ids.append(int(x))
+    return ids
+
+
+def sliding_window_of(model):
+    """The model's attention window in tokens when it uses one (Mistral, Qwen2 with
+    use_sliding_window), else None."""
+    cfg = getattr(model, "config", None)
+    window = getattr(cfg, "sliding_window", None)
+    if window is None or (hasattr(cfg, "use_sliding_window") and not cfg.use_sliding_window):
+        return None
+    return int(window)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="Hugging Face model id or local directory")
@@ -313,7 +336,8 @@ def main(argv=None):
     src.add_argument("--prompt-ids", help="prompt token ids, comma-separated")
     src.add_argument("--prompt-file", help="file holding the prompt text")
     ap.add_argument("--decode", type=int, required=True, help="decode steps S (greedy, full cache)")
-    ap.add_argument("--obs-window", type=int, default=32, help="observation window W (at most the prompt length)")
+    ap.add_argument("--obs-window", type=int, default=None,
+                    help="observation window W (1 to the prompt length; default min(32, T))")
     ap.add_argument("--device", default="cuda" if torch is not None and torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="float32", choices=sorted(COMPUTE), help="compute dtype of the model")
     ap.add_argument("--storage", default="F32", choices=sorted(STORAGE), help="dtype of the trace's float tensors")
@@ -323,13 +347,27 @@ def main(argv=None):
                     help="recompute the decode steps' attention outputs from the trace and compare with the model's")
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args(argv)
+    # Every option is checked before the model is loaded (minutes, gigabytes).
+    if args.decode < 0:
+        ap.error(f"--decode is {args.decode}; decode steps S must be 0 or more")
+    if args.obs_window is not None and args.obs_window < 1:
+        ap.error(f"--obs-window is {args.obs_window}; the observation window W must be at least 1 "
+                 "(tierlab's surrogate and its observation-query errors need W >= 1 queries)")
+    ids = None
+    if args.prompt_ids is not None:
+        ids = parse_prompt_ids(args.prompt_ids, ap)
+        if args.obs_window is not None and args.obs_window > len(ids):
+            ap.error(f"--obs-window is {args.obs_window}, longer than the {len(ids)} prompt ids")
+    if args.prompt_file is not None and not os.path.isfile(args.prompt_file):
+        ap.error(f"--prompt-file: '{args.prompt_file}' is not a readable file")
+    if args.prompt is not None and not args.prompt.strip():
+        ap.error("--prompt is empty")
     if torch is None:
         ap.exit(2, "capture_hf.py: PyTorch is not installed; install torch and transformers to capture a trace.\n")
 
     model = load_model(args.model, args.device, args.dtype, args.trust_remote_code, args.attn_implementation)
     prov = {"model": args.model}
-    if args.prompt_ids:
-        ids = [int(x) for x in args.prompt_ids.split(",") if x.strip()]
+    if ids is not None:
         prov["prompt"] = "ids"
     else:
         from transformers import AutoTokenizer
@@ -337,7 +375,22 @@ def main(argv=None):
         tok = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
         ids = tok(text)["input_ids"]
         prov["prompt"] = text if len(text) <= 200 else text[:200] + "..."
-    W = min(args.obs_window, len(ids))
+    if args.obs_window is not None and args.obs_window > len(ids):
+        print(f"capture_hf.py: error: --obs-window is {args.obs_window}, longer than the prompt's {len(ids)} tokens",
+              file=sys.stderr)
+        return 2
+    W = args.obs_window if args.obs_window is not None else min(32, len(ids))
+    window = sliding_window_of(model)
+    if window is not None:
+        prov["sliding_window"] = window
+        if window < len(ids) + args.decode:
+            # tierlab recomputes attention over the whole cache; such a model never attends that far back.
+            print(f"capture_hf.py: error: {args.model} attends through a sliding window of {window} tokens, shorter "
+                  f"than T + S = {len(ids)} + {args.decode} = {len(ids) + args.decode}; tierlab's recomputation "
+                  f"assumes every query sees the whole cache, so this trace would not be the model's attention. "
+                  f"Capture at most {max(window - args.decode, 0)} prompt tokens with --decode {args.decode}.",
+                  file=sys.stderr)
+            return 2
     tensors, metadata = capture(model, ids, args.decode, W, args.storage, prov)
     save_trace(args.output, tensors, metadata)
     print(f"captured {args.model}: {metadata['n_layers']} layers x {metadata['n_kv_heads']} KV heads "
