@@ -287,14 +287,14 @@ QGroupBox* MainWindow::buildAllocationBox() {
   return alloc_box;
 }
 
-// The five view tabs, one plot per figure (two for water-filling and interior), each with hover.
+// The five view tabs, one plot per figure (two for water-filling, interior and staleness), each with hover.
 void MainWindow::buildViews() {
   tabs_ = new QTabWidget;
   for (int v = 0; v < ViewCount; ++v) {
     auto* page = new QWidget;
     auto* lay = new QVBoxLayout(page);
     lay->setContentsMargins(2, 2, 2, 2);
-    const int n = (v == WaterfillView || v == InteriorView) ? 2 : 1;
+    const int n = (v == WaterfillView || v == InteriorView || v == StalenessView) ? 2 : 1;
     for (int k = 0; k < n; ++k) {
       auto* plot = new QCustomPlot;
       plot->setMinimumHeight(220);
@@ -500,6 +500,7 @@ void MainWindow::onOpened(std::shared_ptr<Source> src, std::shared_ptr<Engine> e
   for (auto& r : results_) r.reset();
   dirty_.assign(ViewCount, true);
   updateSourceControls();
+  setWindowTitle("tierlab-explorer: " + QString::fromStdString(source_->description()));  // says what is open
   status_->setText("opened " + QString::fromStdString(source_->description()) + " (backend " +
                    QString::fromStdString(engine_->backend_description()) + ")");
   requestView(tabs_->currentIndex());

@@ -460,6 +460,12 @@ TEST_CASE("explorer window: a scenario without tables is run from the window, th
   CHECK(w.result(StalenessView)->figures.at(0).title.find("scenario run") != std::string::npos);
   CHECK(w.result(StalenessView)->figures.at(0).series.at(0).x.size() == 3);  // steps 1, 2, 4
 
+  // The staleness view: the ratio on a log axis, the overlaps (0..1) in a figure of their own.
+  REQUIRE(w.result(StalenessView)->figures.size() == 2);
+  CHECK(w.result(StalenessView)->figures[0].ylog);
+  CHECK(w.result(StalenessView)->figures[1].ymax <= 1.2);
+  CHECK(w.windowTitle().startsWith("tierlab-explorer: "));
+
   // The run folder's own scenario.yaml opens that run (not out/<name> of the current folder).
   MainWindow again;
   again.openArgument(QString::fromStdString(dir + "/run/scenario.yaml"));

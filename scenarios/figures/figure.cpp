@@ -113,7 +113,18 @@ void draw_figure(const Figure& fig, QCustomPlot& plot) {
   double ymax = fig.ymax;
   if (fig.ylog) ymax *= std::pow(fig.ymax / fig.ymin, 0.09 * named);
   else ymax += (fig.ymax - fig.ymin) * 0.09 * named;
-  if (fig.ylog) {
+  if (fig.ylog && fig.ymin > 0 && std::log10(ymax / fig.ymin) < 3) {
+    // Less than three decades: ticks at 1, 2 and 5 times the powers of ten, labelled as
+    // plain numbers (a decade ticker would label 3, 5 and 8 as "3.10^0" ... or only decades).
+    plot.yAxis->setScaleType(QCPAxis::stLogarithmic);
+    QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
+    for (int e = static_cast<int>(std::floor(std::log10(fig.ymin))) - 1; e <= static_cast<int>(std::ceil(std::log10(ymax))); ++e)
+      for (const double m : {1.0, 2.0, 5.0}) {
+        const double v = m * std::pow(10.0, e);
+        if (v >= fig.ymin && v <= ymax) t->addTick(v, QString::number(v, 'g', 6));
+      }
+    plot.yAxis->setTicker(t);
+  } else if (fig.ylog) {
     plot.yAxis->setScaleType(QCPAxis::stLogarithmic);
     QSharedPointer<QCPAxisTickerLog> ticker(new QCPAxisTickerLog);
     plot.yAxis->setTicker(ticker);
