@@ -1,6 +1,7 @@
 #include "solvers/scorers.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -358,11 +359,15 @@ bool better(const Candidate& a, const Candidate& b) {
 // ---------------------------------------------------------------- Budget
 
 Budget Budget::ratio(double rho) {
-  if (!(rho >= 0.0 && rho <= 1.0)) throw InputError("budget: keep ratio " + std::to_string(rho) + " is not in [0, 1]");
+  if (!(rho >= 0.0 && rho <= 1.0)) {
+    char v[32];
+    std::snprintf(v, sizeof v, "%g", rho);
+    throw InputError("keep ratio:" + std::string(v) + ": the kept share of tokens must be in [0, 1].");
+  }
   return Budget{Kind::Ratio, rho};
 }
 Budget Budget::count(std::int64_t n) {
-  if (n < 0) throw InputError("budget: keep count " + std::to_string(n) + " is negative");
+  if (n < 0) throw InputError("keep count:" + std::to_string(n) + ": the number of kept tokens must be 0 or more.");
   return Budget{Kind::Count, static_cast<double>(n)};
 }
 Budget Budget::parse(std::string_view text) {

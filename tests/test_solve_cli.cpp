@@ -295,6 +295,10 @@ TEST_CASE("CLI: a usage error is one line naming the command and option, with di
       {"solve " + t + " --budget x", "solve: Could not convert: --budget = x (see tierlab solve --help)"},
       {"eval", "eval: trace is required"},
       {"solve " + t + " --budget 2 --zzzzzzzz", "solve: unknown option '--zzzzzzzz' (see tierlab solve --help)"},
+      // Numbers out of range, in the option's words (never a struct field or a 308-digit bound).
+      {"demo --tokens -1 --out " + quote(temp_file("never")), "demo: --tokens: -1 is too small; it must be at least 1"},
+      {"eval " + t + " --scorer snapkv --keep ratio:2", "--keep: keep ratio:2: the kept share of tokens must be in [0, 1]."},
+      {"synth --preset tiny --tokens 5 -o " + quote(temp_file("never.st")), "--tokens (synthetic parameter prompt_len) = 5"},
   };
   for (const Case& c : cases) {
     INFO("tierlab " << c.args);

@@ -7,6 +7,7 @@
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/usage.hpp"
 #include "scenarios/cli/prompt_options.hpp"
 
 namespace tierlab::cli {
@@ -23,8 +24,9 @@ void add_capture(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "llama2.c checkpoint (e.g. data/stories260K/stories260K.bin)")
       ->required();
   args->prompt.add_to(cmd);
-  cmd->add_option("--decode", args->decode, "Decode steps S (greedy, full cache)")->required();
-  cmd->add_option("--obs-window", args->obs_window, "Observation window W (default min(32, prompt length))");
+  cmd->add_option("--decode", args->decode, "Decode steps S (greedy, full cache)")->required()->check(at_least(0));
+  cmd->add_option("--obs-window", args->obs_window, "Observation window W (default min(32, prompt length))")
+      ->check(at_least(1));
   cmd->add_option("-o,--output", args->out, "Output trace (safetensors)")->required();
   cmd->callback([args]() {
     CaptureOptions opt;

@@ -13,6 +13,7 @@
 #include "model/synthetic.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/usage.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/run/progress.hpp"
@@ -33,7 +34,7 @@ void add_demo(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("demo", "Main job on the embedded defaults: synthetic trace -> model -> exact recomputation");
   cmd->add_option("--preset", args->preset, "Synthetic preset")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed")->capture_default_str();
-  cmd->add_option("--tokens", args->tokens, "Prompt tokens (default: the preset's)");
+  cmd->add_option("--tokens", args->tokens, "Prompt tokens (default: the preset's)")->check(at_least(1));
   cmd->add_option("--out", args->out, "Output folder (trace and summary.json)")->capture_default_str();
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
   cmd->add_option("--policy", args->policies, "Policies to evaluate (repeatable)")->capture_default_str();

@@ -57,12 +57,18 @@ TraceEvaluation evaluate_method(const TraceReader& trace, const std::string& qua
     ev.policy = "quantizer " + label;
     return ev;
   }
+  Budget budget = Budget::ratio(1.0);
+  try {  // checked before any head is read, in the option's words
+    budget = Budget::parse(keep);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--keep: ") + e.what());
+  }
   const ScorerConfig cfg = make_scorer_for_trace(scorer_name, params, meta.group_size);
   // Layer- and model-wide rules need every head's scores: plan over the whole trace.
   std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
   for (int l = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(trace.head(l, h));
-  const EvictionPlan plan = plan_eviction(cfg, heads, Budget::parse(keep));
+  const EvictionPlan plan = plan_eviction(cfg, heads, budget);
   heads.clear();
   TraceEvaluation ev = evaluate_trace(trace, [&](const HeadData& head) {
     const HeadKeep& k = plan.keep[static_cast<std::size_t>(head.layer)][static_cast<std::size_t>(head.kv_head)];
@@ -71,7 +77,7 @@ TraceEvaluation evaluate_method(const TraceReader& trace, const std::string& qua
     const double bits = 16.0 * kept / static_cast<double>(k.size());
     return CompressedHead{head.keys, std::vector<std::uint8_t>(k.begin(), k.end()), Rate{bits, bits}};
   }, backend, progress);
-  ev.policy = "scorer " + cfg.name() + " keep " + Budget::parse(keep).name();
+  ev.policy = "scorer " + cfg.name() + " keep " + budget.name();
   ev.ladder = eviction_ladder();
   return ev;
 }

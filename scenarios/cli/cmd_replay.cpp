@@ -9,6 +9,7 @@
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/usage.hpp"
 #include "scenarios/cli/prompt_options.hpp"
 #include "scenarios/pipeline/replay.hpp"
 #include "solvers/policy.hpp"
@@ -28,12 +29,13 @@ void add_replay(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "llama2.c checkpoint (e.g. data/stories260K/stories260K.bin)")
       ->required();
   args->prompt.add_to(cmd);
-  cmd->add_option("--decode", args->decode, "Decode steps S")->capture_default_str();
+  cmd->add_option("--decode", args->decode, "Decode steps S")->capture_default_str()->check(at_least(0));
   auto* pol = cmd->add_option("--policy", args->policy,
                               "Uniform policy: exact, kivi:B[:gG][:rR], token:B[:gN], evict:KEEP");
   auto* alloc = cmd->add_option("--allocation", args->allocation, "Allocation file for the prompt's tokens");
   pol->excludes(alloc);
-  cmd->add_option("--obs-window", args->obs_window, "Observation queries W per query head (default min(32, prompt length))");
+  cmd->add_option("--obs-window", args->obs_window, "Observation queries W per query head (default min(32, prompt length))")
+      ->check(at_least(1));
   cmd->add_option("--redecide", args->redecide, "Re-decide the allocation every N decode steps (0: once)")
       ->capture_default_str();
   cmd->add_flag("--free-running", args->free_running,

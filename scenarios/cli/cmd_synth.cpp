@@ -156,7 +156,30 @@ void add_synth(CLI::App& app) {
         const auto v = number_list(*text, name, "MIN,MAX", 2);
         *lo = v[0], *hi = v[1];
       }
-    p.validate();
+    try {
+      p.validate();
+    } catch (const InputError& e) {
+      // In the user's words: the option typed, then the parameter it sets.
+      static const std::pair<const char*, const char*> kOption[] = {
+          {"prompt_len", "--tokens"}, {"decode_steps", "--decode-steps"}, {"obs_window", "--obs-window"},
+          {"n_layers", "--layers"}, {"n_kv_heads", "--kv-heads"}, {"group_size", "--group-size"},
+          {"head_dim", "--head-dim"}, {"logit_scale_min", "--logit-scale-min"}, {"logit_scale_max", "--logit-scale-max"},
+          {"background", "--background"}, {"outlier_channels", "--outlier-channels"},
+          {"outlier_strength", "--outlier-strength"}, {"query_outlier_strength", "--query-outlier-strength"},
+          {"outlier_token_rate", "--outlier-token-rate"}, {"spans_per_head", "--spans"}, {"span_len", "--span-len"},
+          {"query_drift", "--query-drift"}, {"rope_theta", "--rope-theta"}, {"sink_mass_min", "--sink-mass"},
+          {"sink_mass_max", "--sink-mass"}, {"local_mass_min", "--local-mass"}, {"local_mass_max", "--local-mass"},
+          {"span_mass_min", "--span-mass"}, {"span_mass_max", "--span-mass"}};
+      std::string msg = e.what();
+      for (const auto& [field, option] : kOption) {
+        const std::string key = "synthetic parameter " + std::string(field) + " =";
+        if (msg.rfind(key, 0) == 0 && given(option)) {
+          msg = std::string(option) + " (synthetic parameter " + field + ") =" + msg.substr(key.size());
+          break;
+        }
+      }
+      throw InputError(msg);
+    }
     if (args->output.empty() && !args->stats)
       throw InputError("tierlab synth needs -o FILE (the trace to write), or --stats (statistics only).");
     if ((given("--stats-lengths") || args->json) && !args->stats)

@@ -1,4 +1,5 @@
 #include "scenarios/cli/prompt_options.hpp"
+#include "scenarios/cli/usage.hpp"
 
 #include "model/error.hpp"
 
@@ -7,9 +8,11 @@ namespace tierlab::cli {
 void PromptOptions::add_to(CLI::App* cmd) {
   auto* by_ids = cmd->add_option("--prompt-ids", ids, "Prompt token ids, comma-separated (start with BOS = 1)");
   auto* by_greedy =
-      cmd->add_option("--prompt-greedy", greedy, "Prompt of N tokens: BOS and N-1 greedy tokens from the model");
+      cmd->add_option("--prompt-greedy", greedy, "Prompt of N tokens: BOS and N-1 greedy tokens from the model")
+          ->check(at_least(1));
   auto* by_sample = cmd->add_option("--prompt-sample", sample,
-                                    "Prompt of N tokens: BOS and N-1 tokens sampled at --temperature with --seed");
+                                    "Prompt of N tokens: BOS and N-1 tokens sampled at --temperature with --seed")
+                       ->check(at_least(1));
   by_ids->excludes(by_greedy, by_sample);
   by_greedy->excludes(by_sample);
   cmd->add_option("--temperature", temperature, "Sampling temperature for --prompt-sample")->capture_default_str();

@@ -4,6 +4,8 @@
 #include "scenarios/cli/usage.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -65,6 +67,19 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+CLI::Validator at_least(long long lo) {
+  return CLI::Validator(
+      [lo](std::string& value) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || errno == ERANGE) return "'" + value + "' is not a whole number";
+        if (v < lo) return value + " is too small; it must be at least " + std::to_string(lo);
+        return {};
+      },
+      ">= " + std::to_string(lo));
+}
 
 int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   // The first word that is not an option names the command.

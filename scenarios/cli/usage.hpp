@@ -9,6 +9,10 @@
 
 namespace tierlab::cli {
 
+// A check for an integer option: at least `lo` (CLI11's own ranges print 308-digit bounds).
+// The message, after "--option: ", says what was given and what is valid.
+CLI::Validator at_least(long long lo);
+
 // Prints the usage error of `e` (argv as given to main) and returns 2.
 int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv);
 
