@@ -194,7 +194,7 @@ RealismSummary summarize_realism(const std::vector<HeadRealism>& heads) {
 }
 
 RealismReport trace_realism(const TraceMeta& meta, const HeadSource& head_of, const RealismOptions& options,
-                            const RealismProgress& progress) {
+                            const Progress& progress) {
   options.validate();
   RealismReport rep;
   rep.options = options;
@@ -220,7 +220,7 @@ RealismReport trace_realism(const TraceMeta& meta, const HeadSource& head_of, co
   return rep;
 }
 
-RealismReport trace_realism(const TraceReader& reader, const RealismOptions& options, const RealismProgress& progress) {
+RealismReport trace_realism(const TraceReader& reader, const RealismOptions& options, const Progress& progress) {
   return trace_realism(reader.meta(), [&](int l, int h) { return reader.head(l, h); }, options, progress);
 }
 

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cancel.hpp"
 #include "model/trace.hpp"
 
 namespace tierlab {
@@ -78,10 +79,9 @@ RealismSummary summarize_realism(const std::vector<HeadRealism>& heads);
 
 // Every head of a trace at every length, one head in memory at a time.
 using HeadSource = std::function<HeadData(int layer, int kv_head)>;
-using RealismProgress = std::function<void(int done, int total)>;
 RealismReport trace_realism(const TraceMeta& meta, const HeadSource& head_of, const RealismOptions& options,
-                            const RealismProgress& progress = {});
+                            const Progress& progress = {});
 RealismReport trace_realism(const TraceReader& reader, const RealismOptions& options,
-                            const RealismProgress& progress = {});
+                            const Progress& progress = {});
 
 }  // namespace tierlab

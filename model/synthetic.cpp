@@ -1023,7 +1023,7 @@ HeadData synth_head(const SynthParams& p, int layer, int kv_head) {
 }
 
 // ---- whole trace ------------------------------------------------------------------
-void write_synthetic_trace(const SynthParams& p, const std::string& path, const ProgressFn& progress) {
+void write_synthetic_trace(const SynthParams& p, const std::string& path, const Progress& progress) {
   TraceWriter writer(path, synth_meta(p));
   const int total = p.n_layers * p.n_kv_heads;
   int done = 0;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cancel.hpp"
 #include "model/safetensors.hpp"
 #include "model/trace.hpp"
 
@@ -67,11 +68,9 @@ SynthParams synth_preset(const std::string& name);  // throws InputError listing
 // "llama-3.1-8b", "mistral-7b", "qwen3-8b".
 std::vector<std::string> synth_preset_names();
 
-// Progress callback: (heads done, heads total).
-using ProgressFn = std::function<void(int, int)>;
-
 TraceMeta synth_meta(const SynthParams&);
 HeadData synth_head(const SynthParams&, int layer, int kv_head);
-void write_synthetic_trace(const SynthParams&, const std::string& path, const ProgressFn& progress = {});
+// progress(heads done, heads total): model/cancel.hpp's one progress type.
+void write_synthetic_trace(const SynthParams&, const std::string& path, const Progress& progress = {});
 
 }  // namespace tierlab
