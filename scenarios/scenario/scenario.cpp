@@ -8,10 +8,12 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "model/enum_names.hpp"
 #include "model/error.hpp"
+#include "model/safetensors.hpp"
 #include "model/text.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
 
@@ -169,15 +171,49 @@ void parse_file_cells(const YamlReader& c, const YAML::Node& files, const std::f
 
 }  // namespace
 
+Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, const std::string& file_name);
+
 Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   const YamlReader c{file_name};
   YAML::Node root;
+  if (text.size() > kMaxScenarioBytes)
+    throw InputError(file_name + ": the scenario is " + std::to_string(text.size()) + " bytes, more than the limit of " +
+                     std::to_string(kMaxScenarioBytes) + " bytes.");
   try {
     root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {  // ParserException, DeepRecursion (yaml-cpp's own depth guard)
     throw InputError(file_name + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML (" + e.msg + ").");
   }
   if (!root.IsMap()) throw InputError(file_name + ":1: a scenario file must be a mapping of keys.");
+  c.check_tree(root);
+  try {
+    return parse_checked_scenario(c, root, file_name);
+  } catch (const YAML::Exception& e) {  // a conversion the typed readers did not foresee
+    throw InputError(file_name + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg + ".");
+  }
+}
+
+namespace {
+
+// A YAML tree (checked: bounded depth, scalar keys, no duplicates) as canonical JSON.
+nlohmann::json canonical_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();  // std::map: keys sorted
+    for (const auto& kv : n) o[kv.first.Scalar()] = canonical_json(kv.second);
+    return o;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& x : n) a.push_back(canonical_json(x));
+    return a;
+  }
+  if (n.IsScalar()) return n.Scalar();
+  return nullptr;
+}
+
+}  // namespace
+
+Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, const std::string& file_name) {
   std::vector<std::string> allowed = {"name",    "description", "traces", "ladder", "rate_kind", "budgets",
                                        "primary_budget", "queries", "decode_steps", "backend", "seed",
                                        "bootstrap", "methods", "primary_aggregation", "error_floor"};
@@ -189,6 +225,11 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   }
   Scenario s;
   s.file = file_name;
+  {
+    nlohmann::json settings = canonical_json(root);
+    for (const char* k : {"name", "description", "traces"}) settings.erase(k);
+    s.settings_json = settings.dump();
+  }
   const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
   if (!root["name"]) throw InputError(file_name + ":1: the key 'name' is missing.");
   s.name = c.str(root["name"], "name");
@@ -246,11 +287,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
 }
 
 Scenario load_scenario(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("scenario file '" + path + "' cannot be opened.");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_scenario(ss.str(), path);
+  return parse_scenario(read_regular_file(path, "scenario file", kMaxScenarioBytes), path);
 }
 
 }  // namespace tierlab

@@ -1,6 +1,7 @@
 #include "scenarios/scenario/yaml_reader.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "model/text.hpp"
 
@@ -57,6 +58,39 @@ void YamlReader::keys(const YAML::Node& map, const std::string& where, const std
     for (const auto& a : allowed) ok = ok || a == k;
     if (!ok) fail(kv.first, "unknown key '" + k + "' in " + where + "; the valid keys are " + join(allowed) + ".");
   }
+}
+
+namespace {
+
+void check_node(const YamlReader& c, const YAML::Node& n, int depth, long& visited) {
+  if (++visited > YamlReader::kMaxNodes)
+    c.fail(n, "the file has more than " + std::to_string(YamlReader::kMaxNodes) +
+                  " YAML nodes (aliases counted at each use); a scenario is far smaller.");
+  if (!n.IsMap() && !n.IsSequence()) return;
+  if (depth >= YamlReader::kMaxDepth)
+    c.fail(n, "mappings and lists nest deeper than " + std::to_string(YamlReader::kMaxDepth) + " levels.");
+  if (n.IsSequence()) {
+    for (const auto& x : n) check_node(c, x, depth + 1, visited);
+    return;
+  }
+  std::map<std::string, int> lines;  // key -> its 1-based line
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) c.fail(kv.first, "a mapping key must be a single value.");
+    const std::string k = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    const auto [it, fresh] = lines.emplace(k, line);
+    if (!fresh)
+      c.fail(kv.first, "the key '" + k + "' is given twice in the same mapping (first on line " +
+                           std::to_string(it->second) + "); give each key once.");
+    check_node(c, kv.second, depth + 1, visited);
+  }
+}
+
+}  // namespace
+
+void YamlReader::check_tree(const YAML::Node& root) const {
+  long visited = 0;
+  check_node(*this, root, 0, visited);
 }
 
 }  // namespace tierlab

@@ -32,6 +32,14 @@ class YamlReader {
   // A mapping whose keys are all among `allowed`; `where` names it ("staleness").
   void keys(const YAML::Node& map, const std::string& where, const std::vector<std::string>& allowed) const;
 
+  // Limits of a scenario file's YAML tree (docs/scenarios.md "Limits").
+  static constexpr int kMaxDepth = 64;            // nested mappings and sequences
+  static constexpr long kMaxNodes = 100000;       // nodes visited, aliases counted each time they are used
+  // Checks the whole tree once, before any key is read: nesting deeper than kMaxDepth, more
+  // than kMaxNodes nodes, a mapping key that is not a single value, or a key given twice in
+  // one mapping (yaml-cpp keeps both and reads the first) fail naming the line.
+  void check_tree(const YAML::Node& root) const;
+
   // Runs f and re-throws its InputError with the file, line and key in front.
   template <class F>
   auto wrap(const YAML::Node& n, const std::string& key, F&& f) const -> decltype(f()) {
