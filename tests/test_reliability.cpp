@@ -144,7 +144,9 @@ TEST_CASE("A FIFO or a character device or a directory given to any reader is re
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {fifo, "a FIFO (named pipe)"}, {"/dev/zero", "a character device"}, {dir.path.string(), "a directory"}};
-  for (const auto& [path, kind] : cases) {
+  for (const auto& c : cases) {
+    const std::string& path = c.first;
+    const std::string& kind = c.second;
     INFO(path);
     const std::string tail = "'" + path + "': it is " + kind + ", not a regular file.";
     CHECK_THAT(error_of<InputError>([&] { SafetensorsFile f(path); }), Catch::EndsWith(tail));

@@ -19,10 +19,11 @@ tests=(test_safetensors test_trace test_allocation test_llama2c test_reliability
        test_scenario test_runner)
 
 t0=$(date +%s)
+mkdir -p "$build"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DTIERLAB_FUZZ=ON -DTIERLAB_SANITIZE=address,undefined -DTIERLAB_CUDA=OFF -DTIERLAB_CUDA_EMULATION=OFF \
-  -DTIERLAB_GUI=OFF -DTIERLAB_BENCH=OFF -DTIERLAB_NATIVE=OFF -DTIERLAB_PCH=ON > "$build.configure.log"
+  -DTIERLAB_GUI=OFF -DTIERLAB_BENCH=OFF -DTIERLAB_NATIVE=OFF -DTIERLAB_PCH=ON > "$build/configure.log"
 cmake --build "$build" -j "$jobs" --target fuzz_make_seeds "${targets[@]/#/fuzz_}" "${tests[@]}"
 t1=$(date +%s)
 echo "reliability: build $((t1 - t0)) s"

@@ -314,7 +314,7 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
       try {
         nlohmann::json j = compute_cell(sc, cell, *be, opt.out + "/traces", &stop);
         j["cell_hash"] = hashes.at(cell.id);
-        write_file_atomically(cell_path(opt.out, cell), j.dump(1) + "\n");
+        write_file_atomically(cell_path(opt.out, cell), j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         std::lock_guard<std::mutex> lock(mu);
         ++res.cells_computed, ++done;
         if (opt.on_cell) opt.on_cell(cell.id, true);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -173,12 +174,53 @@ void parse_file_cells(const YamlReader& c, const YAML::Node& files, const std::f
 
 Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, const std::string& file_name);
 
+namespace {
+
+// A scenario file is UTF-8 text (YAML 1.2): the first byte that does not begin or continue
+// a well-formed UTF-8 sequence (no overlong forms, surrogates or code points past U+10FFFF)
+// is an error naming its line and column.
+void check_utf8(const std::string& text, const std::string& file_name) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  std::size_t line = 1, line_start = 0;
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char b = s[i];
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the valid range of the second byte
+    if (b < 0x80) len = 1;
+    else if (b >= 0xC2 && b <= 0xDF) len = 2;
+    else if (b == 0xE0) len = 3, lo = 0xA0;
+    else if (b >= 0xE1 && b <= 0xEC) len = 3;
+    else if (b == 0xED) len = 3, hi = 0x9F;
+    else if (b >= 0xEE && b <= 0xEF) len = 3;
+    else if (b == 0xF0) len = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3) len = 4;
+    else if (b == 0xF4) len = 4, hi = 0x8F;
+    bool ok = len > 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      const unsigned char c = s[i + k];
+      ok = k == 1 ? (c >= lo && c <= hi) : (c >= 0x80 && c <= 0xBF);
+    }
+    if (!ok) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      throw InputError(file_name + ":" + std::to_string(line) + ": byte " + hex + " at column " +
+                       std::to_string(i - line_start + 1) + " is not valid UTF-8 (a scenario file is UTF-8 text).");
+    }
+    if (b == '\n') ++line, line_start = i + 1;
+    i += len;
+  }
+}
+
+}  // namespace
+
 Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   const YamlReader c{file_name};
   YAML::Node root;
   if (text.size() > kMaxScenarioBytes)
     throw InputError(file_name + ": the scenario is " + std::to_string(text.size()) + " bytes, more than the limit of " +
                      std::to_string(kMaxScenarioBytes) + " bytes.");
+  check_utf8(text, file_name);
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {  // ParserException, DeepRecursion (yaml-cpp's own depth guard)

@@ -74,9 +74,9 @@ int main(int argc, char** argv) {
 
   // Traces (also safetensors seeds).
   write_synthetic_trace(tiny(4, 1), (out / "trace/tiny-decode.safetensors").string());
-  SynthParams f16 = tiny(0, 0);
+  SynthParams f16 = tiny(2, 1);
   f16.storage = DType::F16;
-  write_synthetic_trace(f16, (out / "trace/tiny-f16-obs.safetensors").string());
+  write_synthetic_trace(f16, (out / "trace/tiny-f16.safetensors").string());
   fs::copy_file(out / "trace/tiny-decode.safetensors", out / "safetensors/trace.safetensors",
                 fs::copy_options::overwrite_existing);
 
