@@ -276,3 +276,17 @@ TEST_CASE("A damaged cell file is named and moved aside and recomputed and tempo
   };
   CHECK(strip(nlohmann::json::parse(slurp(cell0))) == strip(nlohmann::json::parse(good0)));
 }
+
+TEST_CASE("tierlab run into a folder computed for another budget says on stderr which cells it recomputes",
+          "[reliability]") {
+  TempDir dir("faults-stale-cli");
+  const std::string out = dir.file("out");
+  std::string err;
+  REQUIRE(run_cli("run '" + write_scenario(dir, tiny_yaml("[2, 4]")) + "' --out '" + out + "'", err) == 0);
+  CHECK(err.find("computed for other inputs") == std::string::npos);
+  REQUIRE(run_cli("run '" + write_scenario(dir, tiny_yaml("[2, 3]")) + "' --out '" + out + "'", err) == 0);
+  CHECK_THAT(err, Catch::Contains("tierlab: cell 'tiny-s0-T48' in '" + out + "/cells/tiny-s0-T48.json' was computed for "
+                                  "other inputs") &&
+                      Catch::Contains("cell 'tiny-s3-T48'"));
+  CHECK_THAT(slurp(out + "/cells/tiny-s0-T48.json"), Catch::Contains("\"cell_hash\""));
+}
