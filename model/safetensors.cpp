@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -196,7 +197,7 @@ nlohmann::json parse_json_checked(std::string_view text, const std::string& cont
   // The parser callback sees every container start (depth = containers already open) and
   // every key; one set of keys per open object finds duplicates. Throwing from the callback
   // stops the parse before a deeper value exists.
-  std::vector<std::vector<std::string>> keys;  // per open object (small objects: linear search)
+  std::vector<std::set<std::string>> keys;     // the keys seen, per open object
   std::vector<bool> is_object;                 // per open container
   const nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t event,
                                                    nlohmann::json& parsed) {
@@ -220,16 +221,10 @@ nlohmann::json parse_json_checked(std::string_view text, const std::string& cont
         break;
       case E::key: {
         const std::string& k = parsed.get_ref<const std::string&>();
-        auto& seen = keys.back();
-        if (std::find(seen.begin(), seen.end(), k) != seen.end()) {
-          std::string shown = k.size() > 80 ? k.substr(0, 80) + "..." : k;
+        if (!keys.back().insert(k).second) {
+          const std::string shown = k.size() > 80 ? k.substr(0, 80) + "..." : k;
           throw FormatError(context + ": the JSON object at nesting level " + std::to_string(depth) +
                             " has the key '" + shown + "' twice (duplicate keys are refused).");
-        }
-        if (seen.size() < 4096) {
-          seen.push_back(k);
-        } else {  // large objects: keep lookups cheap with a sorted copy
-          seen.insert(std::lower_bound(seen.begin(), seen.end(), k), k);
         }
         break;
       }

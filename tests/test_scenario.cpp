@@ -189,3 +189,10 @@ TEST_CASE("a scenario path that is a directory is refused with a sentence", "[sc
     CHECK_THAT(e.what(), Catch::EndsWith("it is a directory, not a regular file."));
   }
 }
+
+TEST_CASE("a scenario value that yaml-cpp decodes to bytes that are not UTF-8 is refused naming the line",
+          "[scenario][reliability]") {
+  CHECK(error_of(std::string(kGood) + "description: \"a\\_b\"\n") ==
+        "bad.yaml:9: a value is not UTF-8 text once its escapes are decoded (yaml-cpp decodes \\_ and \\N to single "
+        "bytes); write the character itself.");
+}

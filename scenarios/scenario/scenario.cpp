@@ -176,40 +176,18 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
 
 namespace {
 
-// A scenario file is UTF-8 text (YAML 1.2): the first byte that does not begin or continue
-// a well-formed UTF-8 sequence (no overlong forms, surrogates or code points past U+10FFFF)
-// is an error naming its line and column.
+// A scenario file is UTF-8 text (YAML 1.2): the first invalid byte is an error naming its
+// line and column.
 void check_utf8(const std::string& text, const std::string& file_name) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
-  std::size_t line = 1, line_start = 0;
-  for (std::size_t i = 0; i < n;) {
-    const unsigned char b = s[i];
-    std::size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // the valid range of the second byte
-    if (b < 0x80) len = 1;
-    else if (b >= 0xC2 && b <= 0xDF) len = 2;
-    else if (b == 0xE0) len = 3, lo = 0xA0;
-    else if (b >= 0xE1 && b <= 0xEC) len = 3;
-    else if (b == 0xED) len = 3, hi = 0x9F;
-    else if (b >= 0xEE && b <= 0xEF) len = 3;
-    else if (b == 0xF0) len = 4, lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) len = 4;
-    else if (b == 0xF4) len = 4, hi = 0x8F;
-    bool ok = len > 0 && i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) {
-      const unsigned char c = s[i + k];
-      ok = k == 1 ? (c >= lo && c <= hi) : (c >= 0x80 && c <= 0xBF);
-    }
-    if (!ok) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      throw InputError(file_name + ":" + std::to_string(line) + ": byte " + hex + " at column " +
-                       std::to_string(i - line_start + 1) + " is not valid UTF-8 (a scenario file is UTF-8 text).");
-    }
-    if (b == '\n') ++line, line_start = i + 1;
-    i += len;
-  }
+  const std::size_t at = invalid_utf8_at(text);
+  if (at == std::string::npos) return;
+  const std::size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+  const std::size_t column = line_start == std::string::npos || at == 0 ? at + 1 : at - line_start;
+  const std::size_t line = 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[at]));
+  throw InputError(file_name + ":" + std::to_string(line) + ": byte " + hex + " at column " + std::to_string(column) +
+                   " is not valid UTF-8 (a scenario file is UTF-8 text).");
 }
 
 }  // namespace
@@ -249,7 +227,7 @@ nlohmann::json canonical_json(const YAML::Node& n) {
     for (const auto& x : n) a.push_back(canonical_json(x));
     return a;
   }
-  if (n.IsScalar()) return n.Scalar();
+  if (n.IsScalar()) return n.Scalar();  // UTF-8: YamlReader::check_tree
   return nullptr;
 }
 
