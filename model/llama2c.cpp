@@ -1,6 +1,8 @@
 // llama2.c checkpoint loader and forward pass (see llama2c.hpp for the maths).
 #include "model/llama2c.hpp"
 
+#include <unistd.h>
+
 #include <Eigen/Dense>
 #include <algorithm>
 #include <array>
@@ -10,6 +12,7 @@
 #include <limits>
 
 #include "model/error.hpp"
+#include "model/safetensors.hpp"
 
 namespace tierlab {
 
@@ -147,10 +150,27 @@ std::string Llama2cConfig::describe() const {
 
 Llama2cModel::Llama2cModel(const std::string& path) : path_(path) {
   const std::string file = "llama2.c checkpoint " + quote(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(file + " cannot be opened: " + std::strerror(errno) + ".");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(file + " could not be read.");
+  // A regular file only (a FIFO or a device would be read forever), and no more than the
+  // largest checkpoint the header bounds allow: the size is checked against the header
+  // before the weights are read.
+  std::uint64_t file_size = 0;
+  const int fd = open_regular_file(path, "llama2.c checkpoint", file_size);
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  auto read_exact = [&](char* dst, std::size_t n, std::size_t offset) {
+    std::size_t at = 0;
+    while (at < n) {
+      const ssize_t r = ::pread(fd, dst + at, n - at, static_cast<off_t>(offset + at));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw InputError(file + " could not be read: " + std::strerror(errno) + ".");
+      if (r == 0) throw FormatError(file + " ended after " + std::to_string(offset + at) + " bytes while reading it (it shrank?).");
+      at += static_cast<std::size_t>(r);
+    }
+  };
+  std::vector<char> bytes(static_cast<std::size_t>(std::min<std::uint64_t>(file_size, 28)));
+  read_exact(bytes.data(), bytes.size(), 0);
   if (bytes.size() < 28) {
     throw FormatError(file + " is " + std::to_string(bytes.size()) +
                       " bytes, shorter than the 28-byte header (7 int32: dim, hidden_dim, n_layers, n_heads, "
@@ -191,12 +211,14 @@ Llama2cModel::Llama2cModel(const std::string& path) : path_(path) {
                       " is odd (RoPE rotates pairs of channels).");
   }
   const std::uint64_t want = cfg_.expected_bytes();
-  if (bytes.size() != want) {
-    throw FormatError(file + " is " + std::to_string(bytes.size()) + " bytes, but its header (" + cfg_.describe() +
+  if (file_size != want) {
+    throw FormatError(file + " is " + std::to_string(file_size) + " bytes, but its header (" + cfg_.describe() +
                       ") needs exactly " + std::to_string(want) + " bytes (28-byte header + " +
                       std::to_string(cfg_.expected_floats()) + " float32 weights, RoPE tables included)" +
-                      (bytes.size() < want ? "; the file is truncated." : "; the file has trailing bytes."));
+                      (file_size < want ? "; the file is truncated." : "; the file has trailing bytes."));
   }
+  bytes.resize(static_cast<std::size_t>(want));
+  read_exact(bytes.data() + 28, bytes.size() - 28, 28);
   sha256_ = sha256_hex(bytes.data(), bytes.size());
   w_.resize(cfg_.expected_floats());
   std::memcpy(w_.data(), bytes.data() + 28, w_.size() * sizeof(float));

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -190,17 +191,133 @@ std::int64_t TensorInfo::numel() const {
   return n;
 }
 
+// ---- checked input ---------------------------------------------------------------
+
+nlohmann::json parse_json_checked(std::string_view text, const std::string& context, int max_depth) {
+  // The parser callback sees every container start (depth = containers already open) and
+  // every key; one set of keys per open object finds duplicates. Throwing from the callback
+  // stops the parse before a deeper value exists.
+  std::vector<std::set<std::string>> keys;     // the keys seen, per open object
+  std::vector<bool> is_object;                 // per open container
+  const nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t event,
+                                                   nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        if (depth + 1 > max_depth) {
+          throw FormatError(context + ": the JSON nests arrays and objects deeper than " + std::to_string(max_depth) +
+                            " levels (the limit for every tierlab JSON text).");
+        }
+        is_object.push_back(event == E::object_start);
+        if (event == E::object_start) keys.emplace_back();
+        break;
+      case E::object_end:
+      case E::array_end:
+        if (!is_object.empty()) {
+          if (is_object.back()) keys.pop_back();
+          is_object.pop_back();
+        }
+        break;
+      case E::key: {
+        const std::string& k = parsed.get_ref<const std::string&>();
+        if (!keys.back().insert(k).second) {
+          const std::string shown = k.size() > 80 ? k.substr(0, 80) + "..." : k;
+          throw FormatError(context + ": the JSON object at nesting level " + std::to_string(depth) +
+                            " has the key '" + shown + "' twice (duplicate keys are refused).");
+        }
+        break;
+      }
+      case E::value:
+        break;
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), cb);
+  } catch (const FormatError&) {
+    throw;
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(context + ": the JSON does not parse (" + e.what() + ").");
+  }
+}
+
+std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars) {
+  std::string s = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
+  return s;
+}
+
+std::string non_regular_kind(unsigned mode) {
+  if (S_ISREG(mode)) return {};
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+int open_regular_file(const std::string& path, const std::string& what, std::uint64_t& size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw InputError("The " + what + " '" + path + "' cannot be opened: " + errno_text() + ".");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw InputError("Cannot read " + what + " '" + path + "': " + why + ".");
+  }
+  const std::string kind = non_regular_kind(st.st_mode);
+  if (!kind.empty()) {
+    ::close(fd);
+    throw InputError("Cannot read " + what + " '" + path + "': it is " + kind + ", not a regular file.");
+  }
+  // Regular files ignore O_NONBLOCK; clear it anyway so that reads behave as usual.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  size = static_cast<std::uint64_t>(st.st_size);
+  return fd;
+}
+
+std::string read_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes) {
+  std::uint64_t size = 0;
+  const int fd = open_regular_file(path, what, size);
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  auto too_large = [&](std::uint64_t n) {
+    throw InputError("Cannot read " + what + " '" + path + "': it is " + std::to_string(n) +
+                     " bytes long, more than the limit of " + std::to_string(max_bytes) + " bytes.");
+  };
+  if (size > max_bytes) too_large(size);
+  std::string out;
+  out.resize(static_cast<std::size_t>(size));
+  std::size_t at = 0;
+  for (;;) {
+    if (at == out.size()) {
+      if (out.size() > max_bytes) too_large(out.size());
+      out.resize(out.size() + 4096);  // the file grew since fstat: keep reading, bounded
+    }
+    const ssize_t r = ::read(fd, out.data() + at, out.size() - at);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw InputError("Cannot read " + what + " '" + path + "': " + errno_text() + ".");
+    }
+    if (r == 0) break;
+    at += static_cast<std::size_t>(r);
+  }
+  out.resize(at);
+  if (out.size() > max_bytes) too_large(out.size());
+  return out;
+}
+
 // ---- reading ---------------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw InputError("Cannot open safetensors file '" + path + "': " + errno_text() + ".");
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    throw InputError("Cannot read safetensors file '" + path + "': it is not a regular file.");
-  }
-  size_ = static_cast<std::size_t>(st.st_size);
+  std::uint64_t file_size = 0;
+  fd_ = open_regular_file(path, "safetensors file", file_size);
+  size_ = static_cast<std::size_t>(file_size);
   if (size_ > 0) {
     void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
     if (m == MAP_FAILED) {
@@ -227,13 +344,30 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     data_start_ = 8 + static_cast<std::size_t>(n);
     const std::uint64_t buffer = size_ - data_start_;
 
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(reinterpret_cast<const char*>(map_) + 8,
-                                     reinterpret_cast<const char*>(map_) + data_start_);
-    } catch (const nlohmann::json::exception& e) {
-      fail_file(path, std::string("the JSON header does not parse (") + e.what() + ")");
+    if (n > kMaxHeaderBytes) {
+      fail_file(path, "the header length field says " + std::to_string(n) + " bytes, more than the limit of " +
+                          std::to_string(kMaxHeaderBytes) + " bytes");
     }
+    // The header (safetensors format): JSON that begins with '{' and may be padded at the end
+    // with spaces (0x20), nothing else: no NUL, no other trailing bytes.
+    const std::string_view text(reinterpret_cast<const char*>(map_) + 8, static_cast<std::size_t>(n));
+    if (text.empty() || text.front() != '{') {
+      fail_file(path, std::string("the JSON header ") +
+                          (text.empty() ? "is empty" : "does not begin with '{' (it begins with byte " +
+                                                           std::to_string(static_cast<unsigned char>(text.front())) + ")"));
+    }
+    if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+      fail_file(path, "byte " + std::to_string(nul) + " of the " + std::to_string(n) +
+                          "-byte JSON header is a NUL (the header is JSON padded with spaces only)");
+    }
+    std::size_t json_end = text.size();
+    while (json_end > 0 && text[json_end - 1] == ' ') --json_end;
+    if (json_end == 0 || text[json_end - 1] != '}') {
+      fail_file(path, "the JSON header has bytes after its closing '}' other than space padding (byte " +
+                          std::to_string(json_end == 0 ? 0 : json_end - 1) + " is " +
+                          std::to_string(json_end == 0 ? 0 : static_cast<unsigned char>(text[json_end - 1])) + ")");
+    }
+    const nlohmann::json header = parse_json_checked(text.substr(0, json_end), file_context(path) + ": the JSON header");
     if (!header.is_object()) {
       fail_file(path, std::string("the JSON header is a ") + header.type_name() + ", expected an object");
     }
@@ -268,11 +402,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       const auto& shape = v["shape"];
       if (!shape.is_array()) fail_tensor(path, name, std::string("'shape' is a ") + shape.type_name() + ", expected an array");
       for (const auto& d : shape) {
-        if (!d.is_number_integer()) fail_tensor(path, name, "'shape' " + shape.dump() + " holds a non-integer");
+        if (!d.is_number_integer()) fail_tensor(path, name, "'shape' " + json_excerpt(shape) + " holds a non-integer");
         if (d.is_number_unsigned() ? d.get<std::uint64_t>() > static_cast<std::uint64_t>(
                                                                    std::numeric_limits<std::int64_t>::max())
                                    : d.get<std::int64_t>() < 0) {
-          fail_tensor(path, name, "'shape' " + shape.dump() + " holds a negative or too large dimension");
+          fail_tensor(path, name, "'shape' " + json_excerpt(shape) + " holds a negative or too large dimension");
         }
         ti.shape.push_back(d.get<std::int64_t>());
       }
@@ -280,7 +414,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (!v.contains("data_offsets")) fail_tensor(path, name, "the entry has no 'data_offsets'");
       const auto& off = v["data_offsets"];
       if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-        fail_tensor(path, name, "'data_offsets' is " + off.dump() + ", expected [begin, end] with non-negative integers");
+        fail_tensor(path, name, "'data_offsets' is " + json_excerpt(off) + ", expected [begin, end] with non-negative integers");
       }
       ti.begin = off[0].get<std::uint64_t>();
       ti.end = off[1].get<std::uint64_t>();
@@ -322,6 +456,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                                         ") overlap tensor '" + prev.name + "' at [" + std::to_string(prev.begin) +
                                         ", " + std::to_string(prev.end) + ")");
       }
+    }
+    // The data buffer is entirely indexed, without holes (safetensors format): no bytes that
+    // no tensor owns, in between or at the end of the file.
+    std::uint64_t covered = 0;
+    for (const TensorInfo* ti : by_offset) {
+      if (ti->begin != covered) {
+        fail_tensor(path, ti->name, "starts at byte " + std::to_string(ti->begin) + " of the data buffer but bytes [" +
+                                        std::to_string(covered) + ", " + std::to_string(ti->begin) +
+                                        ") belong to no tensor (the buffer may not have holes)");
+      }
+      covered = ti->end;
+    }
+    if (covered != buffer) {
+      fail_file(path, "the data buffer is " + std::to_string(buffer) + " bytes but its tensors cover only the first " +
+                          std::to_string(covered) + " (" + std::to_string(buffer - covered) +
+                          " trailing bytes belong to no tensor)");
     }
   } catch (...) {
     if (map_) ::munmap(const_cast<std::uint8_t*>(map_), size_);

@@ -12,9 +12,42 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "model/linalg.hpp"
 
 namespace tierlab {
+
+// ---- checked input, shared by every tierlab reader ---------------------------------
+// The limits every reader enforces (docs/trace-format.md "Limits", docs/scenarios.md):
+//   kMaxJsonDepth     nesting of arrays and objects in any JSON text tierlab parses (the
+//                     safetensors header, the trace metadata provenance and spans, cell files)
+//   kMaxHeaderBytes   the safetensors JSON header (the reference implementation's limit)
+//   kMaxTextBytes     a text file read whole: a scenario (YAML), a cell file (JSON)
+constexpr int kMaxJsonDepth = 64;
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr std::uint64_t kMaxTextBytes = 64u << 20;
+
+// Parses a JSON text strictly: FormatError "<context>: ..." when it does not parse, has
+// bytes after the value (whitespace aside), nests arrays/objects deeper than max_depth
+// (refused while parsing, so no deep value is ever built, printed or destroyed), or repeats
+// a key within one object (JSON leaves duplicates open; tierlab refuses them).
+nlohmann::json parse_json_checked(std::string_view text, const std::string& context, int max_depth = kMaxJsonDepth);
+
+// A JSON value as compact text for a message, cut to about max_chars characters ("...").
+std::string json_excerpt(const nlohmann::json& value, std::size_t max_chars = 120);
+
+// The kind of a file that is not a regular file, for messages: "a directory", "a FIFO
+// (named pipe)", "a character device", ...; empty for a regular file.
+std::string non_regular_kind(unsigned mode);
+// Opens `path` for reading without ever blocking (O_NONBLOCK: a FIFO with no writer does
+// not stall the open) and refuses anything but a regular file with an InputError naming
+// `what` and the path ("Cannot read trace 'p': it is a FIFO (named pipe), not a regular
+// file."). Returns the descriptor (the caller closes it) and the file's size.
+int open_regular_file(const std::string& path, const std::string& what, std::uint64_t& size);
+// Reads a whole regular file of at most max_bytes bytes (InputError naming the path and the
+// limit otherwise).
+std::string read_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes = kMaxTextBytes);
 
 enum class DType { F32, F16, BF16, I32, I64, U8 };
 

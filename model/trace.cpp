@@ -47,6 +47,9 @@ bool parse_double(const std::string& s, double& out) {
   return r.ec == std::errc() && r.ptr == e && !s.empty();
 }
 
+// A metadata string for a message, cut to 120 characters.
+std::string excerpt(const std::string& s) { return s.size() > 120 ? s.substr(0, 120) + "..." : s; }
+
 bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // Expected shape of one per-head field; symbolic form for messages in `symbolic`.
@@ -122,8 +125,12 @@ std::string meta_problem(const TraceMeta& m) {
            std::to_string(static_cast<long long>(m.prompt_len) + m.decode_steps);
   }
   if (!m.provenance.empty()) {
-    auto j = nlohmann::json::parse(m.provenance, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return "provenance = '" + m.provenance + "' is not a JSON object";
+    try {
+      if (!parse_json_checked(m.provenance, "provenance").is_object())
+        return "provenance = '" + excerpt(m.provenance) + "' is not a JSON object";
+    } catch (const FormatError& e) {
+      return "provenance = '" + excerpt(m.provenance) + "' is not a JSON object (" + e.what() + ")";
+    }
   }
   return {};
 }
@@ -236,8 +243,7 @@ class MetaParser {
     }
 
     if (const std::string* s = find("provenance")) {
-      auto j = nlohmann::json::parse(*s, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) fail("field 'provenance' = '" + *s + "' is not a JSON object");
+      if (!json_text(*s, "provenance").is_object()) fail("field 'provenance' = '" + excerpt(*s) + "' is not a JSON object");
       m.provenance = *s;
     }
     if (const std::string* s = find("spans")) parse_spans(*s, m);
@@ -245,9 +251,20 @@ class MetaParser {
   }
 
  private:
+  // A metadata string that holds JSON, parsed with the limits of every tierlab JSON text.
+  nlohmann::json json_text(const std::string& text, const std::string& field) const {
+    try {
+      return parse_json_checked(text, "its text");
+    } catch (const FormatError& e) {
+      std::string why = e.what();
+      if (!why.empty() && why.back() == '.') why.pop_back();
+      fail("field '" + field + "' = '" + excerpt(text) + "' is not a JSON object (" + why + ")");
+    }
+  }
+
   void parse_spans(const std::string& text, TraceMeta& m) const {
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) fail("field 'spans' = '" + text + "' is not a JSON object");
+    const auto j = json_text(text, "spans");
+    if (!j.is_object()) fail("field 'spans' = '" + excerpt(text) + "' is not a JSON object");
     if (j.empty()) return;
     m.spans.assign(static_cast<std::size_t>(m.n_heads()), {});
     for (auto it = j.begin(); it != j.end(); ++it) {
@@ -259,15 +276,15 @@ class MetaParser {
         fail("field 'spans' has key '" + key + "', expected 'layer.head' with layer < " + std::to_string(m.n_layers) +
              " and head < " + std::to_string(m.n_kv_heads));
       }
-      if (!it.value().is_array()) fail("field 'spans' entry '" + key + "' = " + it.value().dump() + " is not a list");
+      if (!it.value().is_array()) fail("field 'spans' entry '" + key + "' = " + json_excerpt(it.value()) + " is not a list");
       auto& out = m.spans[static_cast<std::size_t>(l * m.n_kv_heads + h)];
       for (const auto& pair : it.value()) {
         if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || !pair[1].is_number_integer()) {
-          fail("field 'spans' entry '" + key + "' holds " + pair.dump() + ", expected [begin, end]");
+          fail("field 'spans' entry '" + key + "' holds " + json_excerpt(pair) + ", expected [begin, end]");
         }
         const long long b = pair[0].get<long long>(), e = pair[1].get<long long>();
         if (b < 0 || b >= e || e > m.prompt_len) {
-          fail("field 'spans' entry '" + key + "' holds " + pair.dump() +
+          fail("field 'spans' entry '" + key + "' holds " + json_excerpt(pair) +
                ", expected 0 <= begin < end <= prompt_len = " + std::to_string(m.prompt_len));
         }
         out.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(e)});

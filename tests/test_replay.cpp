@@ -2,7 +2,12 @@
 // the full cache bit for bit; a cache that keeps only the last prompt token must not.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "model/allocation.hpp"
 #include "model/error.hpp"
@@ -131,4 +136,30 @@ TEST_CASE("replay rejects what it cannot do, with clear messages", "[replay]") {
   ReplayOptions short_prompt = options(8, 4);
   short_prompt.obs_window = -1;  // the default: min(32, T)
   CHECK(replay(stories(), short_prompt, KeyCompression::from_policy(UniformPolicy::parse("exact"))).obs_window == 8);
+}
+
+TEST_CASE("a checkpoint whose finite weights overflow the forward pass is an error naming the step and never a NaN KL",
+          "[replay][reliability]") {
+  // stories260K with the final RMSNorm weights at 3e38: every weight is finite, the logits are not.
+  std::ifstream in(kCheckpoint, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::int32_t h[7];
+  std::memcpy(h, bytes.data(), sizeof h);
+  const std::size_t D = h[0], H = h[1], L = h[2], heads = h[3], kv = h[4], V = std::abs(h[5]);
+  const std::size_t kvd = D / heads * kv;
+  const std::size_t rms_final = V * D + L * D + L * D * D + 2 * L * kvd * D + L * D * D + L * D + 3 * L * H * D;
+  for (std::size_t i = 0; i < D; ++i) {
+    const float big = 3e38f;
+    std::memcpy(bytes.data() + 28 + 4 * (rms_final + i), &big, 4);
+  }
+  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_replay_overflow.bin";
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const Llama2cModel model(path);  // loads: every weight is finite
+  try {
+    replay(model, options(16, 4), KeyCompression::from_policy(UniformPolicy::parse("kivi:2")));
+    FAIL("replay reported numbers for logits that overflow");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(path) && Catch::Contains("decode step 1") &&
+                             Catch::Contains("overflow the float32 forward pass"));
+  }
 }

@@ -160,3 +160,54 @@ TEST_CASE("the water-filling head names a cell of the scenario") {
   CHECK_THAT(e, Catch::Contains("bad.yaml:10:"));
   CHECK_THAT(e, Catch::Contains("tiny-s0-T32, tiny-s0-T64"));
 }
+
+TEST_CASE("a key given twice in one scenario mapping is refused naming both lines", "[scenario][reliability]") {
+  CHECK(error_of(std::string(kGood) + "budgets: [8]\n") ==
+        "bad.yaml:9: the key 'budgets' is given twice in the same mapping (first on line 8); give each key once.");
+  const std::string nested = "name: t\ntraces:\n  synthetic:\n    presets: [tiny]\n    presets: [llama-like]\n";
+  CHECK(error_of(nested) ==
+        "bad.yaml:5: the key 'presets' is given twice in the same mapping (first on line 4); give each key once.");
+}
+
+TEST_CASE("a scenario nested too deeply or with an alias bomb or a complex key is refused naming the line",
+          "[scenario][reliability]") {
+  std::string deep = "name: t\nx: ";
+  for (int i = 0; i < 70; ++i) deep += "[";
+  for (int i = 0; i < 70; ++i) deep += "]";
+  CHECK(error_of(deep + "\n") == "bad.yaml:2: mappings and lists nest deeper than 64 levels.");
+  std::string deeper = "name: t\nx: " + std::string(5000, '[') + std::string(5000, ']') + "\n";
+  CHECK_THAT(error_of(deeper), Catch::StartsWith("bad.yaml:2: not valid YAML"));  // yaml-cpp's own depth guard
+  std::string bomb = "name: t\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 6; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", " : "") + prev;
+    bomb += "]\n";
+  }
+  CHECK_THAT(error_of(bomb), Catch::Contains("more than 100000 YAML nodes"));
+  CHECK(error_of("name: t\n? [1, 2]\n: 3\n") == "bad.yaml:2: a mapping key must be a single value.");
+}
+
+TEST_CASE("a scenario that is not UTF-8 text is refused naming the line and column", "[scenario][reliability]") {
+  CHECK(error_of("name: t\ndescription: caf\xE9\n") ==
+        "bad.yaml:2: byte 0xE9 at column 17 is not valid UTF-8 (a scenario file is UTF-8 text).");
+  CHECK(error_of("name: t\ndescription: \xED\xA0\x80\n") ==
+        "bad.yaml:2: byte 0xED at column 14 is not valid UTF-8 (a scenario file is UTF-8 text).");  // a surrogate
+  CHECK(error_of(std::string(kGood) + "description: caf\xC3\xA9\n").empty());
+}
+
+TEST_CASE("a scenario path that is a directory is refused with a sentence", "[scenario][reliability]") {
+  try {
+    load_scenario(TIERLAB_SOURCE_DIR);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::EndsWith("it is a directory, not a regular file."));
+  }
+}
+
+TEST_CASE("a scenario value that yaml-cpp decodes to bytes that are not UTF-8 is refused naming the line",
+          "[scenario][reliability]") {
+  CHECK(error_of(std::string(kGood) + "description: \"a\\_b\"\n") ==
+        "bad.yaml:9: a value is not UTF-8 text once its escapes are decoded (yaml-cpp decodes \\_ and \\N to single "
+        "bytes); write the character itself.");
+}

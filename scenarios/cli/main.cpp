@@ -1,10 +1,13 @@
 // tierlab: the command-line tool. `tierlab --help` lists the commands.
-// Exit status: 0 done; 2 bad input (InputError: the message names the file, field and
-// value) or a usage error (one line naming the command and option, with "did you mean":
-// scenarios/cli/usage.hpp); 3 an internal error (a defect: please report it);
+// Exit status: 0 done; 2 bad input or environment (InputError: the message names the file,
+// field and value; a folder or file that cannot be written) or a usage error (one line
+// naming the command and option, with "did you mean": scenarios/cli/usage.hpp); 3 an
+// internal error (a defect: please report it);
 // 4 the exact recomputation failed on its backend (RecomputeError, model/error.hpp).
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 
 #include "model/error.hpp"
 #include "model/openmp_policy.hpp"
@@ -26,6 +29,9 @@ int main(int argc, char** argv) {
   tierlab::cli::add_methods(app);
   tierlab::cli::add_run(app);
   tierlab::cli::add_figure(app);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
+  // instead of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -38,6 +44,9 @@ int main(int argc, char** argv) {
     return tierlab::cli::usage_error(app, e, argc, argv);  // one line, "did you mean", exit 2
   } catch (const tierlab::InputError& e) {
     std::fprintf(stderr, "tierlab: error: %s\n", e.what());
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // the environment: permissions, a full disk
+    std::fprintf(stderr, "tierlab: error: %s.\n", e.what());
     return 2;
   } catch (const tierlab::RecomputeError& e) {
     std::fprintf(stderr, "tierlab: recomputation error: %s\n", e.what());

@@ -162,6 +162,8 @@ struct CompressedReplay {
   void decide_all(int end);
   void decide(int end);
   void decode(std::int32_t first);
+  void check_logits(const float* logits, int step, int pos, const char* cache) const;
+  void check_number(double v, const char* what, int step) const;
 };
 
 // Puts one head's compressed prompt keys (T x head size) and kept flags into the
@@ -238,6 +240,28 @@ void CompressedReplay::decide(int end) {
 
 // Decode steps 1..S from `first` with both caches (re-deciding every N steps), comparing
 // the next-token distributions, and the summary of the steps and decisions.
+// Every number a replay prints is finite: a checkpoint whose weights are finite can still
+// overflow float32 in the forward pass, and its NaN must not be reported as a KL.
+void CompressedReplay::check_logits(const float* logits, int step, int pos, const char* cache) const {
+  for (int i = 0; i < V; ++i) {
+    if (!std::isfinite(logits[i])) {
+      throw InputError("replay of '" + r.checkpoint + "': decode step " + std::to_string(step) + " (position " +
+                       std::to_string(pos) + "): the " + cache + " cache's logit of token " + std::to_string(i) +
+                       " is " + (std::isnan(logits[i]) ? "NaN" : "Inf") +
+                       "; the checkpoint's weights overflow the float32 forward pass, so no KL or perplexity can be "
+                       "reported.");
+    }
+  }
+}
+
+void CompressedReplay::check_number(double v, const char* what, int step) const {
+  if (std::isfinite(v)) return;
+  throw InputError("replay of '" + r.checkpoint + "': the " + std::string(what) +
+                   (step > 0 ? " of decode step " + std::to_string(step) : std::string(" over the decode steps")) +
+                   " is " + (std::isnan(v) ? "NaN" : "infinite") +
+                   " (the logits overflow double precision); no result is reported.");
+}
+
 void CompressedReplay::decode(std::int32_t first) {
   std::vector<float> p_logits(static_cast<std::size_t>(V));
   double sum_kl = 0, sum_nll_full = 0, sum_nll_comp = 0;
@@ -255,9 +279,14 @@ void CompressedReplay::decode(std::int32_t first) {
     st.input = input;
     st.full_argmax = argmax(p_logits.data(), V);
     st.compressed_argmax = argmax(lq, V);
+    check_logits(p_logits.data(), s, pos, "full");
+    check_logits(lq, s, pos, "compressed");
     st.kl = kl_divergence(p_logits.data(), lq, V);
     st.nll_full = log_sum_exp(p_logits.data(), V) - p_logits[st.full_argmax];
     st.nll_compressed = log_sum_exp(lq, V) - lq[st.full_argmax];
+    check_number(st.kl, "KL", s);
+    check_number(st.nll_full, "negative log-likelihood under the full cache", s);
+    check_number(st.nll_compressed, "negative log-likelihood under the compressed cache", s);
     if (st.full_argmax == st.compressed_argmax) {
       ++matches;
     } else if (r.first_divergence < 0) {
@@ -280,6 +309,9 @@ void CompressedReplay::decode(std::int32_t first) {
   r.mean_kl = sum_kl / S;
   r.ppl_full = std::exp(sum_nll_full / S);
   r.ppl_compressed = std::exp(sum_nll_comp / S);
+  check_number(r.mean_kl, "mean KL", 0);
+  check_number(r.ppl_full, "perplexity under the full cache", 0);
+  check_number(r.ppl_compressed, "perplexity under the compressed cache", 0);
   if (options.mode == ReplayMode::FreeRunning) r.continuation_match = static_cast<double>(continuation_matches) / S;
   r.key_rate.code_bits = rate_code / decided_heads;
   r.key_rate.total_bits = rate_total / decided_heads;

@@ -9,11 +9,23 @@
 // When every cell is present, the analyses (scenarios/run/tables.hpp) write DIR/tables/*.csv
 // and *.json and DIR/summary.md. A copy of the scenario goes to DIR/scenario.yaml.
 //
+// Cells know what they were computed for: each cell file records "cell_hash", a 64-bit FNV-1a
+// hash of the canonical JSON of everything that determines it (cell_inputs: the cell format
+// version, the scenario's settings (every key but name, description and traces: ladder,
+// budgets, methods and their parameters, queries, analyses), the cell's own trace spec: the
+// synthetic parameters, or the trace file's / checkpoint's content hash (its bytes, hashed
+// once per run)). A rerun recomputes a cell whose file records another hash, and says so; a
+// damaged cell file (truncated, not JSON, not a cell) is named, moved aside to
+// "<file>.damaged" and recomputed. Temporary files "*.tmp-<pid>" of killed runs under DIR are
+// removed at the start of a run.
+//
 // A cell (one trace, all budgets B of the scenario) is what the scenario's analyses
 // (scenarios/analyses/analysis.hpp) compute from it, each under its own keys of the cell JSON
 // (the interior analysis: R2, budgets, dominated_share; the others: their name).
 #include <atomic>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -36,10 +48,15 @@ struct RunOptions {
   std::function<std::unique_ptr<Recomputer>()> backend_factory;
   // Called after each cell (tests): cell id, computed (false = skipped).
   std::function<void(const std::string&, bool)> on_cell;
+  // A sentence about the output folder (a stale or damaged cell, removed temporary files);
+  // default: printed on stderr as "tierlab: NOTE".
+  std::function<void(const std::string&)> on_note;
 };
 
 struct RunResult {
   int cells_total = 0, cells_computed = 0, cells_skipped = 0;
+  int cells_stale = 0, cells_damaged = 0;  // recomputed: other inputs / a damaged file (moved aside)
+  int temporaries_removed = 0;             // "*.tmp-<pid>" files of killed runs
   bool interrupted = false;
   bool tables_written = false;
   std::string backend;  // description of the backend used (empty when nothing was computed)
@@ -55,6 +72,27 @@ RunResult run_scenario(const Scenario&, const RunOptions&);
 
 // The cell file of a cell: DIR/cells/<id>.json.
 std::string cell_path(const std::string& out, const ScenarioCell&);
+
+// The version of the cell files' contents; part of every cell hash.
+inline constexpr const char* kCellFormat = "tierlab-cell-v2";
+// 64-bit FNV-1a of bytes (offset basis 14695981039346656037, prime 1099511628211).
+std::uint64_t fnv1a64(const void* data, std::size_t size, std::uint64_t h = 14695981039346656037ull);
+// FNV-1a of a file's bytes as 16 hex digits (InputError naming the file when unreadable).
+std::string file_content_hash(const std::string& path, const std::string& what);
+// Content hashes by path, computed once (a run hashes each trace and checkpoint once).
+using ContentHashes = std::map<std::string, std::string>;
+// The canonical JSON of everything that determines a cell (see above).
+nlohmann::json cell_inputs(const Scenario&, const ScenarioCell&, ContentHashes&);
+// Its hash as 16 hex digits: the "cell_hash" of the cell file.
+std::string cell_hash(const Scenario&, const ScenarioCell&, ContentHashes&);
+
+// A cell file read back: its JSON (bounded: kMaxTextBytes, kMaxJsonDepth), or the reason it
+// is damaged (empty json).
+struct CellFile {
+  nlohmann::json json;
+  std::string damage;  // "" when the file is a cell
+};
+CellFile read_cell_file(const std::string& path);
 
 // Set by the SIGINT handler that run_scenario installs for its duration.
 std::atomic<bool>& run_stop_flag();

@@ -11,7 +11,7 @@ namespace tierlab {
 
 void write_analyses(const Scenario& sc, const std::vector<nlohmann::json>& cells, const std::string& out) {
   const std::string dir = out + "/tables";
-  std::filesystem::create_directories(dir);
+  make_directories(dir);
   std::ostringstream s;
   s << "# " << sc.name << "\n\n";
   if (!sc.description.empty()) s << sc.description << "\n\n";

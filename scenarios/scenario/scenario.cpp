@@ -3,16 +3,19 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/paths.hpp"
+#include "model/safetensors.hpp"
 #include "model/text.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
 
@@ -187,15 +190,68 @@ void parse_file_cells(const YamlReader& c, const YAML::Node& files, const std::f
 
 }  // namespace
 
+Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, const std::string& file_name);
+
+namespace {
+
+// A scenario file is UTF-8 text (YAML 1.2): the first invalid byte is an error naming its
+// line and column.
+void check_utf8(const std::string& text, const std::string& file_name) {
+  const std::size_t at = invalid_utf8_at(text);
+  if (at == std::string::npos) return;
+  const std::size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+  const std::size_t column = line_start == std::string::npos || at == 0 ? at + 1 : at - line_start;
+  const std::size_t line = 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[at]));
+  throw InputError(file_name + ":" + std::to_string(line) + ": byte " + hex + " at column " + std::to_string(column) +
+                   " is not valid UTF-8 (a scenario file is UTF-8 text).");
+}
+
+}  // namespace
+
 Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   const YamlReader c{file_name};
   YAML::Node root;
+  if (text.size() > kMaxScenarioBytes)
+    throw InputError(file_name + ": the scenario is " + std::to_string(text.size()) + " bytes, more than the limit of " +
+                     std::to_string(kMaxScenarioBytes) + " bytes.");
+  check_utf8(text, file_name);
   try {
     root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {  // ParserException, DeepRecursion (yaml-cpp's own depth guard)
     throw InputError(file_name + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML (" + e.msg + ").");
   }
   if (!root.IsMap()) throw InputError(file_name + ":1: a scenario file must be a mapping of keys.");
+  c.check_tree(root);
+  try {
+    return parse_checked_scenario(c, root, file_name);
+  } catch (const YAML::Exception& e) {  // a conversion the typed readers did not foresee
+    throw InputError(file_name + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg + ".");
+  }
+}
+
+namespace {
+
+// A YAML tree (checked: bounded depth, scalar keys, no duplicates) as canonical JSON.
+nlohmann::json canonical_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();  // std::map: keys sorted
+    for (const auto& kv : n) o[kv.first.Scalar()] = canonical_json(kv.second);
+    return o;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& x : n) a.push_back(canonical_json(x));
+    return a;
+  }
+  if (n.IsScalar()) return n.Scalar();  // UTF-8: YamlReader::check_tree
+  return nullptr;
+}
+
+}  // namespace
+
+Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, const std::string& file_name) {
   std::vector<std::string> allowed = {"name",    "description", "traces", "ladder", "rate_kind", "budgets",
                                        "primary_budget", "queries", "decode_steps", "backend", "seed",
                                        "bootstrap", "methods", "primary_aggregation", "error_floor"};
@@ -207,6 +263,11 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
   }
   Scenario s;
   s.file = file_name;
+  {
+    nlohmann::json settings = canonical_json(root);
+    for (const char* k : {"name", "description", "traces"}) settings.erase(k);
+    s.settings_json = settings.dump();
+  }
   const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
   if (!root["name"]) throw InputError(file_name + ":1: the key 'name' is missing.");
   s.name = c.str(root["name"], "name");
@@ -264,11 +325,7 @@ Scenario parse_scenario(const std::string& text, const std::string& file_name) {
 }
 
 Scenario load_scenario(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("scenario file '" + path + "' cannot be opened.");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_scenario(ss.str(), path);
+  return parse_scenario(read_regular_file(path, "scenario file", kMaxScenarioBytes), path);
 }
 
 }  // namespace tierlab

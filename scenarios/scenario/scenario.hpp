@@ -70,6 +70,10 @@ struct Scenario {
   // The analyses the file asks for, in registry order (scenarios/analyses/analysis.hpp);
   // the interior analysis is always first.
   std::vector<std::shared_ptr<const Analysis>> analyses;
+  // Every key of the file but name, description and traces, as canonical JSON (keys sorted,
+  // scalars as written): with a cell's own trace spec, what determines its results
+  // (scenarios/run/runner.hpp cell_hash).
+  std::string settings_json;
 
   // The scenario's analysis of type A, or nullptr when the file does not ask for it.
   template <class A>
@@ -79,6 +83,10 @@ struct Scenario {
     return nullptr;
   }
 };
+
+// Largest scenario file read (docs/scenarios.md "Limits"); the YAML tree's limits are
+// YamlReader::kMaxDepth and kMaxNodes.
+constexpr std::uint64_t kMaxScenarioBytes = 1u << 20;
 
 // Parses and validates a scenario file (relative trace paths are resolved against the
 // file's folder). Throws InputError "FILE:LINE: ..." naming the key and the valid choices.

@@ -1,6 +1,7 @@
 #include "scenarios/scenario/yaml_reader.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "model/text.hpp"
 
@@ -57,6 +58,70 @@ void YamlReader::keys(const YAML::Node& map, const std::string& where, const std
     for (const auto& a : allowed) ok = ok || a == k;
     if (!ok) fail(kv.first, "unknown key '" + k + "' in " + where + "; the valid keys are " + join(allowed) + ".");
   }
+}
+
+std::size_t invalid_utf8_at(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char b = s[i];
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the valid range of the second byte
+    if (b < 0x80) len = 1;
+    else if (b >= 0xC2 && b <= 0xDF) len = 2;
+    else if (b == 0xE0) len = 3, lo = 0xA0;
+    else if (b >= 0xE1 && b <= 0xEC) len = 3;
+    else if (b == 0xED) len = 3, hi = 0x9F;
+    else if (b >= 0xEE && b <= 0xEF) len = 3;
+    else if (b == 0xF0) len = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3) len = 4;
+    else if (b == 0xF4) len = 4, hi = 0x8F;
+    bool ok = len > 0 && i + len <= n;
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      const unsigned char c = s[i + k];
+      ok = k == 1 ? (c >= lo && c <= hi) : (c >= 0x80 && c <= 0xBF);
+    }
+    if (!ok) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+namespace {
+
+void check_node(const YamlReader& c, const YAML::Node& n, int depth, long& visited) {
+  if (++visited > YamlReader::kMaxNodes)
+    c.fail(n, "the file has more than " + std::to_string(YamlReader::kMaxNodes) +
+                  " YAML nodes (aliases counted at each use); a scenario is far smaller.");
+  if (n.IsScalar() && invalid_utf8_at(n.Scalar()) != std::string::npos)
+    c.fail(n, "a value is not UTF-8 text once its escapes are decoded (yaml-cpp decodes \\_ and \\N to single "
+              "bytes); write the character itself.");
+  if (!n.IsMap() && !n.IsSequence()) return;
+  if (depth >= YamlReader::kMaxDepth)
+    c.fail(n, "mappings and lists nest deeper than " + std::to_string(YamlReader::kMaxDepth) + " levels.");
+  if (n.IsSequence()) {
+    for (const auto& x : n) check_node(c, x, depth + 1, visited);
+    return;
+  }
+  std::map<std::string, int> lines;  // key -> its 1-based line
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) c.fail(kv.first, "a mapping key must be a single value.");
+    check_node(c, kv.first, depth + 1, visited);
+    const std::string k = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    const auto [it, fresh] = lines.emplace(k, line);
+    if (!fresh)
+      c.fail(kv.first, "the key '" + k + "' is given twice in the same mapping (first on line " +
+                           std::to_string(it->second) + "); give each key once.");
+    check_node(c, kv.second, depth + 1, visited);
+  }
+}
+
+}  // namespace
+
+void YamlReader::check_tree(const YAML::Node& root) const {
+  long visited = 0;
+  check_node(*this, root, 0, visited);
 }
 
 }  // namespace tierlab

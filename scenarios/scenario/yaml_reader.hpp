@@ -12,6 +12,10 @@
 
 namespace tierlab {
 
+// The offset of the first byte of text that does not begin or continue a well-formed UTF-8
+// sequence (no overlong forms, surrogates or code points past U+10FFFF), or npos.
+std::size_t invalid_utf8_at(const std::string& text);
+
 class YamlReader {
  public:
   explicit YamlReader(std::string file) : file_(std::move(file)) {}
@@ -31,6 +35,15 @@ class YamlReader {
   std::vector<YAML::Node> list(const YAML::Node& n, const std::string& key) const;
   // A mapping whose keys are all among `allowed`; `where` names it ("staleness").
   void keys(const YAML::Node& map, const std::string& where, const std::vector<std::string>& allowed) const;
+
+  // Limits of a scenario file's YAML tree (docs/scenarios.md "Limits").
+  static constexpr int kMaxDepth = 64;            // nested mappings and sequences
+  static constexpr long kMaxNodes = 100000;       // nodes visited, aliases counted each time they are used
+  // Checks the whole tree once, before any key is read: nesting deeper than kMaxDepth, more
+  // than kMaxNodes nodes, a mapping key that is not a single value, a key given twice in one
+  // mapping (yaml-cpp keeps both and reads the first), or a value that is not UTF-8 after
+  // yaml-cpp decoded its escapes fail naming the line.
+  void check_tree(const YAML::Node& root) const;
 
   // Runs f and re-throws its InputError with the file, line and key in front.
   template <class F>
