@@ -48,6 +48,17 @@ std::string tensor_context(const std::string& path, const std::string& tensor) {
   return file_context(path) + ", tensor '" + tensor + "'";
 }
 
+// A llama2.c checkpoint starts with seven int32 (dim, hidden_dim, n_layers, n_heads,
+// n_kv_heads, vocab_size, seq_len) of plausible sizes.
+bool is_llama2c_shaped(const void* map, std::uint64_t size) {
+  if (size < 28) return false;
+  std::int32_t c[7];
+  std::memcpy(c, map, sizeof c);
+  const std::int32_t vocab = c[5] < 0 ? -c[5] : c[5];  // negative: unshared classifier
+  return c[0] > 0 && c[0] <= 65536 && c[1] > 0 && c[1] <= 1 << 20 && c[2] > 0 && c[2] <= 1024 && c[3] > 0 && c[3] <= 1024 &&
+         c[4] > 0 && c[4] <= c[3] && vocab > 0 && vocab <= 1 << 22 && c[6] > 0 && c[6] <= 1 << 24 && c[0] % c[3] == 0;
+}
+
 [[noreturn]] void fail_file(const std::string& path, const std::string& detail) {
   throw FormatError(file_context(path) + ": " + detail + ".");
 }
@@ -337,6 +348,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
     std::uint64_t n = 0;
     std::memcpy(&n, map_, 8);
+    // A safetensors file begins with an 8-byte header length and then a JSON header '{'.
+    // Without the '{' this is another kind of file: say so, not "truncated".
+    const bool json_follows = size_ > 8 && reinterpret_cast<const char*>(map_)[8] == '{';
+    if (!json_follows && (n > size_ - 8 || n > kMaxHeaderBytes)) {  // an impossible length and no JSON
+      std::string what = "this is not a safetensors file (no JSON header '{' after the 8-byte length field";
+      if (is_llama2c_shaped(map_, size_))
+        what += "; it looks like a llama2.c checkpoint: give it to tierlab capture/replay --checkpoint";
+      fail_file(path, what + "); traces are written by tierlab synth, tierlab capture and tools/capture_hf.py");
+    }
     if (n > size_ - 8) {
       fail_file(path, "the header length field says " + std::to_string(n) + " bytes but only " +
                           std::to_string(size_ - 8) + " bytes follow it (truncated file?)");

@@ -594,3 +594,37 @@ TEST_CASE("a tensor's pages leave the process once it has been read", "[safetens
   CHECK(f.read_f32("b") == v);
   CHECK(mapped_pages_of(path) < 64);
 }
+
+TEST_CASE("a file that is not a safetensors file says so, and a checkpoint is recognised", "[safetensors]") {
+  const std::string dir = (std::filesystem::temp_directory_path() / "tierlab_not_st").string();
+  std::filesystem::create_directories(dir);
+  auto message = [](const std::string& path) {
+    try {
+      SafetensorsFile f(path);
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  // Random bytes: an impossible header length and no JSON.
+  const std::string junk = dir + "/junk.bin";
+  {
+    std::ofstream out(junk, std::ios::binary);
+    for (int i = 0; i < 4096; ++i) out.put(static_cast<char>((i * 2654435761u) >> 13));
+  }
+  const std::string e1 = message(junk);
+  CHECK_THAT(e1, Catch::Contains("this is not a safetensors file") && !Catch::Contains("truncated"));
+  // The shipped llama2.c checkpoint (golden file from outside the code) is named as one.
+  const std::string e2 = message(std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin");
+  CHECK_THAT(e2, Catch::Contains("looks like a llama2.c checkpoint") && Catch::Contains("--checkpoint"));
+  // A real safetensors header cut short is still "truncated".
+  const std::string cut = dir + "/cut.safetensors";
+  {
+    const std::string json = "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
+    const std::uint64_t n = json.size() + 100;  // claims more header than the file holds
+    std::ofstream out(cut, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << json;
+  }
+  CHECK_THAT(message(cut), Catch::Contains("truncated file?"));
+}
