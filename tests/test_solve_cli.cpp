@@ -329,3 +329,35 @@ TEST_CASE("KIVI's residual window is named when it leaves prompt tokens in full 
   const std::vector<std::uint8_t> r0 = UniformPolicy::parse("kivi:2:r0").allocate(100, nullptr);
   CHECK(std::count(r0.begin(), r0.end(), std::uint8_t{1}) == 100);
 }
+
+TEST_CASE("CLI: info reads every value as eval does, so a trace eval refuses is not reported as fine", "[cli][info]") {
+  REQUIRE(fs::exists(tierlab_binary()));
+  // A copy of the tiny trace with one key set to NaN, located through the file's own header.
+  const std::string bad = temp_file("nan.safetensors");
+  fs::copy_file(tiny_trace(), bad, fs::copy_options::overwrite_existing);
+  std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+  std::uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(n));
+  const nlohmann::json h = nlohmann::json::parse(header);
+  const std::string name = "layers.1.heads.0.keys";
+  REQUIRE(h.contains(name));
+  REQUIRE(h[name]["dtype"] == "F32");
+  const std::uint64_t at = 8 + n + h[name]["data_offsets"][0].get<std::uint64_t>() + 4 * 5;
+  const std::uint32_t nan_bits = 0x7fc00000u;
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(reinterpret_cast<const char*>(&nan_bits), 4);
+  f.close();
+
+  const std::string out = temp_file("info.txt"), err = temp_file("info.err");
+  CHECK(run("eval " + quote(bad) + " --policy exact --backend cpu", out, err) == 2);
+  const std::string eval_error = read_text(err);
+  CHECK(run("info " + quote(bad), out, err) == 2);
+  CHECK_THAT(read_text(err), Catch::Contains(name));
+  CHECK(eval_error.find(name) != std::string::npos);
+  CHECK(run("info " + quote(bad) + " --metadata-only", out, err) == 0);  // the header alone is fine
+  CHECK_THAT(read_text(out), Catch::Contains("values       not read (--metadata-only)"));
+  CHECK(run("info " + quote(tiny_trace()), out, err) == 0);
+  CHECK_THAT(read_text(out), Catch::Contains("all finite"));
+}

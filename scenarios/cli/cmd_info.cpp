@@ -98,6 +98,7 @@ void add_info(CLI::App& app) {
     std::string trace;
     bool json = false;
     bool realism = false;
+    bool metadata_only = false;
     std::string lengths;
     int window = 0;
   };
@@ -105,6 +106,8 @@ void add_info(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("info", "Show a trace's shapes, dtypes and provenance");
   cmd->add_option("trace", args->trace, "Trace file (safetensors)")->required();
   cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->add_flag("--metadata-only", args->metadata_only,
+                "Read the header only (by default every head's tensors are read and checked as eval reads them)");
   cmd->add_flag("--realism", args->realism,
                 "Print the realism statistics (entropy, first-token mass, tokens holding 90%, margin, 2-bit noise, "
                 "channel spreads over the causal observation queries; docs/synthetic.md)");
@@ -133,6 +136,18 @@ void add_info(CLI::App& app) {
       return;
     }
     const TraceMeta& m = reader.meta();
+    // The values, read as eval reads them (shapes, finiteness, storage dtype), one head at a
+    // time: a trace eval refuses is never reported as fine here.
+    if (!args->metadata_only) {
+      TerminalProgress bar("checking values");
+      const int heads = m.n_layers * m.n_kv_heads;
+      for (int l = 0; l < m.n_layers; ++l)
+        for (int h = 0; h < m.n_kv_heads; ++h) {
+          (void)reader.head(l, h);
+          bar.update(l * m.n_kv_heads + h + 1, heads);
+        }
+      bar.finish();
+    }
     std::size_t spans = 0;
     for (const auto& s : m.spans) spans += s.size();
     const auto& file = reader.file();
@@ -155,7 +170,8 @@ void add_info(CLI::App& app) {
                           {"data_bytes", bytes},
                           {"spans", spans},
                           {"token_ids", m.token_ids.size()},
-                          {"provenance", provenance.is_discarded() ? nlohmann::json(m.provenance) : provenance}};
+                          {"provenance", provenance.is_discarded() ? nlohmann::json(m.provenance) : provenance},
+                          {"values_checked", !args->metadata_only}};
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
@@ -171,6 +187,13 @@ void add_info(CLI::App& app) {
                 file.names().size(), static_cast<double>(bytes) / 1e6);
     std::printf("spans        %zu planted spans\n", spans);
     std::printf("token ids    %zu\n", m.token_ids.size());
+    if (args->metadata_only)
+      std::printf("values       not read (--metadata-only)\n");
+    else
+      std::printf("values       every tensor of the %d heads read as eval reads them: shapes and dtypes right, all finite\n",
+                  m.n_layers * m.n_kv_heads);
+    if (m.obs_window == 0)
+      std::printf("queries      W = 0: no observation queries; eval, solve and scenario cells need W >= 1 (a decode-only trace)\n");
     std::printf("%s", readable_provenance(m.provenance, provenance).c_str());
     {  // where --backend auto recomputes, said here once rather than on every command
       std::string note;
