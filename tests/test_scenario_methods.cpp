@@ -172,3 +172,12 @@ TEST_CASE("the mismatch key") {
   CHECK_THAT(err("  quantizers: [kivi]\n  budget: [2]\n"), Catch::Contains("the valid keys are quantizers, bits, budgets"));
   CHECK_THAT(err("  bits: [2, 4]\n"), Catch::Contains("needs 'quantizers'"));
 }
+
+TEST_CASE("a scorer window longer than a cell's observation queries is refused when the file is read, naming both") {
+  // tiny has W = 8 observation queries per query head.
+  const std::string e = error_of(methods("{scorer: snapkv, keep: \"ratio:0.5\", params: {window: 16}}"));
+  CHECK_THAT(e, Catch::Contains("m.yaml:6:") && Catch::Contains("parameter window = 16") &&
+                    Catch::Contains("W = 8 observation queries of cell 'tiny-s0-T64'") && Catch::Contains("window <= 8"));
+  // Within the cells' W it parses.
+  CHECK_NOTHROW(parse_scenario(methods("{scorer: snapkv, keep: \"ratio:0.5\", params: {window: 8}}"), "m.yaml"));
+}

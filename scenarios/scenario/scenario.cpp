@@ -17,7 +17,9 @@
 #include "model/paths.hpp"
 #include "model/safetensors.hpp"
 #include "model/text.hpp"
+#include "model/trace.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
+#include "solvers/scorers.hpp"
 
 namespace tierlab {
 
@@ -208,6 +210,31 @@ void check_utf8(const std::string& text, const std::string& file_name) {
                    " is not valid UTF-8 (a scenario file is UTF-8 text).");
 }
 
+// Method parameters that depend on a trace's shape, checked against every cell before any
+// work starts (the SnapKV family's window of observation queries), so that a scenario that
+// validates does not fail at a cell an hour later.
+int cell_obs_window(const ScenarioCell& cell) {
+  if (cell.source == "synthetic") return cell.synth.obs_window;
+  if (cell.source == "model") return std::min(32, cell.prompt_len);  // the capture's default W = min(32, T)
+  return TraceReader(cell.path).meta().obs_window;                    // the file's header only
+}
+
+void check_methods_against_cells(const Scenario& s) {
+  for (const MethodSpec& m : s.methods) {
+    if (m.kind != MethodSpec::Kind::Scorer) continue;
+    const ScorerConfig cfg = make_scorer(m.name, m.params);
+    if (cfg.window <= 0) continue;  // 0: every observation query
+    for (const ScenarioCell& cell : s.cells) {
+      const int W = cell_obs_window(cell);
+      if (cfg.window > W)
+        throw InputError(m.where + ": method '" + m.label + "' (scorer " + m.name + "): parameter window = " +
+                         std::to_string(cfg.window) + " exceeds the W = " + std::to_string(W) +
+                         " observation queries of cell '" + cell.id + "'; give window <= " + std::to_string(W) +
+                         " in its params, or 0 for all of them.");
+    }
+  }
+}
+
 }  // namespace
 
 Scenario parse_scenario(const std::string& text, const std::string& file_name) {
@@ -316,6 +343,7 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   if (const YAML::Node files = traces["files"]) parse_file_cells(c, files, base, ids, s);
   if (s.cells.empty()) c.fail(traces, "traces gives no cell.");
   if (const YAML::Node m = root["methods"]) s.methods = parse_method_specs(m, file_name, "methods", s.ladder);
+  check_methods_against_cells(s);
   for (const AnalysisType& t : analysis_types())
     if (auto a = t.parse(root, c, s)) s.analyses.push_back(std::move(a));
   if (!s.methods.empty() &&
