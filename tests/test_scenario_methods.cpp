@@ -45,7 +45,7 @@ TEST_CASE("method entries resolve through the registries; list values expand in 
   const Scenario s = parse_scenario(scenario_with("methods:\n"
                                                   "  - {quantizer: kivi, bits: [2, 4]}\n"
                                                   "  - {quantizer: quarot, params: {bits: 4, group: 8}}\n"
-                                                  "  - {scorer: snapkv, keep: [\"ratio:0.25\", \"count:16\"], params: {kernel: 7}}\n"
+                                                  "  - {scorer: snapkv, keep: [\"ratio:0.25\", \"count:16\"], params: {kernel: 7, window: 8}}\n"
                                                   "  - {seed: ratequant, budget: 2, ladder: \"evict,kivi2,kivi4,exact\"}\n"
                                                   "  - {policy: \"kivi:2\"}\n"
                                                   "  - {family: M, budget: [2, 3]}\n"
