@@ -2,11 +2,20 @@
 // metadata (see allocation.hpp).
 #include "model/allocation.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 
 #include "model/error.hpp"
+#include "model/llama2c.hpp"
 #include "model/safetensors.hpp"
 
 namespace tierlab {
@@ -55,6 +64,9 @@ void write_allocation(const std::string& path, const Allocation& a) {
       {"n_kv_heads", std::to_string(a.n_kv_heads)},
       {"prompt_len", std::to_string(a.prompt_len)},
   };
+  if (!a.trace_sha256.empty()) md["tierlab.trace_sha256"] = a.trace_sha256;
+  if (!a.trace_name.empty()) md["tierlab.trace_name"] = a.trace_name;
+  if (!a.trace_tokens.empty()) md["tierlab.trace_tokens"] = a.trace_tokens;
   SafetensorsWriter w(path, std::move(md));
   for (int l = 0; l < a.n_layers; ++l) {
     for (int h = 0; h < a.n_kv_heads; ++h) w.declare(tiers_name(l, h), DType::U8, {a.prompt_len});
@@ -102,6 +114,12 @@ Allocation read_allocation(const std::string& path) {
   } catch (const InputError& e) {
     fail_meta("field 'tierlab.ladder' = '" + ladder + "' is not a valid rate ladder (" + e.what() + ")");
   }
+  for (const auto& [key, field] : {std::pair<const char*, std::string*>{"tierlab.trace_sha256", &a.trace_sha256},
+                                   {"tierlab.trace_name", &a.trace_name},
+                                   {"tierlab.trace_tokens", &a.trace_tokens}})
+    if (auto it = md.find(key); it != md.end()) *field = it->second;
+  if (!a.trace_sha256.empty() && a.trace_sha256.size() != 64)
+    fail_meta("field 'tierlab.trace_sha256' = '" + a.trace_sha256 + "' is not 64 hex digits");
   a.n_layers = integer("n_layers", 1, kMaxCount);
   a.n_kv_heads = integer("n_kv_heads", 1, kMaxCount);
   a.prompt_len = integer("prompt_len", 1, std::numeric_limits<std::int32_t>::max());
@@ -132,6 +150,49 @@ Allocation read_allocation(const std::string& path) {
     }
   }
   return a;
+}
+
+std::string file_sha256(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError("Cannot read '" + path + "' to hash it: " + std::strerror(errno) + ".");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputError("Cannot hash '" + path + "': not a regular file.");
+  }
+  const std::size_t size = static_cast<std::size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return sha256_hex("", 0);
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw InputError("Cannot map '" + path + "' to hash it: " + std::strerror(errno) + ".");
+  const std::string h = sha256_hex(map, size);
+  ::munmap(map, size);
+  return h;
+}
+
+std::string token_list(const std::vector<std::int32_t>& ids) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+void set_trace_identity(Allocation& a, const std::string& trace_path, const std::vector<std::int32_t>& token_ids) {
+  a.trace_sha256 = file_sha256(trace_path);
+  a.trace_name = std::filesystem::path(trace_path).filename().string();
+  a.trace_tokens = token_list(token_ids);
+}
+
+void check_trace_identity(const Allocation& a, const std::string& allocation_path, const std::string& trace_path) {
+  if (a.trace_sha256.empty()) return;
+  const std::string h = file_sha256(trace_path);
+  if (h == a.trace_sha256) return;
+  throw InputError("allocation '" + allocation_path + "' was solved for the trace '" + a.trace_name + "' (SHA-256 " +
+                   a.trace_sha256.substr(0, 12) + "...), not for '" + trace_path + "' (SHA-256 " + h.substr(0, 12) +
+                   "...): the shapes may agree but the keys differ; solve again on this trace (tierlab solve " +
+                   trace_path + " --write-allocation FILE).");
 }
 
 }  // namespace tierlab

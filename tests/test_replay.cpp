@@ -163,3 +163,20 @@ TEST_CASE("a checkpoint whose finite weights overflow the forward pass is an err
                              Catch::Contains("overflow the float32 forward pass"));
   }
 }
+
+TEST_CASE("an allocation solved for another prompt is refused by replay, naming both prompts", "[replay]") {
+  const int T = 16;
+  Allocation a = keep_last_only(T);
+  a.trace_tokens = "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16";  // not the greedy prompt from BOS
+  try {
+    replay(stories(), options(T, 4), KeyCompression::from_allocation(a, "allocation a.st"));
+    FAIL("replay accepted an allocation of another prompt");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("was solved for another prompt") && Catch::Contains("1,2,3,4"));
+  }
+  // The same prompt passes.
+  ReplayOptions o = options(T, 4);
+  o.prompt.generate = 0;
+  o.prompt.ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  CHECK_NOTHROW(replay(stories(), o, KeyCompression::from_allocation(a, "allocation a.st")));
+}

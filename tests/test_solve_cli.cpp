@@ -361,3 +361,26 @@ TEST_CASE("CLI: info reads every value as eval does, so a trace eval refuses is 
   CHECK(run("info " + quote(tiny_trace()), out, err) == 0);
   CHECK_THAT(read_text(out), Catch::Contains("all finite"));
 }
+
+TEST_CASE("CLI: an allocation file knows its trace: eval refuses another trace, info describes it", "[cli][allocation]") {
+  REQUIRE(fs::exists(tierlab_binary()));
+  const std::string alloc = temp_file("ident.alloc.safetensors"), out = temp_file("ident.txt"), err = temp_file("ident.err");
+  REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 2 --write-allocation " + quote(alloc), out, err) == 0);
+  CHECK(run("eval " + quote(tiny_trace()) + " --allocation " + quote(alloc) + " --backend cpu", out, err) == 0);
+  // Same shapes, other keys (another seed): refused with a sentence naming both files.
+  const std::string other = temp_file("tiny-seed5.safetensors");
+  SynthParams p = synth_preset("tiny");
+  p.seed = 6;  // tiny_trace() is seed 5
+  write_synthetic_trace(p, other);
+  CHECK(run("eval " + quote(other) + " --allocation " + quote(alloc) + " --backend cpu", out, err) == 2);
+  CHECK_THAT(read_text(err), Catch::Contains("was solved for the trace 'tiny.safetensors'") && Catch::Contains(other) &&
+                                 Catch::Contains("solve again on this trace"));
+  // info recognises the file as an allocation.
+  REQUIRE(run("info " + quote(alloc), out, err) == 0);
+  const std::string text = read_text(out);
+  CHECK_THAT(text, Catch::Contains("allocation   ") && Catch::Contains("evict,kivi2,kivi4,kivi8,exact") &&
+                       Catch::Contains("solved for   tiny.safetensors, SHA-256 "));
+  const Allocation a = read_allocation(alloc);
+  CHECK(a.trace_sha256 == file_sha256(tiny_trace()));
+  CHECK(a.trace_sha256.size() == 64);
+}

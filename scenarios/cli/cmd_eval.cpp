@@ -269,6 +269,7 @@ void add_eval(CLI::App& app) {
       };
     } else {
       auto a = std::make_shared<Allocation>(read_allocation(args->allocation));
+      check_trace_identity(*a, args->allocation, args->trace);
       const TraceMeta& m = trace.meta();
       if (a->n_layers != m.n_layers || a->n_kv_heads != m.n_kv_heads || a->prompt_len != m.prompt_len)
         throw InputError("allocation " + args->allocation + " is for " + std::to_string(a->n_layers) + " layers x " +

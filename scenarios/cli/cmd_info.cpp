@@ -1,4 +1,5 @@
 // tierlab info TRACE [--json] [--realism [--lengths L,...] [--window W]]
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <filesystem>
@@ -8,8 +9,10 @@
 
 #include "gpu/recompute.hpp"
 
+#include "model/allocation.hpp"
 #include "model/error.hpp"
 #include "model/realism.hpp"
+#include "model/safetensors.hpp"
 #include "model/trace.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/realism_output.hpp"
@@ -93,6 +96,48 @@ std::string readable_provenance(const std::string& raw, const nlohmann::json& j)
 
 }  // namespace
 
+namespace {
+
+// tierlab info ALLOCATION: its ladder, shape, the share of tokens in each tier, its nominal
+// code rate, and the trace it was solved for.
+void describe_allocation(const std::string& path, bool json) {
+  const Allocation a = read_allocation(path);
+  std::vector<long long> count(a.ladder.size(), 0);
+  long long total = 0;
+  for (const auto& head : a.tiers)
+    for (const std::uint8_t t : head) ++count[t], ++total;
+  double bits = 0;
+  for (std::size_t k = 0; k < count.size(); ++k) bits += a.ladder.tiers[k].bits * static_cast<double>(count[k]);
+  bits /= std::max<long long>(total, 1);
+  if (json) {
+    nlohmann::json tiers = nlohmann::json::array();
+    for (std::size_t k = 0; k < count.size(); ++k)
+      tiers.push_back({{"tier", a.ladder.tiers[k].name()}, {"tokens", count[k]}, {"share", count[k] / double(std::max<long long>(total, 1))}});
+    std::printf("%s\n", nlohmann::json({{"path", path}, {"kind", "allocation"}, {"ladder", a.ladder.name()},
+                                        {"n_layers", a.n_layers}, {"n_kv_heads", a.n_kv_heads}, {"prompt_len", a.prompt_len},
+                                        {"tiers", tiers}, {"nominal_code_bits", bits},
+                                        {"trace", {{"name", a.trace_name}, {"sha256", a.trace_sha256}, {"tokens", a.trace_tokens}}}})
+                             .dump(2)
+                             .c_str());
+    return;
+  }
+  std::printf("allocation   %s (tierlab solve --write-allocation; read by eval/replay --allocation)\n", path.c_str());
+  std::printf("ladder       %s\n", a.ladder.name().c_str());
+  std::printf("shape        %d layers x %d KV heads x T=%d tokens\n", a.n_layers, a.n_kv_heads, a.prompt_len);
+  std::printf("tiers       ");
+  for (std::size_t k = 0; k < count.size(); ++k)
+    std::printf(" %s %.1f%%%s", a.ladder.tiers[k].name().c_str(), 100.0 * count[k] / std::max<long long>(total, 1),
+                k + 1 < count.size() ? "," : "\n");
+  std::printf("code rate    %.4g bits per key element (nominal: the tiers' code bits; total bits depend on grouping)\n", bits);
+  if (a.trace_sha256.empty())
+    std::printf("solved for   (not recorded: a file from before trace identities; eval cannot check it)\n");
+  else
+    std::printf("solved for   %s, SHA-256 %s%s\n", a.trace_name.c_str(), a.trace_sha256.c_str(),
+                a.trace_tokens.empty() ? "" : (", prompt " + std::to_string(std::count(a.trace_tokens.begin(), a.trace_tokens.end(), ',') + 1) + " token ids").c_str());
+}
+
+}  // namespace
+
 void add_info(CLI::App& app) {
   struct Args {
     std::string trace;
@@ -116,6 +161,14 @@ void add_info(CLI::App& app) {
                   "observation queries reaching back to L - window)");
   cmd->add_option("--window", args->window, "With --realism: observation queries per query head at each length (default W)");
   cmd->callback([args, cmd]() {
+    {  // an allocation file (tierlab solve --write-allocation) is described, not read as a trace
+      const SafetensorsFile probe(args->trace);
+      const auto kind = probe.metadata().find("tierlab.kind");
+      if (kind != probe.metadata().end() && kind->second == "allocation") {
+        describe_allocation(args->trace, args->json);
+        return;
+      }
+    }
     TraceReader reader(args->trace);
     if ((cmd->count("--lengths") > 0 || cmd->count("--window") > 0) && !args->realism)
       throw InputError("options --lengths and --window go with --realism.");

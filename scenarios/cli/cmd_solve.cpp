@@ -71,7 +71,11 @@ void add_solve(CLI::App& app) {
     if (!args->write_allocation.empty()) {
       if (!rep.has_solution())
         throw InputError("no allocation to write to " + args->write_allocation + ": " + rep.message);
-      write_allocation(args->write_allocation, rep.allocation);
+      Allocation a = rep.allocation;
+      const auto& ids = trace.meta().token_ids;  // T + S ids (or none): the prompt is the first T
+      set_trace_identity(a, args->trace,
+                         std::vector<std::int32_t>(ids.begin(), ids.begin() + std::min<std::size_t>(ids.size(), a.prompt_len)));
+      write_allocation(args->write_allocation, a);
     }
     nlohmann::json j = to_json(rep);
     std::string text = text_report(rep, !args->summary);

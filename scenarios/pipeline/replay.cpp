@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "model/allocation.hpp"
 #include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
@@ -74,6 +75,7 @@ KeyCompression KeyCompression::from_allocation(const Allocation& allocation, con
   c.n_layers = a->n_layers;
   c.n_kv_heads = a->n_kv_heads;
   c.prompt_len = a->prompt_len;
+  c.prompt_tokens = a->trace_tokens;
   c.allocate = [a](const HeadData& head, const TokenWeights&) { return a->head(head.layer, head.kv_head); };
   return c;
 }
@@ -320,6 +322,10 @@ void CompressedReplay::decode(std::int32_t first) {
 
 }  // namespace
 
+namespace {
+std::string shorten(const std::string& s) { return s.size() > 60 ? s.substr(0, 60) + "..." : s; }
+}  // namespace
+
 ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, const KeyCompression& comp) {
   const auto t0 = std::chrono::steady_clock::now();
   if (const std::string p = options.validate(); !p.empty()) throw InputError("replay: " + p + ".");
@@ -329,6 +335,10 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
   const int W = options.obs_window < 0 ? std::min(kDefaultObsWindow, T) : options.obs_window;
   const int N = options.redecide_every, V = c.vocab_size;
   check_replay_fits(model, c, comp, T, S, W, N);
+  if (!comp.prompt_tokens.empty() && comp.prompt_tokens != token_list(prompt))
+    throw InputError("replay: " + comp.label + " was solved for another prompt (its trace's tokens are " +
+                     shorten(comp.prompt_tokens) + "; this replay's prompt is " + shorten(token_list(prompt)) +
+                     "): give the same prompt (--prompt-ids), or solve again on a trace of this prompt.");
 
   ReplayResult r;
   r.model = model.name();

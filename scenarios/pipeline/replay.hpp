@@ -59,6 +59,9 @@ struct KeyCompression {
   bool redecidable = true;  // false for a fixed allocation file
   // A fixed allocation's shape (-1: any), checked against the model and the prompt.
   int n_layers = -1, n_kv_heads = -1, prompt_len = -1;
+  // A fixed allocation's prompt ("1,15,27", allocation.hpp's trace_tokens; empty: unknown),
+  // checked against the replay's prompt: an allocation is for the tokens it was solved on.
+  std::string prompt_tokens;
 
   ModelCompressor compress;  // when set, `ladder` and `allocate` are unused
 
