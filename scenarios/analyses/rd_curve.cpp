@@ -1,0 +1,175 @@
+// The rate-distortion curve of every cell (rd_curve.hpp).
+#include "scenarios/analyses/rd_curve.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "scenarios/figures/tables_io.hpp"
+#include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/scenario/scenario.hpp"
+#include "scenarios/scenario/yaml_reader.hpp"
+
+namespace tierlab {
+
+namespace {
+
+std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+  const YAML::Node n = root["rd_curve"];
+  if (!n) return nullptr;
+  RdCurveSpec spec;
+  if (n.IsMap()) {
+    c.keys(n, "rd_curve", {"budgets", "scope", "queries", "families"});
+    if (n["budgets"])
+      spec.budgets = c.wrap(n["budgets"], "rd_curve.budgets",
+                            [&] { return parse_budget_grid(c.str(n["budgets"], "rd_curve.budgets"), "rd_curve.budgets"); });
+    if (n["scope"]) spec.scope = c.wrap(n["scope"], "rd_curve.scope", [&] { return parse_scope(c.str(n["scope"], "rd_curve.scope")); });
+    if (n["queries"])
+      spec.queries = c.wrap(n["queries"], "rd_curve.queries", [&] { return parse_rd_queries(c.str(n["queries"], "rd_curve.queries")); });
+    if (n["families"]) {
+      spec.families.clear();
+      for (const YAML::Node& f : c.list(n["families"], "rd_curve.families"))
+        spec.families.push_back(c.wrap(f, "rd_curve.families", [&] { return parse_family_choice(c.str(f, "rd_curve.families")); }));
+    }
+  } else if (!(n.IsScalar() && c.str(n, "rd_curve") == "on")) {
+    c.fail(n, "key 'rd_curve' is a mapping (budgets, scope, queries, families) or 'on' (the defaults).");
+  }
+  RdCurveOptions o;
+  o.budgets = spec.budgets;
+  o.families = spec.families;
+  c.wrap(n, "rd_curve", [&] { o.validate(); });
+  return std::make_shared<RdCurveAnalysis>(spec);
+}
+
+// A number of the cell JSON (null, for an undefined value: NaN).
+double jnum(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN(); }
+
+const char* const kFamilyOrder[] = {"quantize", "evict", "mixed", "routed"};
+
+std::vector<NamedFigure> figures(const std::string& dir) {
+  std::vector<NamedFigure> out;
+  if (!std::filesystem::exists(dir + "/tables/rd_curve.json")) return out;
+  const nlohmann::json all = read_table_json(dir + "/tables/rd_curve.json");
+  for (const nlohmann::json& cell : all["cells"]) {
+    const nlohmann::json& c = cell["rd_curve"];
+    Figure f;
+    f.title = "Rate-distortion curve, cell " + cell["id"].get<std::string>() + " (" + std::to_string(c["heads"].get<int>()) +
+              " heads, scope " + c["scope"].get<std::string>() + "; dotted: surrogate)";
+    f.xlabel = "key rate, " + c["rate_kind"].get<std::string>() + " bits per element (measured)";
+    f.ylabel = "relative output error, recomputed on the " + c["queries"].get<std::string>() + " queries (log)";
+    double lo = INFINITY, hi = 0, xmax = 0;
+    auto keep = [&](double x, double y, Series& s) {
+      if (!(y > 0) || !std::isfinite(x)) return;
+      s.x.push_back(x), s.y.push_back(y), lo = std::min(lo, y), hi = std::max(hi, y), xmax = std::max(xmax, x);
+    };
+    int colour = 0;
+    for (const char* fam : kFamilyOrder) {
+      if (!c["families"].contains(fam)) {
+        ++colour;
+        continue;
+      }
+      const nlohmann::json& fj = c["families"][fam];
+      Series s{std::string(fam), palette(colour), Style::Line, {}, {}, 3};
+      Series pts{"", palette(colour), Style::Points, {}, {}, 4};
+      Series sur{"", palette(colour), Style::Dashed, {}, {}, 1};
+      for (std::size_t k = 0; k < fj["feasible"].size(); ++k) {
+        if (!fj["feasible"][k].get<bool>()) continue;
+        keep(jnum(fj["rate"][k]), jnum(fj["error"][k]), s);
+        keep(jnum(fj["rate"][k]), jnum(fj["error"][k]), pts);
+        keep(jnum(fj["rate"][k]), jnum(fj["surrogate"][k]), sur);
+      }
+      f.series.push_back(s);
+      f.series.push_back(pts);
+      f.series.push_back(sur);
+      ++colour;
+    }
+    Series hull{"lower convex hull", Rgb{0, 0, 0}, Style::Dashed, {}, {}, 1};
+    for (std::size_t i = 0; i < c["hull"]["rate"].size(); ++i)
+      keep(c["hull"]["rate"][i].get<double>(), jnum(c["hull"]["value"][i]), hull);
+    f.series.push_back(hull);
+    Series on{"ladder tier on the hull", Rgb{0, 0, 0}, Style::Squares, {}, {}, 9};
+    Series off{"ladder tier above the hull (dominated)", Rgb{200, 0, 0}, Style::Squares, {}, {}, 9};
+    for (const nlohmann::json& l : c["ladder_points"])
+      keep(l["rate"].get<double>(), jnum(l["error"]), l["above_hull"].get<bool>() ? off : on);
+    f.series.push_back(on);
+    if (!off.x.empty()) f.series.push_back(off);
+    if (!(hi > 0)) continue;  // nothing recomputed above zero: no figure
+    f.ylog = true;
+    f.ymin = lo / 3, f.ymax = hi * 3;
+    f.xmin = 0, f.xmax = std::max(1.0, xmax * 1.05);
+    out.push_back({"rd_curve_" + cell["id"].get<std::string>(), f});
+  }
+  return out;
+}
+
+}  // namespace
+
+void RdCurveAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) const {
+  RdCurveOptions o;
+  o.budgets = spec.budgets;
+  o.families = spec.families;
+  o.queries = spec.queries;
+  o.solve.ladder = ctx.scenario.ladder;
+  o.solve.rate_kind = ctx.scenario.rate_kind;
+  o.solve.scope = spec.scope;
+  const RdCurve c = rd_curve(ctx.trace, o, {}, ctx.stop);
+  j["rd_curve"] = to_json(c);
+}
+
+std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
+                                          const std::string& dir) const {
+  std::ostringstream csv, lad, hull, md;
+  csv << "cell,family,budget,code_bits,total_bits,rate,surrogate,error,attn_tv\n";
+  lad << "cell,tier,code_bits,total_bits,rate,surrogate,error,above_hull,above_surrogate_hull\n";
+  hull << "cell,vertex,rate,error,point\n";
+  nlohmann::json all = {{"cells", nlohmann::json::array()}};
+  md << "\n## Rate-distortion curves\n\n"
+     << "Per cell: each family's surrogate optimum over the budget grid, recomputed exactly (mean over the heads), "
+     << "with the lower convex hull of all operating points; a ladder tier above the hull is dominated "
+     << "(figures rd_curve_<cell>; tables rd_curve*.csv).\n\n"
+     << "| cell | scope | queries | hull vertices | tiers above the hull |\n|---|---|---|---|---|\n";
+  auto num = [](const nlohmann::json& v) { return format_or_nan(jnum(v)); };
+  for (const nlohmann::json& cell : cells) {
+    if (!cell.contains("rd_curve")) continue;
+    const std::string id = cell["id"].get<std::string>();
+    const nlohmann::json& c = cell["rd_curve"];
+    all["cells"].push_back({{"id", id}, {"rd_curve", c}});
+    for (const char* fam : kFamilyOrder) {
+      if (!c["families"].contains(fam)) continue;
+      const nlohmann::json& fj = c["families"][fam];
+      for (std::size_t k = 0; k < fj["feasible"].size(); ++k)
+        csv << id << ',' << fam << ',' << num(c["budgets"][k]) << ',' << num(fj["code_bits"][k]) << ','
+            << num(fj["total_bits"][k]) << ',' << num(fj["rate"][k]) << ',' << num(fj["surrogate"][k]) << ','
+            << num(fj["error"][k]) << ',' << num(fj["attn_tv"][k]) << '\n';
+    }
+    std::string above;
+    for (const nlohmann::json& l : c["ladder_points"]) {
+      lad << id << ',' << l["tier"].get<std::string>() << ',' << num(l["code_bits"]) << ',' << num(l["total_bits"]) << ','
+          << num(l["rate"]) << ',' << num(l["surrogate"]) << ',' << num(l["error"]) << ',' << l["above_hull"].get<bool>()
+          << ',' << l["above_surrogate_hull"].get<bool>() << '\n';
+      if (l["above_hull"].get<bool>()) above += (above.empty() ? "" : ", ") + l["tier"].get<std::string>();
+    }
+    for (std::size_t i = 0; i < c["hull"]["rate"].size(); ++i)
+      hull << id << ',' << i << ',' << num(c["hull"]["rate"][i]) << ',' << num(c["hull"]["value"][i]) << ','
+           << c["hull"]["label"][i].get<std::string>() << '\n';
+    md << "| " << id << " | " << c["scope"].get<std::string>() << " | " << c["queries"].get<std::string>() << " | "
+       << c["hull"]["rate"].size() << " | " << (above.empty() ? "none" : above) << " |\n";
+  }
+  if (all["cells"].empty()) return "";
+  write_file_atomically(dir + "/rd_curve.csv", csv.str());
+  write_file_atomically(dir + "/rd_curve_ladder.csv", lad.str());
+  write_file_atomically(dir + "/rd_curve_hull.csv", hull.str());
+  write_file_atomically(dir + "/rd_curve.json", all.dump(1) + "\n");
+  return md.str();
+}
+
+AnalysisType RdCurveAnalysis::type() {
+  return {"rd_curve", "rate-distortion curves: every family's optimum over a budget grid, recomputed, with the lower hull",
+          {"rd_curve"}, parse, figures};
+}
+
+}  // namespace tierlab
