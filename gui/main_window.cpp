@@ -45,9 +45,9 @@ namespace tierlab::explorer {
 
 namespace {
 
-const char* kViewNames[ViewCount] = {"waterfill", "headmap", "interior", "dominance", "staleness"};
+const char* kViewNames[ViewCount] = {"waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"};
 const char* kViewTitles[ViewCount] = {"Water-filling (one head)", "Layer x head map", "Interior advantage",
-                                      "Dominance", "Staleness"};
+                                      "Dominance", "Staleness", "RD curve"};
 constexpr double kSliderScale = 20.0;  // slider steps per bit
 
 QString shipped_model() {  // from any folder: model/paths.hpp (the current folder, $TIERLAB_DATA, the repository)
@@ -605,6 +605,7 @@ void MainWindow::requestView(int view) {
       case HeadMapView: *r = engine->head_map(s, nullptr, progress, &cancel); break;
       case InteriorView: *r = engine->interior(s, progress, &cancel); break;
       case DominanceView: *r = engine->dominance(s, progress, &cancel); break;
+      case RdCurveView: *r = engine->rd_curve(s, progress, &cancel); break;
       default: *r = engine->staleness(s, progress, &cancel); break;
     }
     return [self, r, wn, view, engine, s] {

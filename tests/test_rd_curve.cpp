@@ -269,3 +269,93 @@ TEST_CASE("tierlab solve --budgets prints the curve the library computes, as JSO
   CHECK(run("solve '" + tiny_trace() + "' --budgets 0:4:1 --families mixed,bogus") != 0);
   CHECK(tierlab::testing::slurp(err).find("bogus") != std::string::npos);
 }
+
+TEST_CASE("The rd_curve analysis writes each cell's curve, the tables and one figure per cell") {
+  const tierlab::testing::TempDir tmp("rd_analysis");
+  {
+    std::ofstream(tmp.file("rd.yaml")) << "name: rd\n"
+                                          "traces:\n"
+                                          "  synthetic:\n"
+                                          "    presets: [tiny]\n"
+                                          "    seeds: [0]\n"
+                                          "    overrides: {n_layers: 1}\n"
+                                          "budgets: [2]\n"
+                                          "backend: cpu\n"
+                                          "bootstrap: 100\n"
+                                          "rd_curve:\n"
+                                          "  budgets: 0:6:1\n"
+                                          "  scope: model\n"
+                                          "  families: [quantize, evict, mixed]\n";
+  }
+  const std::string out = tmp.file("out");
+  const std::string cmd = "'" + std::string(TIERLAB_BINARY_DIR) + "/tierlab' run '" + tmp.file("rd.yaml") + "' --out '" +
+                          out + "' > '" + tmp.file("log.txt") + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  INFO(tierlab::testing::slurp(tmp.file("log.txt")));
+  REQUIRE(WIFEXITED(rc));
+  REQUIRE(WEXITSTATUS(rc) == 0);
+  const std::string csv = tierlab::testing::slurp(out + "/tables/rd_curve.csv");
+  CHECK(csv.rfind("cell,family,budget,code_bits,total_bits,rate,surrogate,error,attn_tv\n", 0) == 0);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 3 * 7);
+  const nlohmann::json j = nlohmann::json::parse(tierlab::testing::slurp(out + "/tables/rd_curve.json"));
+  REQUIRE(j["cells"].size() == 1);
+  const std::string id = j["cells"][0]["id"].get<std::string>();
+  CHECK(j["cells"][0]["rd_curve"]["scope"] == "model");
+  CHECK(fs::exists(out + "/tables/rd_curve_hull.csv"));
+  CHECK(fs::exists(out + "/tables/rd_curve_ladder.csv"));
+  CHECK(fs::exists(out + "/figures/rd_curve_" + id + ".png"));
+  CHECK(tierlab::testing::slurp(out + "/summary.md").find("## Rate-distortion curves") != std::string::npos);
+  // A wrong key names itself.
+  {
+    std::ofstream(tmp.file("bad.yaml")) << "name: bad\ntraces:\n  synthetic:\n    presets: [tiny]\n    seeds: [0]\n"
+                                           "budgets: [2]\nrd_curve:\n  budgets: 0:6\n";
+  }
+  const std::string bad = "'" + std::string(TIERLAB_BINARY_DIR) + "/tierlab' run '" + tmp.file("bad.yaml") + "' --out '" +
+                          tmp.file("out2") + "' > '" + tmp.file("log2.txt") + "' 2>&1";
+  CHECK(std::system(bad.c_str()) != 0);
+  CHECK(tierlab::testing::slurp(tmp.file("log2.txt")).find("rd_curve.budgets") != std::string::npos);
+}
+
+TEST_CASE("On one decode step's queries every point equals that step's recomputation of the independent solve") {
+  TraceReader trace(tiny_trace());
+  auto backend = make_recomputer(Backend::Cpu);
+  const TraceMeta& meta = trace.meta();
+  const int s = 3;
+  RdCurveOptions o = options(RateKind::Total, Scope::Head, {0.0, 1.0, 2.5, 4.0, 9.0});
+  o.queries = RdQueries::Step;
+  o.decode_step = s;
+  const RdCurve c = rd_curve(trace, o);
+  REQUIRE(c.queries == RdQueries::Step);
+  for (std::size_t p = 0; p < c.points.size(); ++p) {
+    const RdPoint& pt = c.points[p];
+    if (!pt.feasible) continue;
+    AllocateOptions single = o.solve;
+    single.budget = pt.budget;
+    single.family = pt.family;
+    const AllocationReport rep = allocate_trace(trace, single);
+    for (int i = 0; i < meta.n_heads(); ++i) {
+      const HeadData head = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
+      const MaterializedKeys mk = materialize(head, meta.rope, o.solve.ladder, rep.allocation.tiers[static_cast<std::size_t>(i)]);
+      // Step s's g rows (row j * S + s - 1) over the T + s tokens they see, built here.
+      const int T = meta.prompt_len, S = meta.decode_steps, g = meta.group_size, d = meta.head_dim;
+      MatrixRM q(g, d), exact(T + s, d), approx(T + s, d), values(T + s, d);
+      for (int j = 0; j < g; ++j) q.row(j) = head.decode_queries.row(j * S + s - 1);
+      exact << head.keys, head.decode_keys.topRows(s);
+      approx << mk.keys, head.decode_keys.topRows(s);
+      values << head.values, head.decode_values.topRows(s);
+      HeadBatch b;
+      b.problem.queries = &q;
+      b.problem.exact_keys = &exact;
+      b.problem.values = &values;
+      b.problem.variants = {&approx};
+      Selection sel(static_cast<std::size_t>(T + s), 1);
+      std::copy(mk.kept.begin(), mk.kept.end(), sel.begin());
+      b.selections = {sel};
+      const double want = recompute(*backend, {b}).at(0).at(0).rel_error;
+      INFO(to_string(pt.family) << " B=" << pt.budget << " head " << i);
+      CHECK(close(pt.head_error[static_cast<std::size_t>(i)], want));
+    }
+  }
+  o.decode_step = 99;
+  CHECK(tierlab::testing::error_of<InputError>([&] { rd_curve(trace, o); }).find("decode_step = 99") != std::string::npos);
+}

@@ -1,7 +1,7 @@
 // tierlab solve TRACE --budget B [--rate code|total] [--solver S] [--family F] [--scope S]
 //   [--ladder L] [--smooth avg|max --kernel K --padding P] [--json] [--summary]
 //   [--write-allocation FILE] [--recompute [--backend B]] [--advantage]
-// tierlab solve TRACE --budgets A:B:STEP [--recompute] [--families LIST] [--queries decode|obs]
+// tierlab solve TRACE --budgets A:B:STEP [--recompute] [--families LIST] [--queries decode|obs|step [--decode-step S]]
 //   [--rate code|total] [--scope head|layer|model] [--ladder L] [--json]: the rate-distortion
 //   curve (scenarios/pipeline/rd_curve.hpp)
 #include <algorithm>
@@ -27,7 +27,7 @@ void add_solve(CLI::App& app) {
     std::string smooth = "avg", padding = "reflect", write_allocation, backend = "auto";
     std::string budgets, families = "quantize,evict,mixed,routed", queries = "decode";
     double budget = 0.0, route_tolerance = 0.0;
-    int kernel = 5;
+    int kernel = 5, decode_step = 1;
     bool json = false, summary = false, recompute = false, advantage = false;
   };
   auto args = std::make_shared<Args>();
@@ -42,7 +42,9 @@ void add_solve(CLI::App& app) {
   budget->excludes(budgets);
   cmd->add_option("--families", args->families, "--budgets: the families' curves, comma-separated (quantize, evict, mixed, routed)")
       ->capture_default_str();
-  cmd->add_option("--queries", args->queries, "--budgets: recompute on the decode or obs queries")->capture_default_str();
+  cmd->add_option("--queries", args->queries, "--budgets: recompute on the decode, obs or step (one decode step's) queries")
+      ->capture_default_str();
+  cmd->add_option("--decode-step", args->decode_step, "--budgets --queries step: the decode step s")->capture_default_str();
   cmd->add_option("--rate", args->rate, "How the budget counts bits: code or total")->capture_default_str();
   cmd->add_option("--solver", args->solver, "exact, greedy, greedy-raw, waterfill or smoothed")->capture_default_str();
   cmd->add_option("--family", args->family, "mixed, quantize, evict or routed")->capture_default_str();
@@ -90,6 +92,7 @@ void add_solve(CLI::App& app) {
       }
       ro.recompute = args->recompute;
       ro.queries = parse_rd_queries(args->queries);
+      ro.decode_step = args->decode_step;
       ro.validate();
       if (args->recompute && parse_backend(args->backend) == Backend::Cuda)
         throw InputError("--budgets recomputes on the CPU reference (each head's exact part shared by its points); "

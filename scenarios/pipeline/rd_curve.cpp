@@ -21,7 +21,8 @@ namespace tierlab {
 
 namespace {
 
-constexpr auto kRdQueries = enum_table<RdQueries>("query set", {{RdQueries::Decode, "decode"}, {RdQueries::Obs, "obs"}});
+constexpr auto kRdQueries = enum_table<RdQueries>(
+    "query set", {{RdQueries::Decode, "decode"}, {RdQueries::Obs, "obs"}, {RdQueries::Step, "step"}});
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -29,13 +30,29 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 // allocation then sets its key variant and evaluates its selection.
 class PreparedQuerySet {
  public:
-  PreparedQuerySet(const HeadData& head, RdQueries which) : T_(static_cast<int>(head.keys.rows())) {
+  // step: the decode step s of RdQueries::Step.
+  PreparedQuerySet(const HeadData& head, RdQueries which, int step) : T_(static_cast<int>(head.keys.rows())) {
     HeadProblem hp;
     if (which == RdQueries::Obs) {
       hp.queries = &head.obs_queries;
       hp.exact_keys = &head.keys;
       hp.values = &head.values;
       hp.visible = observation_queries(head).visible;
+    } else if (which == RdQueries::Step) {  // step s's g rows over the T + s tokens they see
+      const int S = static_cast<int>(head.decode_keys.rows()), d = static_cast<int>(head.keys.cols());
+      const int g = static_cast<int>(head.decode_queries.rows() / S);
+      exact_.resize(T_ + step, d);
+      exact_.topRows(T_) = head.keys;
+      exact_.bottomRows(step) = head.decode_keys.topRows(step);
+      values_.resize(T_ + step, d);
+      values_.topRows(T_) = head.values;
+      values_.bottomRows(step) = head.decode_values.topRows(step);
+      queries_.resize(g, d);
+      for (int j = 0; j < g; ++j) queries_.row(j) = head.decode_queries.row(j * S + (step - 1));
+      hp.queries = &queries_;
+      hp.exact_keys = &exact_;
+      hp.values = &values_;
+      hp.visible.assign(static_cast<std::size_t>(g), T_ + step);
     } else {  // as evaluate_decode_steps: T + S tokens, step s sees the first T + s
       const int S = static_cast<int>(head.decode_keys.rows()), d = static_cast<int>(head.keys.cols());
       const int g = static_cast<int>(head.decode_queries.rows() / S);
@@ -75,7 +92,8 @@ class PreparedQuerySet {
 
  private:
   int T_ = 0;
-  MatrixRM exact_, values_;  // decode: the T + S tokens
+  MatrixRM exact_, values_;  // decode: the T + S tokens (step: T + s)
+  MatrixRM queries_;         // step: its g rows
   MatrixRM variant_;
   cpu::PreparedHead ph_;
   cpu::Workspace ws_;
@@ -125,7 +143,10 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
   out.options = opt;
   out.heads = meta.n_heads();
   out.tokens = meta.prompt_len;
-  out.queries = opt.queries == RdQueries::Decode && meta.decode_steps == 0 ? RdQueries::Obs : opt.queries;
+  out.queries = opt.queries != RdQueries::Obs && meta.decode_steps == 0 ? RdQueries::Obs : opt.queries;
+  if (out.queries == RdQueries::Step && opt.decode_step > meta.decode_steps)
+    throw InputError("rd_curve decode_step = " + std::to_string(opt.decode_step) + "; the trace has " +
+                     std::to_string(meta.decode_steps) + " decode steps (1 <= s <= " + std::to_string(meta.decode_steps) + ").");
   const RateLadder& ladder = opt.solve.ladder;
   const RateKind kind = opt.solve.rate_kind;
   const int H = meta.n_heads(), m = ladder.size();
@@ -214,7 +235,7 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
     for (RdPoint& p : out.points) p.head_error.assign(p.feasible ? static_cast<std::size_t>(H) : 0, kNaN);
     for (int i = 0; i < H; ++i) {
       const HeadData& head = head_at(i);
-      PreparedQuerySet qs(head, out.queries);
+      PreparedQuerySet qs(head, out.queries, opt.decode_step);
       std::map<std::vector<std::uint8_t>, ErrorMetrics> seen;
       for (std::size_t p = 0; p < tiers.size(); ++p) {
         if (tiers[p].empty()) continue;
@@ -320,6 +341,8 @@ void RdCurveOptions::validate() const {
     for (std::size_t j = 0; j < i; ++j)
       if (families[i] == families[j])
         throw InputError("rd_curve families: " + std::string(to_string(families[i])) + " is named twice.");
+  if (decode_step < 1)
+    throw InputError("rd_curve decode_step = " + std::to_string(decode_step) + "; it must be >= 1.");
   solve.validate();
 }
 
@@ -383,6 +406,7 @@ nlohmann::json to_json(const RdCurve& c) {
   j["solver"] = to_string(o.solve.solver);
   j["ladder"] = o.solve.ladder.name();
   j["queries"] = to_string(c.queries);
+  if (c.queries == RdQueries::Step) j["decode_step"] = o.decode_step;
   j["recompute"] = o.recompute;
   j["heads"] = c.heads;
   j["tokens"] = c.tokens;

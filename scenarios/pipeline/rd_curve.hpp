@@ -13,7 +13,8 @@
 //   surrogate   its predicted relative error, mean over the heads of
 //               sum_t c_t(tau_t) / mean_q ||o_q||^2 (observation queries, MODEL.md section 3)
 //   error       its exactly recomputed errors (MODEL.md section 2), mean over the heads, on
-//               the decode queries (default; out of sample) or the observation queries
+//               the decode queries (default; out of sample), the observation queries, or
+//               one decode step's queries
 // The ladder points: every tier tau of the ladder applied to every token (evict: (0, 1);
 // exact: error 0), with the same three numbers. The hull is the lower convex hull
 // (model/dominance.hpp lower_hull) of all feasible curve points and the ladder points in the
@@ -46,9 +47,11 @@
 
 namespace tierlab {
 
-// Which queries the recomputed errors are measured on.
-enum class RdQueries { Decode, Obs };
-std::string_view to_string(RdQueries);       // "decode" | "obs"
+// Which queries the recomputed errors are measured on: every decode step (step s over the
+// T + s tokens it sees), the observation queries, or one decode step s (its g query rows:
+// what the explorer's water-filling view recomputes).
+enum class RdQueries { Decode, Obs, Step };
+std::string_view to_string(RdQueries);       // "decode" | "obs" | "step"
 RdQueries parse_rd_queries(std::string_view);  // InputError lists the choices
 
 // The budgets A, A + STEP, ..., up to B (inclusive within 1e-9 STEP) from "A:B:STEP"; `option`
@@ -65,7 +68,8 @@ struct RdCurveOptions {
   std::vector<FamilyChoice> families{FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed,
                                      FamilyChoice::Routed};
   bool recompute = true;  // false: the surrogate only (error fields NaN)
-  RdQueries queries = RdQueries::Decode;  // Decode on a trace without decode steps uses Obs (RdCurve::queries)
+  RdQueries queries = RdQueries::Decode;  // Decode or Step on a trace without decode steps uses Obs (RdCurve::queries)
+  int decode_step = 1;                    // s of RdQueries::Step, 1 <= s <= S (checked against the trace)
   void validate() const;  // InputError naming the option and value
 };
 
