@@ -49,6 +49,7 @@ struct Options {
   std::string budgets = "0.25:16:0.25";
   std::string numpy = "../shared/bench/numpy_recompute_ref.py";
   bool independent = true;
+  std::string queries = "decode";
 };
 
 Options parse(int argc, char** argv) {
@@ -73,6 +74,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--budgets") o.budgets = value();
     else if (a == "--numpy") o.numpy = value();
     else if (a == "--no-independent") o.independent = false;
+    else if (a == "--queries") o.queries = value();
     else throw std::runtime_error("unknown option " + a +
                                   " (--tokens T --dim D --decode-rows R --heads 1,8 --budgets A:B:STEP --numpy PATH --no-independent)");
   }
@@ -121,6 +123,8 @@ int main(int argc, char** argv) try {
     ro.families = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};
     ro.solve.rate_kind = RateKind::Code;
     ro.solve.scope = Scope::Head;
+    ro.queries = parse_rd_queries(o.queries);
+    ro.decode_step = o.decode_rows;
     const auto t0 = std::chrono::steady_clock::now();
     const RdCurve c = rd_curve(heads, meta.rope, ro);
     const double curve_s = seconds_since(t0);
@@ -135,7 +139,7 @@ int main(int argc, char** argv) try {
                                    {"solves", c.seconds_solve},
                                    {"recompute", c.seconds_recompute},
                                    {"evaluations", c.evaluations}}}};
-    if (o.independent) {
+    if (o.independent && ro.queries == RdQueries::Decode) {
       auto backend = make_recomputer(Backend::Cpu);
       const auto t1 = std::chrono::steady_clock::now();
       std::vector<HeadCosts> costs;
@@ -148,7 +152,7 @@ int main(int argc, char** argv) try {
         AllocateOptions ao = ro.solve;
         ao.family = pt.family;
         ao.budget = pt.budget;
-        const AllocationReport rep = allocate_heads(m1, costs, ao, [&](int i, const std::vector<std::uint8_t>& t) {
+        const AllocationReport rep = allocate_heads(m1, costs, ao, [&](int, const std::vector<std::uint8_t>& t) {
           return allocation_rate(o.tokens, o.dim, ao.ladder, t);
         });
         if (!rep.has_solution()) continue;

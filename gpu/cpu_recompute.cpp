@@ -188,7 +188,7 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   return ph;
 }
 
-void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants) {
+void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants, const std::vector<std::uint8_t>* differ) {
   const HeadProblem& hp = ph.problem;
   const MatrixRM& Q = *hp.queries;
   const MatrixRM& K = *hp.exact_keys;
@@ -196,6 +196,19 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   for (const MatrixRM* v : variants)
     if (!v || v->rows() != T || v->cols() != d)
       throw std::invalid_argument("set_variants: a key variant is not " + std::to_string(T) + " x " + std::to_string(d));
+  if (differ && static_cast<int>(differ->size()) != T)
+    throw std::invalid_argument("set_variants: differ has " + std::to_string(differ->size()) + " entries, not T = " +
+                                std::to_string(T));
+  const int token_blocks_ = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
+  // With `differ`: the token blocks holding a flagged token (the others equal the exact keys).
+  std::vector<std::uint8_t> block_differs;
+  bool any_differs = true;
+  if (differ) {
+    block_differs.assign(static_cast<std::size_t>(token_blocks_), 0);
+    any_differs = false;
+    for (int t = 0; t < T; ++t)
+      if ((*differ)[static_cast<std::size_t>(t)]) block_differs[static_cast<std::size_t>(t / kPrepareTokenBlock)] = 1, any_differs = true;
+  }
   const int nv = static_cast<int>(variants.size());
   const float scale = static_cast<float>(1.0 / std::sqrt(double(d)));
   ph.problem.variants = variants;
@@ -204,7 +217,7 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   ph.max_ds.assign(nv, {});
   ph.identical.assign(nv, false);
   for (int v = 0; v < nv; ++v) {
-    ph.identical[v] = variants[v] == hp.exact_keys || *variants[v] == K;
+    ph.identical[v] = variants[v] == hp.exact_keys || (differ ? !any_differs : *variants[v] == K);
     if (ph.identical[v]) continue;
     ph.u[v].resize(rows, T);
     ph.max_ds[v].assign(rows, -std::numeric_limits<float>::infinity());
@@ -245,9 +258,10 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
       for (int v = 0; v < nv; ++v) {
         if (ph.identical[v]) continue;
         auto kdiff = sc.kdiff.topRows(nt);
-        kdiff = variants[v]->middleRows(t0, nt) - kblk;
         auto ds = sc.ds.topLeftCorner(nr, nt);
-        if (kdiff.isZero(0.0f)) {
+        const bool skip = differ && !block_differs[static_cast<std::size_t>(tb)];
+        if (!skip) kdiff = variants[v]->middleRows(t0, nt) - kblk;
+        if (skip || kdiff.isZero(0.0f)) {
           ds.setZero();
         } else {
           ds.noalias() = Q.middleRows(row_begin + r0, nr) * kdiff.transpose();

@@ -34,12 +34,22 @@ std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progre
   o.solve.scope = Scope::Head;
   o.queries = RdQueries::Step;  // decode step s's g queries, as the water-filling view (obs without decode steps)
   o.decode_step = step;
+  // The surrogate costs the other views cached for this head, ladder and rate kind.
+  const std::shared_ptr<LadderEntry> e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
+  HeadCosts hc;
+  hc.layer = s.layer, hc.kv_head = s.kv_head;
+  hc.cost = e->costs.cost;
+  hc.a = e->costs.weights.a;
+  hc.output_norm2 = e->costs.output_norm2;
+  hc.rates = e->rates;
+  hc.spans = head->spans;
+  if (o.solve.solver == FamilySolver::Waterfill) hc.noise = DistortionModel{e->fit.alpha, e->fit.beta};
   auto c = std::make_shared<const RdCurve>(tierlab::rd_curve(
       std::vector<const HeadData*>{head.get()}, source_->meta().rope, o,
       [&](int done, int total) {
         if (progress) progress(double(done) / std::max(total, 1), "rate-distortion curve");
       },
-      cancel));
+      cancel, {std::move(hc)}));
   if (curves_.size() >= 8) curves_.clear();  // a few heads' curves (each a few kB)
   curves_[key] = c;
   return c;

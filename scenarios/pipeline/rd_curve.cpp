@@ -1,7 +1,11 @@
 // The operational rate-distortion curve (rd_curve.hpp).
 #include "scenarios/pipeline/rd_curve.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <exception>
+#include <memory>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -69,34 +73,55 @@ class PreparedQuerySet {
       for (int j = 0; j < g; ++j)
         for (int s = 1; s <= S; ++s) hp.visible[static_cast<std::size_t>(j) * S + (s - 1)] = T_ + s;
     }
-    ph_ = cpu::prepare_head(hp, 0, static_cast<int>(hp.queries->rows()));
-    variant_ = *hp.exact_keys;
+    base_ = cpu::prepare_head(hp, 0, static_cast<int>(hp.queries->rows()));
   }
 
   PreparedQuerySet(const PreparedQuerySet&) = delete;
   PreparedQuerySet& operator=(const PreparedQuerySet&) = delete;
 
-  // The errors of one materialised allocation of the prompt's tokens (evicted rows ignored).
-  ErrorMetrics evaluate(const MaterializedKeys& mk) {
-    const MatrixRM& exact = *ph_.problem.exact_keys;
-    Selection sel(static_cast<std::size_t>(exact.rows()), 1);
-    for (int t = 0; t < T_; ++t) {
-      const bool kept = mk.kept[static_cast<std::size_t>(t)] != 0;
-      sel[static_cast<std::size_t>(t)] = kept ? 1 : 0;
-      // An evicted row takes the exact key: it is never read, and exact blocks cost no product.
-      variant_.row(t) = kept ? mk.keys.row(t) : exact.row(t);
+  // One thread's evaluator: its own copy of the prepared head (set_variants writes the
+  // variant part) and scratch.
+  class Evaluator {
+   public:
+    explicit Evaluator(const PreparedQuerySet& qs)
+        : T_(qs.T_), ph_(qs.base_), variant_(*qs.base_.problem.exact_keys),
+          differ_(static_cast<std::size_t>(variant_.rows()), 0) {}
+    // The errors of one materialised allocation of the prompt's tokens: `tiers` its ladder
+    // tiers, `exact_tier` the ladder's exact index. Only the rows of kept tokens at a finite
+    // tier differ from the exact keys (evicted rows are never read); the variant keeps the
+    // exact keys elsewhere, so only the rows the last allocation changed are written back.
+    ErrorMetrics evaluate(const MaterializedKeys& mk, const std::vector<std::uint8_t>& tiers, int exact_tier) {
+      const MatrixRM& exact = *ph_.problem.exact_keys;
+      for (const int t : dirty_) variant_.row(t) = exact.row(t), differ_[static_cast<std::size_t>(t)] = 0;
+      dirty_.clear();
+      Selection sel(static_cast<std::size_t>(exact.rows()), 1);
+      for (int t = 0; t < T_; ++t) {
+        const bool kept = mk.kept[static_cast<std::size_t>(t)] != 0;
+        sel[static_cast<std::size_t>(t)] = kept ? 1 : 0;
+        if (kept && tiers[static_cast<std::size_t>(t)] != exact_tier) {
+          variant_.row(t) = mk.keys.row(t);
+          differ_[static_cast<std::size_t>(t)] = 1;
+          dirty_.push_back(t);
+        }
+      }
+      cpu::set_variants(ph_, {&variant_}, &differ_);
+      return cpu::evaluate_selection(ph_, sel, ws_);
     }
-    cpu::set_variants(ph_, {&variant_});
-    return cpu::evaluate_selection(ph_, sel, ws_);
-  }
+
+   private:
+    int T_ = 0;
+    cpu::PreparedHead ph_;
+    MatrixRM variant_;                 // exact keys but at the dirty rows
+    std::vector<std::uint8_t> differ_;  // per token of the problem: variant_'s row differs
+    std::vector<int> dirty_;
+    cpu::Workspace ws_;
+  };
 
  private:
   int T_ = 0;
   MatrixRM exact_, values_;  // decode: the T + S tokens (step: T + s)
   MatrixRM queries_;         // step: its g rows
-  MatrixRM variant_;
-  cpu::PreparedHead ph_;
-  cpu::Workspace ws_;
+  cpu::PreparedHead base_;   // the exact part (no variants)
 };
 
 double sum_row(const MatrixRMd& cost, const std::vector<std::uint8_t>& tiers) {
@@ -136,7 +161,7 @@ std::string family_code(FamilyChoice f) {
 using HeadSource = std::function<const HeadData&(int index)>;
 
 RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const RdCurveOptions& opt,
-                      const Progress& progress, const std::atomic<bool>* cancel) {
+                      const Progress& progress, const std::atomic<bool>* cancel, std::vector<HeadCosts> costs) {
   const auto t0 = std::chrono::steady_clock::now();
   opt.validate();
   RdCurve out;
@@ -158,12 +183,17 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
     if (progress) progress(++done, work);
   };
 
-  // 1. Costs, once per head.
-  std::vector<HeadCosts> costs;
-  costs.reserve(static_cast<std::size_t>(H));
-  for (int i = 0; i < H; ++i) {
-    costs.push_back(head_costs(head_at(i), meta.rope, opt.solve));
-    step();
+  // 1. Costs, once per head (unless given).
+  if (!costs.empty() && static_cast<int>(costs.size()) != H)
+    throw InputError("rd_curve: " + std::to_string(costs.size()) + " heads' costs given for " + std::to_string(H) + " heads.");
+  if (costs.empty()) {
+    costs.reserve(static_cast<std::size_t>(H));
+    for (int i = 0; i < H; ++i) {
+      costs.push_back(head_costs(head_at(i), meta.rope, opt.solve));
+      step();
+    }
+  } else {
+    for (int i = 0; i < H; ++i) step();
   }
   out.seconds_costs = seconds_since(t0);
 
@@ -233,20 +263,48 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
   if (opt.recompute) {
     std::vector<ErrorMetrics> sum(tiers.size());
     for (RdPoint& p : out.points) p.head_error.assign(p.feasible ? static_cast<std::size_t>(H) : 0, kNaN);
+    const int max_threads = std::max(1, omp_get_max_threads());
     for (int i = 0; i < H; ++i) {
       const HeadData& head = head_at(i);
-      PreparedQuerySet qs(head, out.queries, opt.decode_step);
-      std::map<std::vector<std::uint8_t>, ErrorMetrics> seen;
+      // The head's distinct allocations, each recomputed once.
+      std::map<std::vector<std::uint8_t>, int> index;
+      std::vector<const std::vector<std::uint8_t>*> distinct;
+      std::vector<int> which(tiers.size(), -1);
       for (std::size_t p = 0; p < tiers.size(); ++p) {
         if (tiers[p].empty()) continue;
-        const std::vector<std::uint8_t>& t = tiers[p][static_cast<std::size_t>(i)];
-        auto it = seen.find(t);
-        if (it == seen.end()) {
-          throw_if_cancelled(cancel);
-          it = seen.emplace(t, qs.evaluate(materialize(head, meta.rope, ladder, t))).first;
-          ++out.evaluations;
+        const auto [it, inserted] = index.emplace(tiers[p][static_cast<std::size_t>(i)], static_cast<int>(distinct.size()));
+        if (inserted) distinct.push_back(&it->first);
+        which[p] = it->second;
+      }
+      const PreparedQuerySet qs(head, out.queries, opt.decode_step);
+      const int nd = static_cast<int>(distinct.size());
+      const int nthreads = std::min(max_threads, std::max(nd, 1));
+      std::vector<std::unique_ptr<PreparedQuerySet::Evaluator>> evaluators(static_cast<std::size_t>(nthreads));
+      std::vector<ErrorMetrics> errors(static_cast<std::size_t>(nd));
+      std::exception_ptr failure;
+      std::atomic<bool> failed{false};
+      // Allocations in parallel, one evaluator per thread (inside, materialize and set_variants
+      // run on their thread).
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+      for (int k = 0; k < nd; ++k) {
+        if (failed.load() || (cancel && cancel->load())) continue;
+        try {
+          auto& ev = evaluators[static_cast<std::size_t>(omp_get_thread_num())];
+          if (!ev) ev = std::make_unique<PreparedQuerySet::Evaluator>(qs);
+          const std::vector<std::uint8_t>& t = *distinct[static_cast<std::size_t>(k)];
+          errors[static_cast<std::size_t>(k)] = ev->evaluate(materialize(head, meta.rope, ladder, t), t, ladder.exact_index());
+        } catch (...) {
+#pragma omp critical(rd_curve_failure)
+          if (!failure) failure = std::current_exception();
+          failed = true;
         }
-        const ErrorMetrics& e = it->second;
+      }
+      if (failure) std::rethrow_exception(failure);
+      throw_if_cancelled(cancel);
+      out.evaluations += nd;
+      for (std::size_t p = 0; p < tiers.size(); ++p) {
+        if (which[p] < 0) continue;
+        const ErrorMetrics& e = errors[static_cast<std::size_t>(which[p])];
         sum[p].rel_error += e.rel_error / H;
         sum[p].abs_error += e.abs_error / H;
         sum[p].attn_tv += e.attn_tv / H;
@@ -371,13 +429,13 @@ RdCurve rd_curve(const TraceReader& trace, const RdCurveOptions& options, const 
     }
     return current;
   };
-  RdCurve c = rd_curve_core(meta, source, options, progress, cancel);
+  RdCurve c = rd_curve_core(meta, source, options, progress, cancel, {});
   c.source = trace.path();
   return c;
 }
 
 RdCurve rd_curve(const std::vector<const HeadData*>& heads, const RopeParams& rope, const RdCurveOptions& options,
-                 const Progress& progress, const std::atomic<bool>* cancel) {
+                 const Progress& progress, const std::atomic<bool>* cancel, std::vector<HeadCosts> costs) {
   if (heads.empty()) throw InputError("rd_curve: no heads given.");
   TraceMeta meta;
   meta.n_layers = 1;
@@ -392,7 +450,7 @@ RdCurve rd_curve(const std::vector<const HeadData*>& heads, const RopeParams& ro
         h->decode_keys.rows() != meta.decode_steps)
       throw InputError("rd_curve: the heads differ in prompt length, head dimension or decode steps; one curve needs equal shapes.");
   RdCurve c = rd_curve_core(meta, [&](int i) -> const HeadData& { return *heads[static_cast<std::size_t>(i)]; }, options,
-                            progress, cancel);
+                            progress, cancel, std::move(costs));
   c.source = "heads";
   return c;
 }

@@ -26,7 +26,9 @@
 // solve on them; per head the exact part of the recomputation (softmax, reference output) is
 // prepared once (cpu::prepare_head) and each distinct allocation only sets its key variant
 // (cpu::set_variants: token blocks whose keys are exact cost nothing) and evaluates its
-// selection (cpu::evaluate_selection), so a point equals the independent evaluation
+// selection (cpu::evaluate_selection; the head's distinct allocations are materialised and
+// evaluated in parallel, one copy of the prepared head per OpenMP thread), so a point equals
+// the independent evaluation
 // (evaluate_trace on the `tierlab solve` allocation) within the CPU reference's precision. Two
 // points with the same allocation of a head (routed = its chosen family; E at nested budgets
 // that keep the same set) are evaluated once.
@@ -123,8 +125,11 @@ RdCurve rd_curve(const TraceReader& trace, const RdCurveOptions& options, const 
                  const std::atomic<bool>* cancel = nullptr);
 // Heads in memory (one head: the explorer), as one layer of heads.size() heads; they share
 // the trace's RoPE `rope` and head dimension.
+// `costs` (optional): the heads' costs already computed (head_costs with options.solve, in the
+// order of `heads`; the explorer's cache), else computed here.
 RdCurve rd_curve(const std::vector<const HeadData*>& heads, const RopeParams& rope, const RdCurveOptions& options,
-                 const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr);
+                 const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr,
+                 std::vector<HeadCosts> costs = {});
 
 nlohmann::json to_json(const RdCurve&);
 // The table (budget, family, code and total rate, surrogate, recomputed error), then the
