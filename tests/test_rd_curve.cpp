@@ -359,3 +359,39 @@ TEST_CASE("On one decode step's queries every point equals that step's recomputa
   o.decode_step = 99;
   CHECK(tierlab::testing::error_of<InputError>([&] { rd_curve(trace, o); }).find("decode_step = 99") != std::string::npos);
 }
+
+TEST_CASE("After thousands of allocations on one prepared head, the points still equal fresh evaluations") {
+  // The evaluators keep their variant keys between allocations (only the rows an allocation
+  // changes are written back); a long sweep must not drift from a fresh evaluation.
+  auto backend = make_recomputer(Backend::Cpu);
+  SynthParams sp = synth_preset("tiny");
+  sp.seed = 4;
+  sp.prompt_len = 1024;
+  const TraceMeta meta = synth_meta(sp);
+  const HeadData head = synth_head(sp, 0, 1);
+  RdCurveOptions o = options(RateKind::Code, Scope::Head, parse_budget_grid("0:16:0.005"));
+  o.families = {FamilyChoice::Evict, FamilyChoice::Mixed};
+  const RdCurve c = rd_curve(std::vector<const HeadData*>{&head}, meta.rope, o);
+  CHECK(c.evaluations >= 3000);
+  const std::vector<HeadCosts> costs{head_costs(head, meta.rope, o.solve)};
+  TraceMeta one;
+  one.n_layers = 1, one.n_kv_heads = 1, one.prompt_len = static_cast<int>(head.keys.rows()), one.head_dim = static_cast<int>(head.keys.cols());
+  int checked = 0;
+  for (std::size_t p = 0; p < c.points.size(); p += 97) {
+    const RdPoint& pt = c.points[p];
+    AllocateOptions single = o.solve;
+    single.budget = pt.budget;
+    single.family = pt.family;
+    const AllocationReport rep = allocate_heads(one, costs, single, [&](int, const std::vector<std::uint8_t>& t) {
+      return allocation_rate(one.prompt_len, one.head_dim, single.ladder, t);
+    });
+    REQUIRE(rep.has_solution());
+    const MaterializedKeys mk = materialize(head, meta.rope, single.ladder, rep.allocation.tiers[0]);
+    const ErrorMetrics want = evaluate_decode_steps(head, mk.keys, mk.kept, *backend);
+    INFO(to_string(pt.family) << " B = " << pt.budget);
+    CHECK(close(pt.error.rel_error, want.rel_error));
+    CHECK(close(pt.error.attn_tv, want.attn_tv));
+    ++checked;
+  }
+  CHECK(checked >= 60);
+}

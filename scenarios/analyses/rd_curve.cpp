@@ -18,12 +18,21 @@ namespace tierlab {
 
 namespace {
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node n = root["rd_curve"];
   if (!n) return nullptr;
   RdCurveSpec spec;
   if (n.IsMap()) {
-    c.keys(n, "rd_curve", {"budgets", "scope", "queries", "families"});
+    c.keys(n, "rd_curve", {"budgets", "scope", "queries", "families", "cells"});
+    if (n["cells"])
+      for (const YAML::Node& id : c.list(n["cells"], "rd_curve.cells")) {
+        const std::string name = c.str(id, "rd_curve.cells");
+        std::string choices;
+        bool found = false;
+        for (const auto& cell : s.cells) found = found || cell.id == name, choices += (choices.empty() ? "" : ", ") + cell.id;
+        if (!found) c.fail(id, "key 'rd_curve.cells' names '" + name + "', not a cell of this scenario; the cells are " + choices + ".");
+        spec.cells.push_back(name);
+      }
     if (n["budgets"])
       spec.budgets = c.wrap(n["budgets"], "rd_curve.budgets",
                             [&] { return parse_budget_grid(c.str(n["budgets"], "rd_curve.budgets"), "rd_curve.budgets"); });
@@ -36,7 +45,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
         spec.families.push_back(c.wrap(f, "rd_curve.families", [&] { return parse_family_choice(c.str(f, "rd_curve.families")); }));
     }
   } else if (!(n.IsScalar() && c.str(n, "rd_curve") == "on")) {
-    c.fail(n, "key 'rd_curve' is a mapping (budgets, scope, queries, families) or 'on' (the defaults).");
+    c.fail(n, "key 'rd_curve' is a mapping (budgets, scope, queries, families, cells) or 'on' (the defaults).");
   }
   RdCurveOptions o;
   o.budgets = spec.budgets;
@@ -109,6 +118,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
 }  // namespace
 
 void RdCurveAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) const {
+  if (!spec.cells.empty() && std::find(spec.cells.begin(), spec.cells.end(), ctx.cell.id) == spec.cells.end()) return;
   RdCurveOptions o;
   o.budgets = spec.budgets;
   o.families = spec.families;

@@ -21,6 +21,7 @@ struct RdCurveSpec {
   RdQueries queries = RdQueries::Decode;                        // rd_curve.queries
   std::vector<FamilyChoice> families{FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed,
                                      FamilyChoice::Routed};     // rd_curve.families
+  std::vector<std::string> cells;  // rd_curve.cells: the cell ids to compute it for (empty: every cell)
 };
 
 class RdCurveAnalysis final : public Analysis {
