@@ -70,7 +70,9 @@ ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const s
   Figure f;
   const std::string where = c->queries == RdQueries::Step ? "decode step " + std::to_string(o.decode_step) + "'s queries"
                                                            : "observation queries";
-  f.title = "Rate-distortion curve of head " + head + " (recomputed on " + where + "; dashed: surrogate)";
+  f.title = "RD curve, head " + head + " (recomputed: " +
+            (c->queries == RdQueries::Step ? "step " + std::to_string(o.decode_step) : std::string("obs")) +
+            "; dashed: surrogate; grey: B = " + format_label(s.budget, "%.3g") + ")";
   f.xlabel = std::string("key rate, ") + std::string(to_string(s.rate_kind)) + " bits per element (measured)";
   f.ylabel = "relative output error (log)";
   std::vector<HoverPoint> hv;
@@ -132,8 +134,8 @@ ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const s
   for (Series& m : marks) f.series.push_back(std::move(m));
   if (!(hi > 0)) lo = 1e-6, hi = 1;
   f.ylog = true;
-  f.ymin = lo / 3, f.ymax = hi * 30;  // room for the legend above the curves
-  f.series.push_back({"budget B", Rgb{120, 120, 120}, Style::Dashed, {s.budget, s.budget}, {f.ymin, f.ymax}, 1});
+  f.ymin = lo / 2, f.ymax = hi * 2;  // draw_figure adds the legend's headroom
+  f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {s.budget, s.budget}, {f.ymin, f.ymax}, 1});
   double xmax = s.budget;
   for (const RdPoint& p : c->points)
     if (p.feasible) xmax = std::max(xmax, p.x);

@@ -67,7 +67,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     const nlohmann::json& c = cell["rd_curve"];
     Figure f;
     f.title = "Rate-distortion curve, cell " + cell["id"].get<std::string>() + " (" + std::to_string(c["heads"].get<int>()) +
-              " heads, scope " + c["scope"].get<std::string>() + "; dotted: surrogate)";
+              " heads, scope " + c["scope"].get<std::string>() + "; dashed: surrogate)";
     f.xlabel = "key rate, " + c["rate_kind"].get<std::string>() + " bits per element (measured)";
     f.ylabel = "relative output error, recomputed on the " + c["queries"].get<std::string>() + " queries (log)";
     double lo = INFINITY, hi = 0, xmax = 0;
@@ -82,9 +82,14 @@ std::vector<NamedFigure> figures(const std::string& dir) {
         continue;
       }
       const nlohmann::json& fj = c["families"][fam];
-      Series s{std::string(fam), palette(colour), Style::Line, {}, {}, 3};
-      Series pts{"", palette(colour), Style::Points, {}, {}, 4};
-      Series sur{"", palette(colour), Style::Dashed, {}, {}, 1};
+      // Routed coincides with one of Q, E, M at each budget: its points only, as squares on
+      // the curves, so that the family it picked stays visible under it.
+      const bool routed = std::string(fam) == "routed";
+      const Rgb col = palette(routed ? 4 : colour);  // not red: red squares are the dominated tiers
+      Series s{routed ? "routed (squares: the family each head picked)" : std::string(fam), col,
+               routed ? Style::Squares : Style::Line, {}, {}, routed ? 6.0 : 3.0};
+      Series pts{"", col, Style::Points, {}, {}, 4};
+      Series sur{"", col, Style::Dashed, {}, {}, 1};
       for (std::size_t k = 0; k < fj["feasible"].size(); ++k) {
         if (!fj["feasible"][k].get<bool>()) continue;
         keep(jnum(fj["rate"][k]), jnum(fj["error"][k]), s);
@@ -92,8 +97,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
         keep(jnum(fj["rate"][k]), jnum(fj["surrogate"][k]), sur);
       }
       f.series.push_back(s);
-      f.series.push_back(pts);
-      f.series.push_back(sur);
+      if (!routed) f.series.push_back(pts), f.series.push_back(sur);
       ++colour;
     }
     Series hull{"lower convex hull", Rgb{0, 0, 0}, Style::Dashed, {}, {}, 1};

@@ -6,7 +6,7 @@
 // token at one tier) and the lower convex hull of all operating points. The scenario's
 // ladder and rate_kind apply (x = the measured rate in that kind). Tables: rd_curve.csv,
 // rd_curve_ladder.csv, rd_curve_hull.csv, rd_curve.json. Figures: rd_curve_<cell> per cell
-// (the recomputed curves, the hull, the ladder points; dotted: the surrogate).
+// (the recomputed curves, the hull, the ladder points; dashed: the surrogate).
 #include <string>
 #include <vector>
 
