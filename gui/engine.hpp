@@ -37,7 +37,9 @@
 //       water-filling view; the observation queries without decode steps), the surrogate
 //       beside them, the ladder points and the lower convex hull; B marked (the grid point
 //       nearest B per family). The curve is computed once per (head, ladder, rate kind,
-//       solver, s) and cached: moving the budget slider only redraws.
+//       solver, s) and cached: moving the budget slider only redraws. With more than one head
+//       in the source, a second figure: the model-wide curve (every head shares B, scope
+//       model, B = kRdModelGrid), cached the same way.
 //
 // Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
 // noise fit, the weight order, the sorted log weights of the water level and the smoothed
@@ -69,12 +71,17 @@
 
 namespace tierlab {
 struct RdCurve;
+struct RdCurveOptions;
+struct HeadCosts;
 }
 
 namespace tierlab::explorer {
 
-// The budget grid of the rate-distortion view: A:B:STEP, bits per key element.
+// The budget grids of the rate-distortion view (A:B:STEP, bits per key element): the head's
+// curve, and the model-wide one (every head of the trace shares B; a coarser grid, as each
+// point solves all heads).
 inline constexpr const char* kRdCurveGrid = "0:16:0.25";
+inline constexpr const char* kRdModelGrid = "0:16:1";
 
 struct Settings {
   int layer = 0, kv_head = 0;
@@ -182,6 +189,9 @@ class Engine {
   ErrorMetrics step_error_(int step);  // the work entry's allocation at decode step s (S > 0)
   ErrorMetrics obs_error_(const std::atomic<bool>* cancel);  // ... on the observation queries
   std::shared_ptr<const RdCurve> rd_curve_(const Settings&, const Progress&, const std::atomic<bool>* cancel);
+  std::shared_ptr<const RdCurve> model_rd_curve_(const Settings&, const Progress&, const std::atomic<bool>* cancel);
+  RdCurveOptions rd_options_(const Settings&, const char* grid, Scope scope) const;
+  HeadCosts rd_costs_(int l, int h, const RdCurveOptions&, const std::atomic<bool>* cancel);
   void touch_(const std::string& key);
   void trim_();  // drops least recently used entries while over the limit
   // The water-filling view's steps (gui/views/waterfill.cpp): the continuous water-filling,

@@ -249,14 +249,15 @@ QGroupBox* MainWindow::buildAllocationBox() {
   return alloc_box;
 }
 
-// The five view tabs, one plot per figure (two for water-filling and interior), each with hover.
+// The view tabs, one plot per figure (two for water-filling, interior and the RD curve: the
+// head and the model), each with hover.
 void MainWindow::buildViews() {
   tabs_ = new QTabWidget;
   for (int v = 0; v < ViewCount; ++v) {
     auto* page = new QWidget;
     auto* lay = new QVBoxLayout(page);
     lay->setContentsMargins(2, 2, 2, 2);
-    const int n = (v == WaterfillView || v == InteriorView) ? 2 : 1;
+    const int n = (v == WaterfillView || v == InteriorView || v == RdCurveView) ? 2 : 1;
     for (int k = 0; k < n; ++k) {
       auto* plot = new QCustomPlot;
       plot->setMinimumHeight(220);

@@ -517,8 +517,9 @@ TEST_CASE("explorer core: the RD curve view is the library's curve of the head, 
   Settings s;
   s.layer = 1, s.kv_head = 0, s.budget = 3.1;
   const ViewResult a = engine.rd_curve(s);
-  REQUIRE(a.figures.size() == 1);
+  REQUIRE(a.figures.size() == 2);  // the head's curve, and the model-wide one (4 heads)
   const Figure& f = a.figures[0];
+  CHECK(a.figures[1].title.find("model (4 heads share B)") != std::string::npos);
   // The library's curve of the same head, computed independently of the engine's caches.
   TraceReader trace(small_trace());
   const HeadData head = trace.head(1, 0);
@@ -550,4 +551,18 @@ TEST_CASE("explorer core: the RD curve view is the library's curve of the head, 
   const ViewResult b = engine.rd_curve(s);
   CHECK(b.info.find("At B = 8 ") != std::string::npos);
   CHECK(b.seconds < a.seconds);
+  // The model-wide curve is the library's over every head of the trace at model scope.
+  RdCurveOptions om = o;
+  om.budgets = parse_budget_grid(kRdModelGrid);
+  om.solve.scope = Scope::Model;
+  const RdCurve cm = rd_curve(trace, om);
+  const Series* mm = nullptr;
+  for (const Series& se : b.figures.at(1).series)
+    if (se.name == "mixed") mm = &se;
+  REQUIRE(mm != nullptr);
+  std::vector<double> wm;
+  for (std::size_t k = 0; k < om.budgets.size(); ++k)
+    if (cm.at(2, static_cast<int>(k)).error.rel_error > 0) wm.push_back(cm.at(2, static_cast<int>(k)).error.rel_error);
+  REQUIRE(mm->y.size() == wm.size());
+  for (std::size_t i = 0; i < wm.size(); ++i) CHECK(mm->y[i] == Approx(wm[i]).epsilon(1e-12));
 }

@@ -14,40 +14,49 @@ using namespace detail;
 // ---------------------------------------------------------------------------------------
 // (f) rate-distortion curve
 
-std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progress& progress,
-                                                  const std::atomic<bool>* cancel) {
-  const RateLadder ladder = RateLadder::parse(s.ladder);
-  ladder.validate();
-  const int S = source_->meta().decode_steps;
-  const int step = std::clamp(s.decode_step, 1, std::max(S, 1));
-  const std::string key = std::to_string(s.layer) + "." + std::to_string(s.kv_head) + "|" + ladder.name() + "|" +
-                          std::string(to_string(s.rate_kind)) + "|" + std::string(to_string(s.solver)) + "|s" +
-                          std::to_string(step);
-  if (auto it = curves_.find(key); it != curves_.end()) return it->second;
-  const std::shared_ptr<const HeadData> head = head_(s.layer, s.kv_head);
+// The options of the view's curves: Q, E and M over `grid`, recomputed on decode step s
+// (the observation queries without decode steps), the solver as set (smoothed: exact).
+RdCurveOptions Engine::rd_options_(const Settings& s, const char* grid, Scope scope) const {
   RdCurveOptions o;
-  o.budgets = parse_budget_grid(kRdCurveGrid, "explorer grid");
+  o.budgets = parse_budget_grid(grid, "explorer grid");
   o.families = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};
-  o.solve.ladder = ladder;
+  o.solve.ladder = RateLadder::parse(s.ladder);
+  o.solve.ladder.validate();
   o.solve.rate_kind = s.rate_kind;
   o.solve.solver = s.solver == FamilySolver::Smoothed ? FamilySolver::Exact : s.solver;
-  o.solve.scope = Scope::Head;
-  o.queries = RdQueries::Step;  // decode step s's g queries, as the water-filling view (obs without decode steps)
-  o.decode_step = step;
-  // The surrogate costs the other views cached for this head, ladder and rate kind.
-  const std::shared_ptr<LadderEntry> e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
+  o.solve.scope = scope;
+  o.queries = RdQueries::Step;
+  o.decode_step = std::clamp(s.decode_step, 1, std::max(source_->meta().decode_steps, 1));
+  return o;
+}
+
+// The surrogate costs the other views cached for head (l, h), as the curve reads them.
+HeadCosts Engine::rd_costs_(int l, int h, const RdCurveOptions& o, const std::atomic<bool>* cancel) {
+  const std::shared_ptr<LadderEntry> e = ladder_(l, h, o.solve.ladder, o.solve.rate_kind, cancel);
   HeadCosts hc;
-  hc.layer = s.layer, hc.kv_head = s.kv_head;
+  hc.layer = l, hc.kv_head = h;
   hc.cost = e->costs.cost;
   hc.a = e->costs.weights.a;
   hc.output_norm2 = e->costs.output_norm2;
   hc.rates = e->rates;
-  hc.spans = head->spans;
   if (o.solve.solver == FamilySolver::Waterfill) hc.noise = DistortionModel{e->fit.alpha, e->fit.beta};
+  return hc;
+}
+
+std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progress& progress,
+                                                  const std::atomic<bool>* cancel) {
+  const RdCurveOptions o = rd_options_(s, kRdCurveGrid, Scope::Head);
+  const std::string key = std::to_string(s.layer) + "." + std::to_string(s.kv_head) + "|" + o.solve.ladder.name() + "|" +
+                          std::string(to_string(s.rate_kind)) + "|" + std::string(to_string(o.solve.solver)) + "|s" +
+                          std::to_string(o.decode_step);
+  if (auto it = curves_.find(key); it != curves_.end()) return it->second;
+  const std::shared_ptr<const HeadData> head = head_(s.layer, s.kv_head);
+  HeadCosts hc = rd_costs_(s.layer, s.kv_head, o, cancel);
+  hc.spans = head->spans;
   auto c = std::make_shared<const RdCurve>(tierlab::rd_curve(
       std::vector<const HeadData*>{head.get()}, source_->meta().rope, o,
       [&](int done, int total) {
-        if (progress) progress(double(done) / std::max(total, 1), "rate-distortion curve");
+        if (progress) progress(0.5 * done / std::max(total, 1), "rate-distortion curve of the head");
       },
       cancel, {std::move(hc)}));
   if (curves_.size() >= 8) curves_.clear();  // a few heads' curves (each a few kB)
@@ -55,27 +64,56 @@ std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progre
   return c;
 }
 
-ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto t0 = Clock::now();
-  check(cancel);
-  const std::shared_ptr<const RdCurve> c = rd_curve_(s, progress, cancel);
+std::shared_ptr<const RdCurve> Engine::model_rd_curve_(const Settings& s, const Progress& progress,
+                                                        const std::atomic<bool>* cancel) {
+  const RdCurveOptions o = rd_options_(s, kRdModelGrid, Scope::Model);
+  const std::string key = "model|" + o.solve.ladder.name() + "|" + std::string(to_string(s.rate_kind)) + "|" +
+                          std::string(to_string(o.solve.solver)) + "|s" + std::to_string(o.decode_step);
+  if (auto it = curves_.find(key); it != curves_.end()) return it->second;
+  const TraceMeta& meta = source_->meta();
+  std::vector<std::shared_ptr<const HeadData>> heads;
+  std::vector<const HeadData*> ptrs;
+  std::vector<HeadCosts> costs;
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) {
+      check(cancel);
+      heads.push_back(head_(l, h));
+      ptrs.push_back(heads.back().get());
+      costs.push_back(rd_costs_(l, h, o, cancel));
+      costs.back().spans = heads.back()->spans;
+      if (progress) progress(0.5 + 0.2 * heads.size() / meta.n_heads(), "costs of every head");
+    }
+  auto c = std::make_shared<const RdCurve>(tierlab::rd_curve(
+      ptrs, meta.rope, o,
+      [&](int done, int total) {
+        if (progress) progress(0.7 + 0.3 * done / std::max(total, 1), "model-wide rate-distortion curve");
+      },
+      cancel, std::move(costs)));
+  if (curves_.size() >= 8) curves_.clear();
+  curves_[key] = c;
+  return c;
+}
+
+namespace {
+
+// The figure of one curve with B marked (the grid point nearest B per family), its hover
+// points, and its numbers appended to `info`. `what`: "head L0.H1" or "model (32 heads, ...)".
+Figure curve_figure(const RdCurve& cv, const Settings& s, const std::string& what, std::vector<HoverPoint>& hv,
+                    std::ostringstream& info) {
+  const RdCurve* c = &cv;
   const RdCurveOptions& o = c->options;
-  const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
-  // The grid budget nearest B: the points marked as "the current budget".
   std::size_t kb = 0;
   for (std::size_t k = 1; k < o.budgets.size(); ++k)
     if (std::fabs(o.budgets[k] - s.budget) < std::fabs(o.budgets[kb] - s.budget)) kb = k;
-
+  const std::string head = what;
   Figure f;
   const std::string where = c->queries == RdQueries::Step ? "decode step " + std::to_string(o.decode_step) + "'s queries"
                                                            : "observation queries";
-  f.title = "RD curve, head " + head + " (recomputed: " +
+  f.title = "RD curve, " + head + " (recomputed: " +
             (c->queries == RdQueries::Step ? "step " + std::to_string(o.decode_step) : std::string("obs")) +
             "; dashed: surrogate; grey: B = " + format_label(s.budget, "%.3g") + ")";
   f.xlabel = std::string("key rate, ") + std::string(to_string(s.rate_kind)) + " bits per element (measured)";
   f.ylabel = "relative output error (log)";
-  std::vector<HoverPoint> hv;
   double lo = INFINITY, hi = 0;
   // The y range follows the recomputed errors (a surrogate far above them is clipped).
   auto add = [&](Series& se, double x, double y, bool ranged = true) {
@@ -84,8 +122,8 @@ ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const s
     if (ranged) lo = std::min(lo, y), hi = std::max(hi, y);
   };
   std::vector<Series> marks;
-  std::ostringstream info;
-  info << "Head " << head << ", " << c->tokens << " tokens, recomputed on " << where << "; curve over B = " << kRdCurveGrid << " ("
+  info << what << ", " << c->tokens << " tokens per head, recomputed on " << where << "; curve over B = "
+       << format_label(o.budgets.front(), "%.3g") << ".." << format_label(o.budgets.back(), "%.3g") << " ("
        << o.budgets.size() << " budgets, " << c->evaluations << " distinct allocations recomputed in "
        << format_label(c->seconds, "%.2f") << " s).\nAt B = " << format_label(o.budgets[kb], "%.3g") << " (the grid point nearest "
        << format_label(s.budget, "%.3g") << "):\n";
@@ -140,9 +178,28 @@ ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const s
   for (const RdPoint& p : c->points)
     if (p.feasible) xmax = std::max(xmax, p.x);
   f.xmin = -0.2, f.xmax = xmax * 1.04 + 0.2;
+  return f;
+}
+
+}  // namespace
+
+ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto t0 = Clock::now();
+  check(cancel);
+  const std::shared_ptr<const RdCurve> c = rd_curve_(s, progress, cancel);
   ViewResult v;
-  v.figures = {f};
-  v.hover = {hv};
+  std::ostringstream info;
+  std::vector<HoverPoint> hv;
+  v.figures.push_back(curve_figure(*c, s, "head L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head), hv, info));
+  v.hover.push_back(std::move(hv));
+  if (source_->meta().n_heads() > 1) {  // a whole trace: the model-wide curve (all heads share B)
+    const std::shared_ptr<const RdCurve> mc = model_rd_curve_(s, progress, cancel);
+    std::vector<HoverPoint> mh;
+    info << "\n";
+    v.figures.push_back(curve_figure(*mc, s, "model (" + std::to_string(mc->heads) + " heads share B)", mh, info));
+    v.hover.push_back(std::move(mh));
+  }
   v.info = info.str();
   v.seconds = ms_since(t0) / 1000;
   return v;

@@ -197,7 +197,14 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
   }
   out.seconds_costs = seconds_since(t0);
 
-  // 2. One solve per (family, budget) and the ladder's dense points.
+  // 2. One solve per (family, budget) and the ladder's dense points. Every allocation is kept
+  // until the recomputation (a pooled scope needs all heads' at once): one byte per token.
+  const double bytes = double(nf * nb + m) * H * meta.prompt_len;
+  if (bytes > kMaxRdAllocationBytes)
+    throw InputError("rd_curve: " + std::to_string(nf * nb + m) + " allocations of " + std::to_string(H) + " heads x " +
+                     std::to_string(meta.prompt_len) + " tokens would keep " + format_number(bytes / (1 << 30), 3) +
+                     " GiB of tiers (at most " + format_number(kMaxRdAllocationBytes / (1 << 30), 3) +
+                     "); use fewer budgets or families, or fewer heads.");
   const auto t1 = std::chrono::steady_clock::now();
   const bool needs_head = ladder_needs_head(ladder);
   const HeadRate head_rate = [&](int i, const std::vector<std::uint8_t>& tiers) {

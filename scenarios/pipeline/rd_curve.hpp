@@ -60,6 +60,9 @@ RdQueries parse_rd_queries(std::string_view);  // InputError lists the choices
 // names the option in the InputError (bad syntax, A < 0, B < A, STEP <= 0, more than
 // kMaxRdBudgets points).
 inline constexpr int kMaxRdBudgets = 4096;
+// The allocations of every point are kept until the recomputation (a pooled scope solves all
+// heads at once): (families x budgets + ladder tiers) x heads x T bytes, at most this many.
+inline constexpr double kMaxRdAllocationBytes = 4.0 * (1 << 30);
 std::vector<double> parse_budget_grid(std::string_view spec, std::string_view option = "--budgets");
 
 struct RdCurveOptions {
