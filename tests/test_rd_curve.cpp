@@ -395,3 +395,61 @@ TEST_CASE("After thousands of allocations on one prepared head, the points still
   }
   CHECK(checked >= 60);
 }
+
+TEST_CASE("Named methods of the scenario are points beside the curves, recomputed as tierlab eval recomputes them") {
+  const tierlab::testing::TempDir tmp("rd_methods");
+  {
+    std::ofstream(tmp.file("m.yaml")) << "name: rdm\n"
+                                         "traces:\n"
+                                         "  synthetic:\n"
+                                         "    presets: [tiny]\n"
+                                         "    seeds: [2]\n"
+                                         "budgets: [2]\n"
+                                         "backend: cpu\n"
+                                         "bootstrap: 100\n"
+                                         "rate_kind: code\n"
+                                         "methods:\n"
+                                         "  - {quantizer: kivi, bits: 2, residual: 0}\n"
+                                         "  - {scorer: snapkv, keep: [\"ratio:0.25\", \"ratio:0.5\"], window: 8}\n"
+                                         "rd_curve:\n"
+                                         "  budgets: 0:8:2\n"
+                                         "  scope: head\n";
+  }
+  const std::string out = tmp.file("out");
+  const std::string cmd = "'" + std::string(TIERLAB_BINARY_DIR) + "/tierlab' run '" + tmp.file("m.yaml") + "' --out '" +
+                          out + "' > '" + tmp.file("log.txt") + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  INFO(tierlab::testing::slurp(tmp.file("log.txt")));
+  REQUIRE(WIFEXITED(rc));
+  REQUIRE(WEXITSTATUS(rc) == 0);
+  const nlohmann::json j = nlohmann::json::parse(tierlab::testing::slurp(out + "/tables/rd_curve.json"));
+  const nlohmann::json& ms = j["cells"][0]["rd_curve"]["methods"];
+  REQUIRE(ms.size() == 3);
+  CHECK(fs::exists(out + "/tables/rd_curve_methods.csv"));
+  // Independently: the same trace (the cell's), each method through evaluate_trace.
+  SynthParams sp = synth_preset("tiny");
+  sp.seed = 2;
+  const std::string trace_path = tmp.file("cell.safetensors");
+  write_synthetic_trace(sp, trace_path);
+  TraceReader trace(trace_path);
+  auto backend = make_recomputer(Backend::Cpu);
+  const std::vector<double> keep = {0.25, 0.5};
+  for (int k = 0; k < 2; ++k) {
+    const nlohmann::json& m = ms[static_cast<std::size_t>(1 + k)];
+    INFO(m.dump());
+    CHECK(m["kind"] == "scorer");
+    CHECK(m["code_bits"].get<double>() == Approx(16 * keep[static_cast<std::size_t>(k)]).epsilon(0.05));
+  }
+  const TraceEvaluation ev = evaluate_trace(trace, [&](const HeadData& h) {
+    CompressedHead c;
+    c.keys = dense_tier_keys(h.keys, Tier::parse("kivi2"));
+    c.kept.assign(static_cast<std::size_t>(h.keys.rows()), 1);
+    c.rate = nominal_rate(h, trace.meta().rope, Tier::parse("kivi2"));
+    return c;
+  }, *backend);
+  // KIVI-2 of the registry without its fp16 residual window quantizes every prompt token per
+  // channel in groups of 32, as the kivi2 tier does densely.
+  CHECK(ms[0]["kind"] == "quantizer");
+  CHECK(ms[0]["error"].get<double>() == Approx(ev.model.decode.rel_error).epsilon(1e-5));
+  CHECK(ms[0]["code_bits"].get<double>() == Approx(2.0));
+}

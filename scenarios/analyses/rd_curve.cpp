@@ -9,6 +9,8 @@
 
 #include "model/error.hpp"
 #include "scenarios/figures/tables_io.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/scenario/methods_spec.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
@@ -56,6 +58,14 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
 
 // A number of the cell JSON (null, for an undefined value: NaN).
 double jnum(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN(); }
+
+// A CSV field: quoted when it holds a comma or a quote (method labels may).
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"") == std::string::npos) return s;
+  std::string q = "\"";
+  for (const char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
 
 const char* const kFamilyOrder[] = {"quantize", "evict", "mixed", "routed"};
 
@@ -110,6 +120,11 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       keep(l["rate"].get<double>(), jnum(l["error"]), l["above_hull"].get<bool>() ? off : on);
     f.series.push_back(on);
     if (!off.x.empty()) f.series.push_back(off);
+    if (c.contains("methods") && !c["methods"].empty()) {
+      Series named{"named methods (tables/rd_curve_methods.csv)", Rgb{90, 90, 90}, Style::Points, {}, {}, 9};
+      for (const nlohmann::json& m : c["methods"]) keep(jnum(m["rate"]), jnum(m["error"]), named);
+      f.series.push_back(named);
+    }
     if (!(hi > 0)) continue;  // nothing recomputed above zero: no figure
     f.ylog = true;
     f.ymin = lo / 3, f.ymax = hi * 3;
@@ -132,11 +147,52 @@ void RdCurveAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) co
   o.solve.scope = spec.scope;
   const RdCurve c = rd_curve(ctx.trace, o, {}, ctx.stop);
   j["rd_curve"] = to_json(c);
+  if (ctx.scenario.methods.empty() || c.queries == RdQueries::Step) return;
+  // The scenario's named methods (`methods`) as single operating points beside the curves:
+  // every head compressed by the method, its measured rate, the surrogate prediction and the
+  // recomputed error on the curve's query set (means over the heads), and whether it lies
+  // above the families' hull.
+  const TraceMeta& meta = ctx.trace.meta();
+  std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(ctx.trace.head(l, h));
+  MethodContext mc;
+  mc.rope = meta.rope;
+  mc.group_size = meta.group_size;
+  mc.rate_kind = ctx.scenario.rate_kind;
+  nlohmann::json methods = nlohmann::json::array();
+  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  for (const MethodSpec& m : ctx.scenario.methods) {
+    ctx.check_stop();
+    const std::vector<std::vector<CompressedHead>> comp = make_model_compressor(m, mc)(heads);
+    double sur = 0, err = 0, cb = 0, tb = 0;
+    const double H = meta.n_heads();
+    for (std::size_t l = 0; l < heads.size(); ++l)
+      for (std::size_t h = 0; h < heads[l].size(); ++h) {
+        const HeadData& hd = heads[l][h];
+        const CompressedHead& ch = comp.at(l).at(h);
+        double on2 = 0;
+        const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), ch.keys, ch.kept, &on2);
+        sur += (on2 > 0 ? abs / on2 : 0.0) / H;
+        err += (c.queries == RdQueries::Decode ? evaluate_decode_steps(hd, ch.keys, ch.kept, ctx.backend)
+                                               : evaluate_obs_queries(hd, ch.keys, ch.kept, ctx.backend))
+                   .rel_error / H;
+        cb += ch.rate.code_bits / H, tb += ch.rate.total_bits / H;
+      }
+    const double x = ctx.scenario.rate_kind == RateKind::Code ? cb : tb;
+    const double at = c.hull.at(x);
+    methods.push_back({{"label", m.label}, {"kind", to_string(m.kind)}, {"code_bits", cb}, {"total_bits", tb},
+                       {"rate", x}, {"surrogate", finite(sur)}, {"error", finite(err)},
+                       {"above_hull", std::isfinite(at) && err > at * (1 + 1e-9)}});
+  }
+  j["rd_curve"]["methods"] = methods;
 }
 
 std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
                                           const std::string& dir) const {
-  std::ostringstream csv, lad, hull, md;
+  std::ostringstream csv, lad, hull, md, meth;
+  meth << "cell,label,kind,code_bits,total_bits,rate,surrogate,error,above_hull\n";
+  bool any_methods = false;
   csv << "cell,family,budget,code_bits,total_bits,rate,surrogate,error,attn_tv\n";
   lad << "cell,tier,code_bits,total_bits,rate,surrogate,error,above_hull,above_surrogate_hull\n";
   hull << "cell,vertex,rate,error,point\n";
@@ -167,6 +223,13 @@ std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlo
           << ',' << l["above_surrogate_hull"].get<bool>() << '\n';
       if (l["above_hull"].get<bool>()) above += (above.empty() ? "" : ", ") + l["tier"].get<std::string>();
     }
+    if (c.contains("methods"))
+      for (const nlohmann::json& m : c["methods"]) {
+        any_methods = true;
+        meth << id << ',' << csv_field(m["label"].get<std::string>()) << ',' << m["kind"].get<std::string>() << ','
+             << num(m["code_bits"]) << ',' << num(m["total_bits"]) << ',' << num(m["rate"]) << ','
+             << num(m["surrogate"]) << ',' << num(m["error"]) << ',' << m["above_hull"].get<bool>() << '\n';
+      }
     for (std::size_t i = 0; i < c["hull"]["rate"].size(); ++i)
       hull << id << ',' << i << ',' << num(c["hull"]["rate"][i]) << ',' << num(c["hull"]["value"][i]) << ','
            << c["hull"]["label"][i].get<std::string>() << '\n';
@@ -178,6 +241,7 @@ std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlo
   write_file_atomically(dir + "/rd_curve_ladder.csv", lad.str());
   write_file_atomically(dir + "/rd_curve_hull.csv", hull.str());
   write_file_atomically(dir + "/rd_curve.json", all.dump(1) + "\n");
+  if (any_methods) write_file_atomically(dir + "/rd_curve_methods.csv", meth.str());
   return md.str();
 }
 

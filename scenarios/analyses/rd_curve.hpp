@@ -6,7 +6,10 @@
 // token at one tier) and the lower convex hull of all operating points. The scenario's
 // ladder and rate_kind apply (x = the measured rate in that kind). Tables: rd_curve.csv,
 // rd_curve_ladder.csv, rd_curve_hull.csv, rd_curve.json. Figures: rd_curve_<cell> per cell
-// (the recomputed curves, the hull, the ladder points; dashed: the surrogate).
+// (the recomputed curves, the hull, the ladder points; dashed: the surrogate). With the
+// scenario's `methods` (KIVI, an eviction scorer at a keep ratio, ...): each a single
+// operating point beside the curves (rd_curve_methods.csv; above_hull: worse than the best
+// mix of the families' points at its rate).
 #include <string>
 #include <vector>
 
@@ -29,6 +32,8 @@ class RdCurveAnalysis final : public Analysis {
   explicit RdCurveAnalysis(RdCurveSpec s) : spec(std::move(s)) {}
   std::string name() const override { return "rd_curve"; }
   void compute_cell(const CellContext&, nlohmann::json& cell) const override;
+  // The scenario's `methods` are drawn as single operating points (decode or obs queries).
+  bool uses_methods() const override { return true; }
   std::string write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
                            const std::string& dir) const override;
   static AnalysisType type();
