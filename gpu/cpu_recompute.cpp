@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <cstdlib>
 #include <cmath>
 #include <exception>
@@ -111,12 +112,11 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   const MatrixRM& V = *hp.values;
   const int T = static_cast<int>(K.rows()), d = static_cast<int>(K.cols());
   const int rows = row_end - row_begin;
-  const int nv = static_cast<int>(hp.variants.size());
-  const float scale = static_cast<float>(1.0 / std::sqrt(double(d)));
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
 
   PreparedHead ph;
   ph.problem = hp;
+  ph.problem.variants.clear();  // set_variants below records them
   ph.row_begin = row_begin;
   ph.rows = rows;
   ph.T = T;
@@ -124,25 +124,109 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   ph.p.resize(rows, T);
   ph.p_sum.resize(rows);
   ph.o_norm2.resize(rows);
-  ph.u.resize(nv);
-  ph.logit_sq.resize(nv);
-  ph.max_ds.resize(nv);
-  ph.identical.assign(nv, false);
-  for (int v = 0; v < nv; ++v) {
-    ph.identical[v] = hp.variants[v] == hp.exact_keys || *hp.variants[v] == K;
-    if (ph.identical[v]) continue;
-    ph.u[v].resize(rows, T);
-    ph.max_ds[v].assign(rows, -std::numeric_limits<float>::infinity());
-  }
 
-  // Tiles of (query rows) x (tokens). Per tile: the exact logits in double (p's precision
-  // sets the errors': float logits of sharp heads would cost 1e-6 relative) and, per
-  // variant, ds from the key difference (exact in float when k^ and k are within a
-  // factor 2), u = expm1(ds).
+  // Tiles of (query rows) x (tokens): the exact logits in double (p's precision sets the
+  // errors': float logits of sharp heads would cost 1e-6 relative).
   const int row_blocks = (rows + kPrepareRowBlock - 1) / kPrepareRowBlock;
   const int token_blocks = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
   const MatrixRMd Qd = Q.middleRows(row_begin, rows).cast<double>();
   MatrixRMd logits(rows, T);  // the exact logits in double until the softmax
+  const int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  struct TileScratch {
+    MatrixRMd kd, sd;
+  };
+  std::vector<TileScratch> scratch(nthreads);
+  for (TileScratch& s : scratch) {
+    s.kd.resize(kPrepareTokenBlock, d);
+    s.sd.resize(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock);
+  }
+
+#pragma omp parallel num_threads(nthreads)
+  {
+    TileScratch& sc = scratch[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 1)
+    for (int tile = 0; tile < row_blocks * token_blocks; ++tile) {
+      const int rb = tile / token_blocks, tb = tile % token_blocks;
+      const int r0 = rb * kPrepareRowBlock, nr = std::min(kPrepareRowBlock, rows - r0);
+      const int t0 = tb * kPrepareTokenBlock, nt = std::min(kPrepareTokenBlock, T - t0);
+      auto kd = sc.kd.topRows(nt);
+      kd = K.middleRows(t0, nt).cast<double>();
+      auto sd = sc.sd.topLeftCorner(nr, nt);
+      sd.noalias() = Qd.middleRows(r0, nr) * kd.transpose();
+      logits.block(r0, t0, nr, nt) = sd * inv_sqrt_d;
+      // Causal limits: tokens past a row's limit get p = 0 (logit -inf).
+      for (int r = 0; r < nr; ++r) {
+        const int lim = row_limit(hp, row_begin + r0 + r);
+        if (lim < t0 + nt)
+          logits.row(r0 + r).segment(std::max(lim, t0), t0 + nt - std::max(lim, t0)).setConstant(-std::numeric_limits<double>::infinity());
+      }
+    }
+
+    // Exact softmax per row in double (max-subtracted), stored in float.
+#pragma omp for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      auto row = logits.row(r).array();
+      const double m = row.maxCoeff();
+      row = (row - m).exp();
+      const double z = row.sum();
+      ph.p.row(r) = (row / z).cast<float>().matrix();
+      ph.p_sum[r] = sum_double(ph.p.row(r).data(), T);
+    }
+
+    // o = p V / P1 per block of rows, and ||o||^2.
+#pragma omp for schedule(dynamic, 1)
+    for (int rb = 0; rb < (rows + kOutputRowBlock - 1) / kOutputRowBlock; ++rb) {
+      const int r0 = rb * kOutputRowBlock, nr = std::min(kOutputRowBlock, rows - r0);
+      MatrixRM o = ph.p.middleRows(r0, nr) * V;
+      for (int r = 0; r < nr; ++r) {
+        const double p1 = ph.p_sum[r0 + r];
+        ph.o_norm2[r0 + r] = squared_norm_double(o.row(r).data(), d) / (p1 * p1);
+      }
+    }
+  }
+  set_variants(ph, hp.variants);
+  return ph;
+}
+
+void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants, const std::vector<std::uint8_t>* differ) {
+  const HeadProblem& hp = ph.problem;
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  const int T = ph.T, d = ph.d, rows = ph.rows, row_begin = ph.row_begin;
+  for (const MatrixRM* v : variants)
+    if (!v || v->rows() != T || v->cols() != d)
+      throw std::invalid_argument("set_variants: a key variant is not " + std::to_string(T) + " x " + std::to_string(d));
+  if (differ && static_cast<int>(differ->size()) != T)
+    throw std::invalid_argument("set_variants: differ has " + std::to_string(differ->size()) + " entries, not T = " +
+                                std::to_string(T));
+  const int token_blocks_ = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
+  // With `differ`: the token blocks holding a flagged token (the others equal the exact keys).
+  std::vector<std::uint8_t> block_differs;
+  bool any_differs = true;
+  if (differ) {
+    block_differs.assign(static_cast<std::size_t>(token_blocks_), 0);
+    any_differs = false;
+    for (int t = 0; t < T; ++t)
+      if ((*differ)[static_cast<std::size_t>(t)]) block_differs[static_cast<std::size_t>(t / kPrepareTokenBlock)] = 1, any_differs = true;
+  }
+  const int nv = static_cast<int>(variants.size());
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(d)));
+  ph.problem.variants = variants;
+  ph.u.assign(nv, MatrixRM());
+  ph.logit_sq.assign(nv, VectorD());
+  ph.max_ds.assign(nv, {});
+  ph.identical.assign(nv, false);
+  for (int v = 0; v < nv; ++v) {
+    ph.identical[v] = variants[v] == hp.exact_keys || (differ ? !any_differs : *variants[v] == K);
+    if (ph.identical[v]) continue;
+    ph.u[v].resize(rows, T);
+    ph.max_ds[v].assign(rows, -std::numeric_limits<float>::infinity());
+  }
+  // Per tile and variant: ds from the key difference (exact in float when k^ and k are
+  // within a factor 2), u = expm1(ds). A tile whose keys equal the exact ones has ds = 0
+  // (no product needed).
+  const int row_blocks = (rows + kPrepareRowBlock - 1) / kPrepareRowBlock;
+  const int token_blocks = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
   // Partial results reduced after the tiles: sum over a row block of ds^2 per token,
   // and max over a token block of ds per row.
   std::vector<std::vector<VectorD>> logit_part(nv);
@@ -154,13 +238,10 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   }
   const int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
   struct TileScratch {
-    MatrixRMd kd, sd;
     MatrixRM kdiff, ds;
   };
   std::vector<TileScratch> scratch(nthreads);
   for (TileScratch& s : scratch) {
-    s.kd.resize(kPrepareTokenBlock, d);
-    s.sd.resize(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock);
     s.kdiff.resize(kPrepareTokenBlock, d);
     s.ds.resize(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock);
   }
@@ -174,25 +255,18 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
       const int r0 = rb * kPrepareRowBlock, nr = std::min(kPrepareRowBlock, rows - r0);
       const int t0 = tb * kPrepareTokenBlock, nt = std::min(kPrepareTokenBlock, T - t0);
       const auto kblk = K.middleRows(t0, nt);
-      auto kd = sc.kd.topRows(nt);
-      kd = kblk.cast<double>();
-      auto sd = sc.sd.topLeftCorner(nr, nt);
-      sd.noalias() = Qd.middleRows(r0, nr) * kd.transpose();
-      logits.block(r0, t0, nr, nt) = sd * inv_sqrt_d;
-      // Causal limits: tokens past a row's limit get p = 0 (logit -inf) and ds = 0 (so
-      // u = 0, no logit error and no overflow guard from tokens the row never sees).
-      for (int r = 0; r < nr; ++r) {
-        const int lim = row_limit(hp, row_begin + r0 + r);
-        if (lim < t0 + nt)
-          logits.row(r0 + r).segment(std::max(lim, t0), t0 + nt - std::max(lim, t0)).setConstant(-std::numeric_limits<double>::infinity());
-      }
       for (int v = 0; v < nv; ++v) {
         if (ph.identical[v]) continue;
         auto kdiff = sc.kdiff.topRows(nt);
-        kdiff = hp.variants[v]->middleRows(t0, nt) - kblk;
         auto ds = sc.ds.topLeftCorner(nr, nt);
-        ds.noalias() = Q.middleRows(row_begin + r0, nr) * kdiff.transpose();
-        ds *= scale;
+        const bool skip = differ && !block_differs[static_cast<std::size_t>(tb)];
+        if (!skip) kdiff = variants[v]->middleRows(t0, nt) - kblk;
+        if (skip || kdiff.isZero(0.0f)) {
+          ds.setZero();
+        } else {
+          ds.noalias() = Q.middleRows(row_begin + r0, nr) * kdiff.transpose();
+          ds *= scale;
+        }
         for (int r = 0; r < nr; ++r) {
           const int lim = row_limit(hp, row_begin + r0 + r);
           if (lim < t0 + nt) ds.row(r).tail(t0 + nt - std::max(lim, t0)).setZero();
@@ -209,30 +283,11 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
       }
     }
 
-    // Exact softmax per row in double (max-subtracted), stored in float.
 #pragma omp for schedule(static)
-    for (int r = 0; r < rows; ++r) {
-      auto row = logits.row(r).array();
-      const double m = row.maxCoeff();
-      row = (row - m).exp();
-      const double z = row.sum();
-      ph.p.row(r) = (row / z).cast<float>().matrix();
-      ph.p_sum[r] = sum_double(ph.p.row(r).data(), T);
+    for (int r = 0; r < rows; ++r)
       for (int v = 0; v < nv; ++v)
         if (!ph.identical[v])
           for (int tb = 0; tb < token_blocks; ++tb) ph.max_ds[v][r] = std::max(ph.max_ds[v][r], max_part[v][tb][r]);
-    }
-
-    // o = p V / P1 per block of rows, and ||o||^2.
-#pragma omp for schedule(dynamic, 1)
-    for (int rb = 0; rb < (rows + kOutputRowBlock - 1) / kOutputRowBlock; ++rb) {
-      const int r0 = rb * kOutputRowBlock, nr = std::min(kOutputRowBlock, rows - r0);
-      MatrixRM o = ph.p.middleRows(r0, nr) * V;
-      for (int r = 0; r < nr; ++r) {
-        const double p1 = ph.p_sum[r0 + r];
-        ph.o_norm2[r0 + r] = squared_norm_double(o.row(r).data(), d) / (p1 * p1);
-      }
-    }
 
     // Sum of ds^2 over all rows, per token.
 #pragma omp for schedule(static)
@@ -242,7 +297,6 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
       for (int rb = 1; rb < row_blocks; ++rb) ph.logit_sq[v] += logit_part[v][rb];
     }
   }
-  return ph;
 }
 
 double kept_logit_sq(const PreparedHead& ph, const Selection& sel, double* n_pairs) {

@@ -73,6 +73,17 @@ struct PreparedHead {
 // parallel region. Shapes must have passed check_batch().
 PreparedHead prepare_head(const HeadProblem&, int row_begin, int row_end);
 
+// Replaces the key variants of a prepared head (phase 1's per-variant part: ds, u, L and the
+// overflow guard's max ds) and leaves the exact part (p, P1, o) as it is: the selections of
+// one head under many materialised allocations (a rate-distortion curve) share the exact
+// part. Each variant is T x d and must outlive ph; a token block whose keys equal the exact
+// keys costs no product. `differ` (optional, T entries): the caller's statement that a
+// variant's row t may differ from the exact key only where differ[t] != 0 (rows elsewhere are
+// not read: blocks without a flagged token cost no pass at all, and a variant is identical
+// when no token is flagged). Uses OpenMP threads when called outside a parallel region.
+void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants,
+                  const std::vector<std::uint8_t>* differ = nullptr);
+
 // Scratch space of one thread (grown on demand, reused across calls).
 struct Workspace {
   std::vector<float> u, zeros, delta, out;

@@ -90,6 +90,7 @@ void Engine::clear_cache() {
   used_.clear();
   work_.reset();
   last_.reset();
+  curves_.clear();
 }
 
 void Engine::set_cache_limit(std::size_t bytes) {

@@ -32,6 +32,14 @@
 //       convex hull.
 //   (e) staleness (scenarios/pipeline/staleness_head.hpp): a run's per-step medians, else the selected
 //       head's err_stale/err_fresh, Jaccard of evicted sets and tier agreement per step.
+//   (f) rate-distortion curve (scenarios/pipeline/rd_curve.hpp): the selected head's Q, E and M
+//       optima over B = kRdCurveGrid, recomputed exactly on decode step s's g queries (as the
+//       water-filling view; the observation queries without decode steps), the surrogate
+//       beside them, the ladder points and the lower convex hull; B marked (the grid point
+//       nearest B per family). The curve is computed once per (head, ladder, rate kind,
+//       solver, s) and cached: moving the budget slider only redraws. With more than one head
+//       in the source, a second figure: the model-wide curve (every head shares B, scope
+//       model, B = kRdModelGrid), cached the same way.
 //
 // Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
 // noise fit, the weight order, the sorted log weights of the water level and the smoothed
@@ -61,7 +69,19 @@
 #include "solvers/families.hpp"
 #include "solvers/waterfill.hpp"
 
+namespace tierlab {
+struct RdCurve;
+struct RdCurveOptions;
+struct HeadCosts;
+}
+
 namespace tierlab::explorer {
+
+// The budget grids of the rate-distortion view (A:B:STEP, bits per key element): the head's
+// curve, and the model-wide one (every head of the trace shares B; a coarser grid, as each
+// point solves all heads).
+inline constexpr const char* kRdCurveGrid = "0:16:0.25";
+inline constexpr const char* kRdModelGrid = "0:16:1";
 
 struct Settings {
   int layer = 0, kv_head = 0;
@@ -133,6 +153,8 @@ class Engine {
   ViewResult interior(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
   ViewResult dominance(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
   ViewResult staleness(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+  // (f); the curve is cached per (head, ladder, rate kind, solver, decode step).
+  ViewResult rd_curve(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
 
   // The recomputed error of the last water-filling allocation on the observation queries
   // (re-solves when `s` differs from the last call's settings).
@@ -166,6 +188,10 @@ class Engine {
   int apply_(int l, int h, const RateLadder& ladder, const std::vector<std::uint8_t>& tiers);
   ErrorMetrics step_error_(int step);  // the work entry's allocation at decode step s (S > 0)
   ErrorMetrics obs_error_(const std::atomic<bool>* cancel);  // ... on the observation queries
+  std::shared_ptr<const RdCurve> rd_curve_(const Settings&, const Progress&, const std::atomic<bool>* cancel);
+  std::shared_ptr<const RdCurve> model_rd_curve_(const Settings&, const Progress&, const std::atomic<bool>* cancel);
+  RdCurveOptions rd_options_(const Settings&, const char* grid, Scope scope) const;
+  HeadCosts rd_costs_(int l, int h, const RdCurveOptions&, const std::atomic<bool>* cancel);
   void touch_(const std::string& key);
   void trim_();  // drops least recently used entries while over the limit
   // The water-filling view's steps (gui/views/waterfill.cpp): the continuous water-filling,
@@ -190,6 +216,7 @@ class Engine {
   std::uint64_t clock_ = 0;
   std::size_t cache_limit_ = std::size_t(1) << 30;
   std::unique_ptr<Work> work_;
+  std::map<std::string, std::shared_ptr<const RdCurve>> curves_;  // rd_curve_: (head, ladder, kind, solver) -> curve
   struct Last;
   std::shared_ptr<Last> last_;  // the last water-filling allocation (for obs_error)
 };

@@ -32,7 +32,7 @@ const char* kHelp =
     "Default: preset:llama-like:1024.\n"
     "\n"
     "options:\n"
-    "  --view NAME               view in front: waterfill, headmap, interior, dominance, staleness\n"
+    "  --view NAME               view in front: waterfill, headmap, interior, dominance, staleness, rdcurve\n"
     "  --budget B                budget in bits per key element (default 2)\n"
     "  --head L.H                the head (layer L, KV head H)\n"
     "  --out DIR                 the run folder of a SCENARIO.yaml (default out/<name>)\n"

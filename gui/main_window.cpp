@@ -46,9 +46,9 @@ namespace tierlab::explorer {
 
 namespace {
 
-const char* kViewNames[ViewCount] = {"waterfill", "headmap", "interior", "dominance", "staleness"};
+const char* kViewNames[ViewCount] = {"waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"};
 const char* kViewTitles[ViewCount] = {"Water-filling (one head)", "Layer x head map", "Interior advantage",
-                                      "Dominance", "Staleness"};
+                                      "Dominance", "Staleness", "RD curve"};
 constexpr double kSliderScale = 20.0;  // slider steps per bit
 
 // Why the bits-ladder text is not a ladder (empty when it is): each entry an integer 1..15.
@@ -287,14 +287,15 @@ QGroupBox* MainWindow::buildAllocationBox() {
   return alloc_box;
 }
 
-// The five view tabs, one plot per figure (two for water-filling, interior and staleness), each with hover.
+// The view tabs, one plot per figure (two for water-filling, interior, staleness and the RD
+// curve: the head and the model), each with hover.
 void MainWindow::buildViews() {
   tabs_ = new QTabWidget;
   for (int v = 0; v < ViewCount; ++v) {
     auto* page = new QWidget;
     auto* lay = new QVBoxLayout(page);
     lay->setContentsMargins(2, 2, 2, 2);
-    const int n = (v == WaterfillView || v == InteriorView || v == StalenessView) ? 2 : 1;
+    const int n = (v == WaterfillView || v == InteriorView || v == StalenessView || v == RdCurveView) ? 2 : 1;
     for (int k = 0; k < n; ++k) {
       auto* plot = new QCustomPlot;
       plot->setMinimumHeight(220);
@@ -653,6 +654,7 @@ void MainWindow::requestView(int view) {
       case HeadMapView: *r = engine->head_map(s, nullptr, progress, &cancel); break;
       case InteriorView: *r = engine->interior(s, progress, &cancel); break;
       case DominanceView: *r = engine->dominance(s, progress, &cancel); break;
+      case RdCurveView: *r = engine->rd_curve(s, progress, &cancel); break;
       default: *r = engine->staleness(s, progress, &cancel); break;
     }
     return [self, r, wn, view, engine, s] {

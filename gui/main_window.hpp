@@ -1,7 +1,7 @@
 #pragma once
 // tierlab-explorer's window: the controls a teacher needs (source, head, budget, quantizer and
 // bits ladder, rate kind, solver, family, smoothing kernel, context length, decode step), five
-// views as tabs (water-filling, layer x head map, interior advantage, dominance, staleness),
+// views as tabs (water-filling, layer x head map, interior advantage, dominance, staleness, RD curve),
 // export of the current view (PNG/SVG/PDF through export_figure, CSV of its data) and a
 // status bar with progress.
 //
@@ -38,8 +38,8 @@ class QToolButton;
 
 namespace tierlab::explorer {
 
-enum View { WaterfillView = 0, HeadMapView, InteriorView, DominanceView, StalenessView, ViewCount };
-const char* view_name(int view);  // "waterfill", "headmap", "interior", "dominance", "staleness"
+enum View { WaterfillView = 0, HeadMapView, InteriorView, DominanceView, StalenessView, RdCurveView, ViewCount };
+const char* view_name(int view);  // "waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"
 
 class MainWindow : public QMainWindow {
   Q_OBJECT

@@ -24,6 +24,7 @@
 #include "model/trace.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/pipeline/rd_curve.hpp"
 #include "solvers/waterfill.hpp"
 
 namespace fs = std::filesystem;
@@ -530,4 +531,60 @@ TEST_CASE("a mixed allocation over TurboQuant tiers runs through tierlab solve's
   CHECK(n.tiers == rep.allocation.tiers.at(0));
   CHECK(n.rate.total_bits == Approx(rep.heads.at(0).rate.total_bits).epsilon(1e-12));
   CHECK(n.rate.total_bits > n.rate.code_bits);  // TurboQuant's per-token norm is counted
+}
+
+TEST_CASE("explorer core: the RD curve view is the library's curve of the head, cached, with the budget marked") {
+  auto src = Source::open(parse_source(small_trace()));
+  Engine engine(src, Backend::Cpu);
+  Settings s;
+  s.layer = 1, s.kv_head = 0, s.budget = 3.1;
+  const ViewResult a = engine.rd_curve(s);
+  REQUIRE(a.figures.size() == 2);  // the head's curve, and the model-wide one (4 heads)
+  const Figure& f = a.figures[0];
+  CHECK(a.figures[1].title.find("model (4 heads share B)") != std::string::npos);
+  // The library's curve of the same head, computed independently of the engine's caches.
+  TraceReader trace(small_trace());
+  const HeadData head = trace.head(1, 0);
+  RdCurveOptions o;
+  o.budgets = parse_budget_grid(kRdCurveGrid);
+  o.families = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};
+  o.solve.ladder = RateLadder::parse(s.ladder);
+  o.solve.rate_kind = s.rate_kind;
+  o.queries = RdQueries::Step;
+  o.decode_step = s.decode_step;
+  const RdCurve c = rd_curve(std::vector<const HeadData*>{&head}, trace.meta().rope, o);
+  const Series* mixed = nullptr;
+  const Series* marker = nullptr;
+  for (const Series& se : f.series) {
+    if (se.name == "mixed") mixed = &se;
+    if (se.name.empty() && se.style == Style::Dashed && se.x.size() == 2 && se.x[0] == se.x[1]) marker = &se;
+  }
+  REQUIRE(mixed != nullptr);
+  REQUIRE(marker != nullptr);
+  CHECK(marker->x.front() == Approx(3.1));
+  std::vector<double> want;
+  for (std::size_t k = 0; k < o.budgets.size(); ++k)
+    if (c.at(2, static_cast<int>(k)).error.rel_error > 0) want.push_back(c.at(2, static_cast<int>(k)).error.rel_error);
+  REQUIRE(mixed->y.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(mixed->y[i] == Approx(want[i]).epsilon(1e-12));
+  // The nearest grid budget (3) is the one the numbers quote; a slider move only redraws.
+  CHECK(a.info.find("At B = 3 ") != std::string::npos);
+  s.budget = 7.9;
+  const ViewResult b = engine.rd_curve(s);
+  CHECK(b.info.find("At B = 8 ") != std::string::npos);
+  CHECK(b.seconds < a.seconds);
+  // The model-wide curve is the library's over every head of the trace at model scope.
+  RdCurveOptions om = o;
+  om.budgets = parse_budget_grid(kRdModelGrid);
+  om.solve.scope = Scope::Model;
+  const RdCurve cm = rd_curve(trace, om);
+  const Series* mm = nullptr;
+  for (const Series& se : b.figures.at(1).series)
+    if (se.name == "mixed") mm = &se;
+  REQUIRE(mm != nullptr);
+  std::vector<double> wm;
+  for (std::size_t k = 0; k < om.budgets.size(); ++k)
+    if (cm.at(2, static_cast<int>(k)).error.rel_error > 0) wm.push_back(cm.at(2, static_cast<int>(k)).error.rel_error);
+  REQUIRE(mm->y.size() == wm.size());
+  for (std::size_t i = 0; i < wm.size(); ++i) CHECK(mm->y[i] == Approx(wm[i]).epsilon(1e-12));
 }

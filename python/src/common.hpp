@@ -166,5 +166,6 @@ void bind_trace(py::module_& m);
 void bind_model(py::module_& m);
 void bind_solve(py::module_& m);
 void bind_scenarios(py::module_& m);
+void bind_rdcurve(py::module_& m);
 
 }  // namespace tierlab::python

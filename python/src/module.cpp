@@ -199,4 +199,5 @@ PYBIND11_MODULE(_tierlab, m) {
   bind_model(m);
   bind_solve(m);
   bind_scenarios(m);
+  bind_rdcurve(m);
 }

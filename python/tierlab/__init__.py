@@ -13,7 +13,9 @@ The C++ library through a pybind11 extension (tierlab._tierlab) with NumPy array
   recompute   recompute (an allocation of a trace), recompute_head (many allocations of
               one head, per-row and mean errors), RecomputeProblem / recompute_variants (the
               backends' own problem: variants and selections),
-              interior (the interior advantage A of every head: tierlab.Interior)
+              interior (the interior advantage A of every head: tierlab.Interior),
+              rd_curve (the rate-distortion curve: every family over a budget grid,
+              recomputed, with the lower hull; a dict of arrays)
   scenarios   load_scenario, run_scenario, read_tables
   figures     figures (each as data), Figure.save, render_figures
   errors      InputError (a ValueError; FormatError is one), RecomputeError (a RuntimeError)
@@ -69,6 +71,7 @@ from ._tierlab import (
     recompute_head,
     recompute_variants,
     interior,
+    rd_curve,
     load_scenario,
     run_scenario,
     figures,

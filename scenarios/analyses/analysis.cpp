@@ -6,6 +6,7 @@
 #include "scenarios/analyses/mismatch.hpp"
 #include "scenarios/analyses/phase_map.hpp"
 #include "scenarios/analyses/proxy.hpp"
+#include "scenarios/analyses/rd_curve.hpp"
 #include "scenarios/analyses/smoothing.hpp"
 #include "scenarios/analyses/staleness.hpp"
 #include "scenarios/analyses/waterfill.hpp"
@@ -22,6 +23,7 @@ const std::vector<AnalysisType>& analysis_types() {
       SmoothingAnalysis::type(),     // smoothing
       MismatchAnalysis::type(),      // mismatch
       ProxyAnalysis::type(),         // proxy (with methods)
+      RdCurveAnalysis::type(),       // rd_curve
   };
   return types;
 }

@@ -1,6 +1,10 @@
 // tierlab solve TRACE --budget B [--rate code|total] [--solver S] [--family F] [--scope S]
 //   [--ladder L] [--smooth avg|max --kernel K --padding P] [--json] [--summary]
 //   [--write-allocation FILE] [--recompute [--backend B]] [--advantage]
+// tierlab solve TRACE --budgets A:B:STEP [--recompute] [--families LIST] [--queries decode|obs|step [--decode-step S]]
+//   [--rate code|total] [--scope head|layer|model] [--ladder L] [--json]: the rate-distortion
+//   curve (scenarios/pipeline/rd_curve.hpp)
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -11,6 +15,7 @@
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/run/progress.hpp"
+#include "scenarios/pipeline/rd_curve.hpp"
 #include "scenarios/pipeline/report.hpp"
 
 namespace tierlab::cli {
@@ -20,15 +25,26 @@ void add_solve(CLI::App& app) {
     std::string trace, rate = "code", solver = "exact", family = "mixed", scope = "head";
     std::string ladder{kDefaultSolveLadder};
     std::string smooth = "avg", padding = "reflect", write_allocation, backend = "auto";
+    std::string budgets, families = "quantize,evict,mixed,routed", queries = "decode";
     double budget = 0.0, route_tolerance = 0.0;
-    int kernel = 5;
+    int kernel = 5, decode_step = 1;
     bool json = false, summary = false, recompute = false, advantage = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
       "solve", "Allocate tiers to every token of a trace for a key budget (families, routing, scopes, solvers)");
   cmd->add_option("trace", args->trace, "Trace file (safetensors)")->required();
-  cmd->add_option("--budget", args->budget, "Budget B in bits per key element")->required();
+  CLI::Option* budget = cmd->add_option("--budget", args->budget, "Budget B in bits per key element");
+  CLI::Option* budgets = cmd->add_option(
+      "--budgets", args->budgets,
+      "Rate-distortion curve over the budgets A:B:STEP (e.g. 0:16:0.25): every family's optimum at each, "
+      "with --recompute its exact error, and the lower convex hull");
+  budget->excludes(budgets);
+  cmd->add_option("--families", args->families, "--budgets: the families' curves, comma-separated (quantize, evict, mixed, routed)")
+      ->capture_default_str();
+  cmd->add_option("--queries", args->queries, "--budgets: recompute on the decode, obs or step (one decode step's) queries")
+      ->capture_default_str();
+  cmd->add_option("--decode-step", args->decode_step, "--budgets --queries step: the decode step s")->capture_default_str();
   cmd->add_option("--rate", args->rate, "How the budget counts bits: code or total")->capture_default_str();
   cmd->add_option("--solver", args->solver, "exact, greedy, greedy-raw, waterfill or smoothed")->capture_default_str();
   cmd->add_option("--family", args->family, "mixed, quantize, evict or routed")->capture_default_str();
@@ -47,7 +63,9 @@ void add_solve(CLI::App& app) {
   cmd->add_flag("--advantage", args->advantage,
                 "Also recompute the interior advantage A = 1 - err(M*)/min(err(Q*), err(E*)) (implied by routed with --recompute)");
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
-  cmd->callback([args]() {
+  cmd->callback([args, budget, budgets]() {
+    if (budget->count() == 0 && budgets->count() == 0)
+      throw InputError("solve needs --budget B (one allocation) or --budgets A:B:STEP (the rate-distortion curve).");
     AllocateOptions opt;
     opt.budget = args->budget;
     opt.rate_kind = parse_rate_kind(args->rate);
@@ -59,6 +77,36 @@ void add_solve(CLI::App& app) {
     opt.smoothing.kernel = args->kernel;
     opt.smoothing.padding = parse_padding(args->padding);
     opt.route_tolerance = args->route_tolerance;
+    if (budgets->count() > 0) {
+      if (!args->write_allocation.empty() || args->advantage)
+        throw InputError("--budgets computes a curve; --write-allocation and --advantage take one --budget.");
+      RdCurveOptions ro;
+      ro.budgets = parse_budget_grid(args->budgets, "--budgets");
+      opt.budget = ro.budgets.front();
+      ro.solve = opt;
+      ro.families.clear();
+      for (std::size_t pos = 0; pos <= args->families.size();) {
+        const std::size_t end = std::min(args->families.find(',', pos), args->families.size());
+        ro.families.push_back(parse_family_choice(args->families.substr(pos, end - pos)));
+        pos = end + 1;
+      }
+      ro.recompute = args->recompute;
+      ro.queries = parse_rd_queries(args->queries);
+      ro.decode_step = args->decode_step;
+      ro.validate();
+      if (args->recompute && parse_backend(args->backend) == Backend::Cuda)
+        throw InputError("--budgets recomputes on the CPU reference (each head's exact part shared by its points); "
+                         "--backend cuda is not used here, leave --backend at auto or cpu.");
+      TraceReader trace(args->trace);
+      TerminalProgress bar("curve");
+      const RdCurve curve = rd_curve(trace, ro, [&](int d, int t) { bar.update(d, t); });
+      bar.finish();
+      if (args->json)
+        std::printf("%s\n", to_json(curve).dump(2).c_str());
+      else
+        std::printf("%s", text_report(curve).c_str());
+      return;
+    }
     opt.validate();
     const bool advantage = args->advantage || (args->recompute && opt.family == FamilyChoice::Routed);
     std::unique_ptr<Recomputer> backend;

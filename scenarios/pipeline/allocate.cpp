@@ -22,28 +22,16 @@ namespace {
 // The family solver behind `s`: smoothed solves the pooled costs exact.
 FamilySolver family_solver(AllocSolver s) { return s == AllocSolver::Smoothed ? FamilySolver::Exact : s; }
 
-// What is kept of one head after its costs are computed.
-struct KeptHead {
-  int layer = 0, kv_head = 0;
-  MatrixRMd cost;      // true costs, ladder.size() x T
-  MatrixRMd smoothed;  // pooled costs (smoothed solver), else empty
-  VectorD a;           // a_t
-  DistortionModel noise;
-  double output_norm2 = 0;
-  std::vector<Span> spans;
-  std::vector<double> rates;  // ladder_rates of this head
-};
-
 // The heads' common rates; where they differ (a published tier's data-dependent rate), the mean.
-std::vector<double> mean_rates(const std::vector<KeptHead>& kept) {
+std::vector<double> mean_rates(const std::vector<HeadCosts>& kept) {
   if (kept.empty()) return {};
   std::vector<double> r = kept.front().rates;
   bool differ = false;
-  for (const KeptHead& k : kept) differ = differ || k.rates != r;
+  for (const HeadCosts& k : kept) differ = differ || k.rates != r;
   if (!differ) return r;
   for (std::size_t j = 0; j < r.size(); ++j) {
     double s = 0.0;
-    for (const KeptHead& k : kept) s += k.rates[j];
+    for (const HeadCosts& k : kept) s += k.rates[j];
     r[j] = s / static_cast<double>(kept.size());
   }
   return r;
@@ -68,34 +56,16 @@ SolveStatus worse(SolveStatus a, SolveStatus b) {
   return rank(a) >= rank(b) ? a : b;
 }
 
-// Every head's costs (and pooled costs, noise model, rates) for allocate_trace, one head at a time.
-std::vector<KeptHead> head_costs(const TraceReader& trace, const AllocateOptions& opt, const Progress& progress) {
+// Every head's costs, one head at a time.
+std::vector<HeadCosts> trace_head_costs(const TraceReader& trace, const AllocateOptions& opt, const Progress& progress) {
   const TraceMeta& meta = trace.meta();
-  const RateLadder& ladder = opt.ladder;
-  const bool smoothed = opt.solver == AllocSolver::Smoothed;
   const int H = meta.n_heads();
-  std::vector<KeptHead> kept(static_cast<std::size_t>(H));
+  std::vector<HeadCosts> kept;
+  kept.reserve(static_cast<std::size_t>(H));
   for (int l = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h) {
-      const int i = l * meta.n_kv_heads + h;
-      KeptHead& k = kept[static_cast<std::size_t>(i)];
-      {
-        const HeadData head = trace.head(l, h);
-        SurrogateCosts sc = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
-        k.rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
-        k.layer = l;
-        k.kv_head = h;
-        k.output_norm2 = sc.output_norm2;
-        k.spans = head.spans;
-        if (opt.solver == AllocSolver::Waterfill) {
-          const HeadNoiseModel n = fit_head_noise(sc, k.rates);
-          k.noise = DistortionModel{n.alpha, n.beta};
-        }
-        k.a = std::move(sc.weights.a);
-        k.cost = std::move(sc.cost);
-      }
-      if (smoothed) k.smoothed = smooth_costs(k.cost, opt.smoothing);
-      if (progress) progress(i + 1, H);
+      kept.push_back(head_costs(trace.head(l, h), meta.rope, opt));
+      if (progress) progress(static_cast<int>(kept.size()), H);
     }
   return kept;
 }
@@ -138,7 +108,7 @@ void add_totals(AllocationReport& rep, const TraceMeta& meta, std::vector<std::v
 }
 
 // The groups of heads that share one budget (head, layer or model scope) and their names.
-std::vector<std::vector<int>> scope_groups(const TraceMeta& meta, Scope scope, const std::vector<KeptHead>& kept,
+std::vector<std::vector<int>> scope_groups(const TraceMeta& meta, Scope scope, const std::vector<HeadCosts>& kept,
                                            std::vector<std::string>& group_names) {
   const int H = meta.n_heads();
   std::vector<std::vector<int>> groups;
@@ -182,28 +152,66 @@ std::string AllocateOptions::name() const {
   return s;
 }
 
+HeadCosts head_costs(const HeadData& head, const RopeParams& rope, const AllocateOptions& opt) {
+  HeadCosts k;
+  SurrogateCosts sc = surrogate_costs(head, rope, observation_queries(head), opt.ladder);
+  k.rates = ladder_rates(head, rope, opt.ladder, opt.rate_kind);
+  k.layer = head.layer;
+  k.kv_head = head.kv_head;
+  k.output_norm2 = sc.output_norm2;
+  k.spans = head.spans;
+  if (opt.solver == AllocSolver::Waterfill) {
+    const HeadNoiseModel n = fit_head_noise(sc, k.rates);
+    k.noise = DistortionModel{n.alpha, n.beta};
+  }
+  k.a = std::move(sc.weights.a);
+  k.cost = std::move(sc.cost);
+  if (opt.solver == AllocSolver::Smoothed) k.smoothed = smooth_costs(k.cost, opt.smoothing);
+  return k;
+}
+
 AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& opt, const Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   opt.validate();
   const TraceMeta& meta = trace.meta();
+  const std::vector<HeadCosts> kept = trace_head_costs(trace, opt, progress);
+  const double seconds_costs = seconds_since(t0);
+  const bool needs_head = ladder_needs_head(opt.ladder);
+  AllocationReport rep = allocate_heads(meta, kept, opt, [&](int i, const std::vector<std::uint8_t>& tiers) {
+    const HeadCosts& kh = kept[static_cast<std::size_t>(i)];
+    return needs_head ? allocation_rate(trace.head(kh.layer, kh.kv_head), meta.rope, opt.ladder, tiers)
+                      : allocation_rate(static_cast<int>(kh.cost.cols()), meta.head_dim, opt.ladder, tiers);
+  });
+  rep.trace_path = trace.path();
+  rep.seconds_costs = seconds_costs;
+  rep.seconds = seconds_since(t0);
+  return rep;
+}
+
+AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCosts>& kept, const AllocateOptions& opt,
+                                const HeadRate& head_rate) {
+  const auto t0 = std::chrono::steady_clock::now();
+  opt.validate();
+  if (static_cast<int>(kept.size()) != meta.n_heads())
+    throw InputError("allocate_heads: " + std::to_string(kept.size()) + " heads' costs for a trace of " +
+                     std::to_string(meta.n_heads()) + " heads");
   AllocationReport rep;
   rep.objective = rep.lower_bound = rep.gap = rep.relative_gap = 0.0;  // what an infeasible call reports
   rep.options = opt;
-  rep.trace_path = trace.path();
   const RateLadder& ladder = opt.ladder;
   const int m = ladder.size();
+  for (const HeadCosts& k : kept)
+    if (k.cost.rows() != m || (opt.solver == AllocSolver::Smoothed && k.smoothed.rows() != m) ||
+        (opt.solver == AllocSolver::Waterfill && !(k.noise.beta > 0)))
+      throw InputError("allocate_heads: the costs of L" + std::to_string(k.layer) + ".H" + std::to_string(k.kv_head) +
+                       " were not computed for ladder '" + ladder.name() + "' and solver " +
+                       std::string(to_string(opt.solver)) + " (head_costs with the same options)");
   // The rates r_j the budget counts: every head's (ladder_rates); a tier whose rate depends on
   // the head's data (a published quantizer's) is counted at the mean over the heads.
-  std::vector<double> rates;
-  const bool needs_head = ladder_needs_head(ladder);
   const std::vector<TierOption> options = family_options(ladder, opt.family);
   const bool smoothed = opt.solver == AllocSolver::Smoothed;
-
-  // 1. Costs, one head at a time.
   const int H = meta.n_heads();
-  std::vector<KeptHead> kept = head_costs(trace, opt, progress);
-  rep.seconds_costs = seconds_since(t0);
-  rates = mean_rates(kept);
+  const std::vector<double> rates = mean_rates(kept);
 
   // 2. Scopes: groups of heads sharing one budget.
   std::vector<std::string> group_names;
@@ -221,7 +229,7 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
     p.rates = rates;
     p.budget = budget;
     for (int i : members) {
-      const KeptHead& k = kept[static_cast<std::size_t>(i)];
+      const HeadCosts& k = kept[static_cast<std::size_t>(i)];
       p.heads.push_back(FamilyHead{use_smoothed ? &k.smoothed : &k.cost, &k.a, k.noise});
     }
     return p;
@@ -239,10 +247,9 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
   auto measured = [&](const std::vector<int>& members, const FamilyResult& r) {
     double sum = 0, tokens = 0;
     for (std::size_t k = 0; k < members.size(); ++k) {
-      const KeptHead& kh = kept[static_cast<std::size_t>(members[k])];
+      const HeadCosts& kh = kept[static_cast<std::size_t>(members[k])];
       const int n = static_cast<int>(kh.cost.cols());
-      const Rate x = needs_head ? allocation_rate(trace.head(kh.layer, kh.kv_head), meta.rope, ladder, r.heads[k].tiers)
-                                : allocation_rate(n, meta.head_dim, ladder, r.heads[k].tiers);
+      const Rate x = head_rate(members[k], r.heads[k].tiers);
       sum += rate_of(x, opt.rate_kind) * n, tokens += n;
     }
     return tokens > 0 ? sum / tokens : 0.0;
@@ -324,7 +331,7 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
     double objective = 0.0;
     for (std::size_t k = 0; k < groups[g].size(); ++k) {
       const int i = groups[g][k];
-      const KeptHead& kh = kept[static_cast<std::size_t>(i)];
+      const HeadCosts& kh = kept[static_cast<std::size_t>(i)];
       const FamilyHeadResult& fr = r.heads[k];
       HeadSolveReport& hr = rep.heads[static_cast<std::size_t>(i)];
       hr.layer = kh.layer;
@@ -334,8 +341,7 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
       hr.family = r.options[static_cast<std::size_t>(fr.option)].family;
       hr.histogram.assign(static_cast<std::size_t>(m), 0);
       for (auto j : fr.tiers) ++hr.histogram[j];
-      hr.rate = needs_head ? allocation_rate(trace.head(kh.layer, kh.kv_head), meta.rope, ladder, fr.tiers)
-                           : allocation_rate(hr.tokens, meta.head_dim, ladder, fr.tiers);
+      hr.rate = head_rate(i, fr.tiers);
       hr.budget_rate = fr.rate_bits / hr.tokens;
       hr.objective = sum_cost(kh.cost, fr.tiers);
       hr.relative_objective = kh.output_norm2 > 0 ? hr.objective / kh.output_norm2 : 0.0;

@@ -35,6 +35,9 @@
 
 #include "model/allocation.hpp"
 #include "model/cancel.hpp"
+#include "model/linalg.hpp"
+#include "model/quantizer.hpp"
+#include "model/surrogate.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
 #include "solvers/exact.hpp"
@@ -119,6 +122,30 @@ struct AllocationReport : SolveSummary {
 
 AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions& options,
                                 const Progress& progress = {});
+
+// The two steps of allocate_trace, for callers that solve the same heads at many budgets or
+// families (the rate-distortion curve, rd_curve.hpp): the costs once, then one solve each.
+// What allocate_trace keeps of one head after its costs are computed (for options.ladder,
+// rate_kind and solver; the budget, family and scope do not enter).
+struct HeadCosts {
+  int layer = 0, kv_head = 0;
+  MatrixRMd cost;      // true costs c_t(tau_j), ladder.size() x T
+  MatrixRMd smoothed;  // pooled costs (smoothed solver), else empty
+  VectorD a;           // a_t
+  DistortionModel noise;  // fitted n_h(b) (waterfill solver), else empty
+  double output_norm2 = 0;  // mean_q ||o_q||^2 on the observation queries
+  std::vector<Span> spans;
+  std::vector<double> rates;  // ladder_rates of this head in options.rate_kind
+};
+HeadCosts head_costs(const HeadData& head, const RopeParams& rope, const AllocateOptions& options);
+// The measured rate of head i's allocation (allocation_rate, quantizer.hpp).
+using HeadRate = std::function<Rate(int head, const std::vector<std::uint8_t>& tiers)>;
+// Steps 2-3 of allocate_trace on costs already computed: heads[i] is head (i / n_kv_heads,
+// i % n_kv_heads) of `meta` (n_layers, n_kv_heads, prompt_len are read). Throws InputError
+// when the costs were computed for another ladder or solver. trace_path and seconds_costs
+// are left empty.
+AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCosts>& heads,
+                                const AllocateOptions& options, const HeadRate& head_rate);
 
 nlohmann::json to_json(const AllocationReport&);
 // Summary lines, one row per layer (and per head when per_head), then the model row.

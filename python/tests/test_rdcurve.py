@@ -1,0 +1,49 @@
+"""The rate-distortion curve in Python (tierlab.rd_curve) against the tierlab tool's
+`tierlab solve --budgets A:B:STEP --recompute --json` (a separate process), and the
+properties of its arrays."""
+import numpy as np
+import pytest
+
+import tierlab
+from conftest import cli_json
+
+
+@pytest.mark.parametrize("scope,rate", [("head", "code"), ("model", "total")])
+def test_the_curve_arrays_are_the_numbers_of_tierlab_solve_budgets_json(tiny_trace, tiny_trace_path, scope, rate):
+    cli = cli_json("solve", tiny_trace_path, "--budgets", "0:6:1.5", "--recompute", "--scope", scope, "--rate", rate)
+    c = tierlab.rd_curve(tiny_trace, "0:6:1.5", scope=scope, rate=rate)
+    np.testing.assert_array_equal(c["budgets"], cli["budgets"])
+    assert c["queries"] == cli["queries"] == "decode"
+    assert set(c["families"]) == {"quantize", "evict", "mixed", "routed"}
+    for name, f in c["families"].items():
+        j = cli["families"][name]
+        assert list(f["feasible"]) == j["feasible"]
+        for key in ("rate", "code_bits", "total_bits", "surrogate", "error"):
+            want = np.array([np.nan if v is None else v for v in j[key]], dtype=float)
+            np.testing.assert_allclose(f[key], want, rtol=1e-12, atol=0, equal_nan=True)
+    np.testing.assert_allclose(c["hull"]["rate"], cli["hull"]["rate"], rtol=1e-12)
+    np.testing.assert_allclose(c["hull"]["value"], cli["hull"]["value"], rtol=1e-12)
+    assert list(c["ladder"]["tier"]) == [p["tier"] for p in cli["ladder_points"]]
+    assert list(c["ladder"]["above_hull"]) == [p["above_hull"] for p in cli["ladder_points"]]
+
+
+def test_the_hull_lies_below_every_point_and_more_budget_never_hurts(tiny_trace):
+    c = tierlab.rd_curve(tiny_trace, [0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 16.0], families=["evict", "mixed"], rate="code")
+    hx, hy = c["hull"]["rate"], c["hull"]["value"]
+    assert np.all(np.diff(hx) > 0)
+    for f in c["families"].values():
+        ok = f["feasible"]
+        assert np.all(np.interp(f["rate"][ok], hx, hy) <= f["error"][ok] * (1 + 1e-12) + 1e-15)
+        s = f["surrogate"][ok]
+        assert np.all(s[1:] <= s[:-1] * (1 + 1e-9) + 1e-15)
+        assert np.all(f["rate"][ok] <= c["budgets"][ok] + 1e-9)
+    assert np.all(c["families"]["mixed"]["surrogate"] <= c["families"]["evict"]["surrogate"] * (1 + 1e-9))
+
+
+def test_wrong_curve_arguments_are_input_errors_naming_them(tiny_trace):
+    with pytest.raises(tierlab.InputError, match="budgets"):
+        tierlab.rd_curve(tiny_trace, "0:4")
+    with pytest.raises(tierlab.InputError, match="bogus"):
+        tierlab.rd_curve(tiny_trace, "0:4:1", families=["bogus"])
+    with pytest.raises(tierlab.InputError, match="query set"):
+        tierlab.rd_curve(tiny_trace, "0:4:1", queries="later")

@@ -1,0 +1,253 @@
+// The rate-distortion curve of every cell (rd_curve.hpp).
+#include "scenarios/analyses/rd_curve.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "scenarios/figures/tables_io.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
+#include "scenarios/scenario/methods_spec.hpp"
+#include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/scenario/scenario.hpp"
+#include "scenarios/scenario/yaml_reader.hpp"
+
+namespace tierlab {
+
+namespace {
+
+std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+  const YAML::Node n = root["rd_curve"];
+  if (!n) return nullptr;
+  RdCurveSpec spec;
+  if (n.IsMap()) {
+    c.keys(n, "rd_curve", {"budgets", "scope", "queries", "families", "cells"});
+    if (n["cells"])
+      for (const YAML::Node& id : c.list(n["cells"], "rd_curve.cells")) {
+        const std::string name = c.str(id, "rd_curve.cells");
+        std::string choices;
+        bool found = false;
+        for (const auto& cell : s.cells) found = found || cell.id == name, choices += (choices.empty() ? "" : ", ") + cell.id;
+        if (!found) c.fail(id, "key 'rd_curve.cells' names '" + name + "', not a cell of this scenario; the cells are " + choices + ".");
+        spec.cells.push_back(name);
+      }
+    if (n["budgets"])
+      spec.budgets = c.wrap(n["budgets"], "rd_curve.budgets",
+                            [&] { return parse_budget_grid(c.str(n["budgets"], "rd_curve.budgets"), "rd_curve.budgets"); });
+    if (n["scope"]) spec.scope = c.wrap(n["scope"], "rd_curve.scope", [&] { return parse_scope(c.str(n["scope"], "rd_curve.scope")); });
+    if (n["queries"])
+      spec.queries = c.wrap(n["queries"], "rd_curve.queries", [&] { return parse_rd_queries(c.str(n["queries"], "rd_curve.queries")); });
+    if (n["families"]) {
+      spec.families.clear();
+      for (const YAML::Node& f : c.list(n["families"], "rd_curve.families"))
+        spec.families.push_back(c.wrap(f, "rd_curve.families", [&] { return parse_family_choice(c.str(f, "rd_curve.families")); }));
+    }
+  } else if (!(n.IsScalar() && c.str(n, "rd_curve") == "on")) {
+    c.fail(n, "key 'rd_curve' is a mapping (budgets, scope, queries, families, cells) or 'on' (the defaults).");
+  }
+  RdCurveOptions o;
+  o.budgets = spec.budgets;
+  o.families = spec.families;
+  c.wrap(n, "rd_curve", [&] { o.validate(); });
+  return std::make_shared<RdCurveAnalysis>(spec);
+}
+
+// A number of the cell JSON (null, for an undefined value: NaN).
+double jnum(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN(); }
+
+// A CSV field: quoted when it holds a comma or a quote (method labels may).
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"") == std::string::npos) return s;
+  std::string q = "\"";
+  for (const char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+const char* const kFamilyOrder[] = {"quantize", "evict", "mixed", "routed"};
+
+std::vector<NamedFigure> figures(const std::string& dir) {
+  std::vector<NamedFigure> out;
+  if (!std::filesystem::exists(dir + "/tables/rd_curve.json")) return out;
+  const nlohmann::json all = read_table_json(dir + "/tables/rd_curve.json");
+  for (const nlohmann::json& cell : all["cells"]) {
+    const nlohmann::json& c = cell["rd_curve"];
+    Figure f;
+    f.title = "Rate-distortion curve, cell " + cell["id"].get<std::string>() + " (" + std::to_string(c["heads"].get<int>()) +
+              " heads, scope " + c["scope"].get<std::string>() + "; dashed: surrogate)";
+    f.xlabel = "key rate, " + c["rate_kind"].get<std::string>() + " bits per element (measured)";
+    f.ylabel = "relative output error, recomputed on the " + c["queries"].get<std::string>() + " queries (log)";
+    double lo = INFINITY, hi = 0, xmax = 0;
+    auto keep = [&](double x, double y, Series& s) {
+      if (!(y > 0) || !std::isfinite(x)) return;
+      s.x.push_back(x), s.y.push_back(y), lo = std::min(lo, y), hi = std::max(hi, y), xmax = std::max(xmax, x);
+    };
+    int colour = 0;
+    for (const char* fam : kFamilyOrder) {
+      if (!c["families"].contains(fam)) {
+        ++colour;
+        continue;
+      }
+      const nlohmann::json& fj = c["families"][fam];
+      // Routed coincides with one of Q, E, M at each budget: its points only, as squares on
+      // the curves, so that the family it picked stays visible under it.
+      const bool routed = std::string(fam) == "routed";
+      const Rgb col = palette(routed ? 4 : colour);  // not red: red squares are the dominated tiers
+      Series s{routed ? "routed (squares: the family each head picked)" : std::string(fam), col,
+               routed ? Style::Squares : Style::Line, {}, {}, routed ? 6.0 : 3.0};
+      Series pts{"", col, Style::Points, {}, {}, 4};
+      Series sur{"", col, Style::Dashed, {}, {}, 1};
+      for (std::size_t k = 0; k < fj["feasible"].size(); ++k) {
+        if (!fj["feasible"][k].get<bool>()) continue;
+        keep(jnum(fj["rate"][k]), jnum(fj["error"][k]), s);
+        keep(jnum(fj["rate"][k]), jnum(fj["error"][k]), pts);
+        keep(jnum(fj["rate"][k]), jnum(fj["surrogate"][k]), sur);
+      }
+      f.series.push_back(s);
+      if (!routed) f.series.push_back(pts), f.series.push_back(sur);
+      ++colour;
+    }
+    Series hull{"lower convex hull", Rgb{0, 0, 0}, Style::Dashed, {}, {}, 1};
+    for (std::size_t i = 0; i < c["hull"]["rate"].size(); ++i)
+      keep(c["hull"]["rate"][i].get<double>(), jnum(c["hull"]["value"][i]), hull);
+    f.series.push_back(hull);
+    Series on{"ladder tier on the hull", Rgb{0, 0, 0}, Style::Squares, {}, {}, 9};
+    Series off{"ladder tier above the hull (dominated)", Rgb{200, 0, 0}, Style::Squares, {}, {}, 9};
+    for (const nlohmann::json& l : c["ladder_points"])
+      keep(l["rate"].get<double>(), jnum(l["error"]), l["above_hull"].get<bool>() ? off : on);
+    f.series.push_back(on);
+    if (!off.x.empty()) f.series.push_back(off);
+    if (c.contains("methods") && !c["methods"].empty()) {
+      Series named{"named methods (tables/rd_curve_methods.csv)", Rgb{90, 90, 90}, Style::Points, {}, {}, 9};
+      for (const nlohmann::json& m : c["methods"]) keep(jnum(m["rate"]), jnum(m["error"]), named);
+      f.series.push_back(named);
+    }
+    if (!(hi > 0)) continue;  // nothing recomputed above zero: no figure
+    f.ylog = true;
+    f.ymin = lo / 3, f.ymax = hi * 3;
+    f.xmin = 0, f.xmax = std::max(1.0, xmax * 1.05);
+    out.push_back({"rd_curve_" + cell["id"].get<std::string>(), f});
+  }
+  return out;
+}
+
+}  // namespace
+
+void RdCurveAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) const {
+  if (!spec.cells.empty() && std::find(spec.cells.begin(), spec.cells.end(), ctx.cell.id) == spec.cells.end()) return;
+  RdCurveOptions o;
+  o.budgets = spec.budgets;
+  o.families = spec.families;
+  o.queries = spec.queries;
+  o.solve.ladder = ctx.scenario.ladder;
+  o.solve.rate_kind = ctx.scenario.rate_kind;
+  o.solve.scope = spec.scope;
+  const RdCurve c = rd_curve(ctx.trace, o, {}, ctx.stop);
+  j["rd_curve"] = to_json(c);
+  if (ctx.scenario.methods.empty() || c.queries == RdQueries::Step) return;
+  // The scenario's named methods (`methods`) as single operating points beside the curves:
+  // every head compressed by the method, its measured rate, the surrogate prediction and the
+  // recomputed error on the curve's query set (means over the heads), and whether it lies
+  // above the families' hull.
+  const TraceMeta& meta = ctx.trace.meta();
+  std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(ctx.trace.head(l, h));
+  MethodContext mc;
+  mc.rope = meta.rope;
+  mc.group_size = meta.group_size;
+  mc.rate_kind = ctx.scenario.rate_kind;
+  nlohmann::json methods = nlohmann::json::array();
+  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  for (const MethodSpec& m : ctx.scenario.methods) {
+    ctx.check_stop();
+    const std::vector<std::vector<CompressedHead>> comp = make_model_compressor(m, mc)(heads);
+    double sur = 0, err = 0, cb = 0, tb = 0;
+    const double H = meta.n_heads();
+    for (std::size_t l = 0; l < heads.size(); ++l)
+      for (std::size_t h = 0; h < heads[l].size(); ++h) {
+        const HeadData& hd = heads[l][h];
+        const CompressedHead& ch = comp.at(l).at(h);
+        double on2 = 0;
+        const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), ch.keys, ch.kept, &on2);
+        sur += (on2 > 0 ? abs / on2 : 0.0) / H;
+        err += (c.queries == RdQueries::Decode ? evaluate_decode_steps(hd, ch.keys, ch.kept, ctx.backend)
+                                               : evaluate_obs_queries(hd, ch.keys, ch.kept, ctx.backend))
+                   .rel_error / H;
+        cb += ch.rate.code_bits / H, tb += ch.rate.total_bits / H;
+      }
+    const double x = ctx.scenario.rate_kind == RateKind::Code ? cb : tb;
+    const double at = c.hull.at(x);
+    methods.push_back({{"label", m.label}, {"kind", to_string(m.kind)}, {"code_bits", cb}, {"total_bits", tb},
+                       {"rate", x}, {"surrogate", finite(sur)}, {"error", finite(err)},
+                       {"above_hull", std::isfinite(at) && err > at * (1 + 1e-9)}});
+  }
+  j["rd_curve"]["methods"] = methods;
+}
+
+std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
+                                          const std::string& dir) const {
+  std::ostringstream csv, lad, hull, md, meth;
+  meth << "cell,label,kind,code_bits,total_bits,rate,surrogate,error,above_hull\n";
+  bool any_methods = false;
+  csv << "cell,family,budget,code_bits,total_bits,rate,surrogate,error,attn_tv\n";
+  lad << "cell,tier,code_bits,total_bits,rate,surrogate,error,above_hull,above_surrogate_hull\n";
+  hull << "cell,vertex,rate,error,point\n";
+  nlohmann::json all = {{"cells", nlohmann::json::array()}};
+  md << "\n## Rate-distortion curves\n\n"
+     << "Per cell: each family's surrogate optimum over the budget grid, recomputed exactly (mean over the heads), "
+     << "with the lower convex hull of all operating points; a ladder tier above the hull is dominated "
+     << "(figures rd_curve_<cell>; tables rd_curve*.csv).\n\n"
+     << "| cell | scope | queries | hull vertices | tiers above the hull |\n|---|---|---|---|---|\n";
+  auto num = [](const nlohmann::json& v) { return format_or_nan(jnum(v)); };
+  for (const nlohmann::json& cell : cells) {
+    if (!cell.contains("rd_curve")) continue;
+    const std::string id = cell["id"].get<std::string>();
+    const nlohmann::json& c = cell["rd_curve"];
+    all["cells"].push_back({{"id", id}, {"rd_curve", c}});
+    for (const char* fam : kFamilyOrder) {
+      if (!c["families"].contains(fam)) continue;
+      const nlohmann::json& fj = c["families"][fam];
+      for (std::size_t k = 0; k < fj["feasible"].size(); ++k)
+        csv << id << ',' << fam << ',' << num(c["budgets"][k]) << ',' << num(fj["code_bits"][k]) << ','
+            << num(fj["total_bits"][k]) << ',' << num(fj["rate"][k]) << ',' << num(fj["surrogate"][k]) << ','
+            << num(fj["error"][k]) << ',' << num(fj["attn_tv"][k]) << '\n';
+    }
+    std::string above;
+    for (const nlohmann::json& l : c["ladder_points"]) {
+      lad << id << ',' << l["tier"].get<std::string>() << ',' << num(l["code_bits"]) << ',' << num(l["total_bits"]) << ','
+          << num(l["rate"]) << ',' << num(l["surrogate"]) << ',' << num(l["error"]) << ',' << l["above_hull"].get<bool>()
+          << ',' << l["above_surrogate_hull"].get<bool>() << '\n';
+      if (l["above_hull"].get<bool>()) above += (above.empty() ? "" : ", ") + l["tier"].get<std::string>();
+    }
+    if (c.contains("methods"))
+      for (const nlohmann::json& m : c["methods"]) {
+        any_methods = true;
+        meth << id << ',' << csv_field(m["label"].get<std::string>()) << ',' << m["kind"].get<std::string>() << ','
+             << num(m["code_bits"]) << ',' << num(m["total_bits"]) << ',' << num(m["rate"]) << ','
+             << num(m["surrogate"]) << ',' << num(m["error"]) << ',' << m["above_hull"].get<bool>() << '\n';
+      }
+    for (std::size_t i = 0; i < c["hull"]["rate"].size(); ++i)
+      hull << id << ',' << i << ',' << num(c["hull"]["rate"][i]) << ',' << num(c["hull"]["value"][i]) << ','
+           << c["hull"]["label"][i].get<std::string>() << '\n';
+    md << "| " << id << " | " << c["scope"].get<std::string>() << " | " << c["queries"].get<std::string>() << " | "
+       << c["hull"]["rate"].size() << " | " << (above.empty() ? "none" : above) << " |\n";
+  }
+  if (all["cells"].empty()) return "";
+  write_file_atomically(dir + "/rd_curve.csv", csv.str());
+  write_file_atomically(dir + "/rd_curve_ladder.csv", lad.str());
+  write_file_atomically(dir + "/rd_curve_hull.csv", hull.str());
+  write_file_atomically(dir + "/rd_curve.json", all.dump(1) + "\n");
+  if (any_methods) write_file_atomically(dir + "/rd_curve_methods.csv", meth.str());
+  return md.str();
+}
+
+AnalysisType RdCurveAnalysis::type() {
+  return {"rd_curve", "rate-distortion curves: every family's optimum over a budget grid, recomputed, with the lower hull",
+          {"rd_curve"}, parse, figures};
+}
+
+}  // namespace tierlab

@@ -1,0 +1,560 @@
+// The operational rate-distortion curve (rd_curve.hpp).
+#include "scenarios/pipeline/rd_curve.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "gpu/cpu_recompute.hpp"
+#include "model/clock.hpp"
+#include "model/dominance.hpp"
+#include "model/enum_names.hpp"
+#include "model/error.hpp"
+#include "model/quantizer.hpp"
+#include "model/text.hpp"
+
+namespace tierlab {
+
+namespace {
+
+constexpr auto kRdQueries = enum_table<RdQueries>(
+    "query set", {{RdQueries::Decode, "decode"}, {RdQueries::Obs, "obs"}, {RdQueries::Step, "step"}});
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The exact part of one head's recomputation on one query set, prepared once; each
+// allocation then sets its key variant and evaluates its selection.
+class PreparedQuerySet {
+ public:
+  // step: the decode step s of RdQueries::Step.
+  PreparedQuerySet(const HeadData& head, RdQueries which, int step) : T_(static_cast<int>(head.keys.rows())) {
+    HeadProblem hp;
+    if (which == RdQueries::Obs) {
+      hp.queries = &head.obs_queries;
+      hp.exact_keys = &head.keys;
+      hp.values = &head.values;
+      hp.visible = observation_queries(head).visible;
+    } else if (which == RdQueries::Step) {  // step s's g rows over the T + s tokens they see
+      const int S = static_cast<int>(head.decode_keys.rows()), d = static_cast<int>(head.keys.cols());
+      const int g = static_cast<int>(head.decode_queries.rows() / S);
+      exact_.resize(T_ + step, d);
+      exact_.topRows(T_) = head.keys;
+      exact_.bottomRows(step) = head.decode_keys.topRows(step);
+      values_.resize(T_ + step, d);
+      values_.topRows(T_) = head.values;
+      values_.bottomRows(step) = head.decode_values.topRows(step);
+      queries_.resize(g, d);
+      for (int j = 0; j < g; ++j) queries_.row(j) = head.decode_queries.row(j * S + (step - 1));
+      hp.queries = &queries_;
+      hp.exact_keys = &exact_;
+      hp.values = &values_;
+      hp.visible.assign(static_cast<std::size_t>(g), T_ + step);
+    } else {  // as evaluate_decode_steps: T + S tokens, step s sees the first T + s
+      const int S = static_cast<int>(head.decode_keys.rows()), d = static_cast<int>(head.keys.cols());
+      const int g = static_cast<int>(head.decode_queries.rows() / S);
+      exact_.resize(T_ + S, d);
+      exact_.topRows(T_) = head.keys;
+      exact_.bottomRows(S) = head.decode_keys;
+      values_.resize(T_ + S, d);
+      values_.topRows(T_) = head.values;
+      values_.bottomRows(S) = head.decode_values;
+      hp.queries = &head.decode_queries;
+      hp.exact_keys = &exact_;
+      hp.values = &values_;
+      hp.visible.resize(static_cast<std::size_t>(g) * S);
+      for (int j = 0; j < g; ++j)
+        for (int s = 1; s <= S; ++s) hp.visible[static_cast<std::size_t>(j) * S + (s - 1)] = T_ + s;
+    }
+    base_ = cpu::prepare_head(hp, 0, static_cast<int>(hp.queries->rows()));
+  }
+
+  PreparedQuerySet(const PreparedQuerySet&) = delete;
+  PreparedQuerySet& operator=(const PreparedQuerySet&) = delete;
+
+  // One thread's evaluator: its own copy of the prepared head (set_variants writes the
+  // variant part) and scratch.
+  class Evaluator {
+   public:
+    explicit Evaluator(const PreparedQuerySet& qs)
+        : T_(qs.T_), ph_(qs.base_), variant_(*qs.base_.problem.exact_keys),
+          differ_(static_cast<std::size_t>(variant_.rows()), 0) {}
+    // The errors of one materialised allocation of the prompt's tokens: `tiers` its ladder
+    // tiers, `exact_tier` the ladder's exact index. Only the rows of kept tokens at a finite
+    // tier differ from the exact keys (evicted rows are never read); the variant keeps the
+    // exact keys elsewhere, so only the rows the last allocation changed are written back.
+    ErrorMetrics evaluate(const MaterializedKeys& mk, const std::vector<std::uint8_t>& tiers, int exact_tier) {
+      const MatrixRM& exact = *ph_.problem.exact_keys;
+      for (const int t : dirty_) variant_.row(t) = exact.row(t), differ_[static_cast<std::size_t>(t)] = 0;
+      dirty_.clear();
+      Selection sel(static_cast<std::size_t>(exact.rows()), 1);
+      for (int t = 0; t < T_; ++t) {
+        const bool kept = mk.kept[static_cast<std::size_t>(t)] != 0;
+        sel[static_cast<std::size_t>(t)] = kept ? 1 : 0;
+        if (kept && tiers[static_cast<std::size_t>(t)] != exact_tier) {
+          variant_.row(t) = mk.keys.row(t);
+          differ_[static_cast<std::size_t>(t)] = 1;
+          dirty_.push_back(t);
+        }
+      }
+      cpu::set_variants(ph_, {&variant_}, &differ_);
+      return cpu::evaluate_selection(ph_, sel, ws_);
+    }
+
+   private:
+    int T_ = 0;
+    cpu::PreparedHead ph_;
+    MatrixRM variant_;                 // exact keys but at the dirty rows
+    std::vector<std::uint8_t> differ_;  // per token of the problem: variant_'s row differs
+    std::vector<int> dirty_;
+    cpu::Workspace ws_;
+  };
+
+ private:
+  int T_ = 0;
+  MatrixRM exact_, values_;  // decode: the T + S tokens (step: T + s)
+  MatrixRM queries_;         // step: its g rows
+  cpu::PreparedHead base_;   // the exact part (no variants)
+};
+
+double sum_row(const MatrixRMd& cost, const std::vector<std::uint8_t>& tiers) {
+  long double s = 0;
+  for (std::size_t t = 0; t < tiers.size(); ++t) s += cost(tiers[t], static_cast<Eigen::Index>(t));
+  return static_cast<double>(s);
+}
+
+// Is y above the hull at x (relative and absolute tolerance)?
+bool above(const RdHull& h, double x, double y) {
+  const double v = h.at(x);
+  if (std::isnan(v)) return false;
+  return y > v + 1e-9 * std::max(std::fabs(v), std::fabs(y)) + 1e-15;
+}
+
+RdHull hull_of(const std::vector<double>& x, const std::vector<double>& y, const std::vector<std::string>& label) {
+  RdHull h;
+  for (const int i : lower_hull(x, y)) {
+    h.x.push_back(x[static_cast<std::size_t>(i)]);
+    h.y.push_back(y[static_cast<std::size_t>(i)]);
+    h.label.push_back(label[static_cast<std::size_t>(i)]);
+  }
+  return h;
+}
+
+// "Q", "E", "M", "R" (routed): the point labels of the hull.
+std::string family_code(FamilyChoice f) {
+  switch (f) {
+    case FamilyChoice::Quantize: return "Q";
+    case FamilyChoice::Evict: return "E";
+    case FamilyChoice::Mixed: return "M";
+    case FamilyChoice::Routed: return "R";
+  }
+  return "?";
+}
+
+using HeadSource = std::function<const HeadData&(int index)>;
+
+RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const RdCurveOptions& opt,
+                      const Progress& progress, const std::atomic<bool>* cancel, std::vector<HeadCosts> costs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  opt.validate();
+  RdCurve out;
+  out.options = opt;
+  out.heads = meta.n_heads();
+  out.tokens = meta.prompt_len;
+  out.queries = opt.queries != RdQueries::Obs && meta.decode_steps == 0 ? RdQueries::Obs : opt.queries;
+  if (out.queries == RdQueries::Step && opt.decode_step > meta.decode_steps)
+    throw InputError("rd_curve decode_step = " + std::to_string(opt.decode_step) + "; the trace has " +
+                     std::to_string(meta.decode_steps) + " decode steps (1 <= s <= " + std::to_string(meta.decode_steps) + ").");
+  const RateLadder& ladder = opt.solve.ladder;
+  const RateKind kind = opt.solve.rate_kind;
+  const int H = meta.n_heads(), m = ladder.size();
+  const int nb = static_cast<int>(opt.budgets.size()), nf = static_cast<int>(opt.families.size());
+  const int work = H + nf * nb + (opt.recompute ? H : 0);
+  int done = 0;
+  auto step = [&] {
+    throw_if_cancelled(cancel);
+    if (progress) progress(++done, work);
+  };
+
+  // 1. Costs, once per head (unless given).
+  if (!costs.empty() && static_cast<int>(costs.size()) != H)
+    throw InputError("rd_curve: " + std::to_string(costs.size()) + " heads' costs given for " + std::to_string(H) + " heads.");
+  if (costs.empty()) {
+    costs.reserve(static_cast<std::size_t>(H));
+    for (int i = 0; i < H; ++i) {
+      costs.push_back(head_costs(head_at(i), meta.rope, opt.solve));
+      step();
+    }
+  } else {
+    for (int i = 0; i < H; ++i) step();
+  }
+  out.seconds_costs = seconds_since(t0);
+
+  // 2. One solve per (family, budget) and the ladder's dense points. Every allocation is kept
+  // until the recomputation (a pooled scope needs all heads' at once): one byte per token.
+  const double bytes = double(nf * nb + m) * H * meta.prompt_len;
+  if (bytes > kMaxRdAllocationBytes)
+    throw InputError("rd_curve: " + std::to_string(nf * nb + m) + " allocations of " + std::to_string(H) + " heads x " +
+                     std::to_string(meta.prompt_len) + " tokens would keep " + format_number(bytes / (1 << 30), 3) +
+                     " GiB of tiers (at most " + format_number(kMaxRdAllocationBytes / (1 << 30), 3) +
+                     "); use fewer budgets or families, or fewer heads.");
+  const auto t1 = std::chrono::steady_clock::now();
+  const bool needs_head = ladder_needs_head(ladder);
+  const HeadRate head_rate = [&](int i, const std::vector<std::uint8_t>& tiers) {
+    return needs_head ? allocation_rate(head_at(i), meta.rope, ladder, tiers)
+                      : allocation_rate(static_cast<int>(costs[static_cast<std::size_t>(i)].cost.cols()), meta.head_dim,
+                                        ladder, tiers);
+  };
+  // tiers[p][i]: the allocation of head i at point p (curve points, then ladder points).
+  std::vector<std::vector<std::vector<std::uint8_t>>> tiers;
+  for (int f = 0; f < nf; ++f)
+    for (int k = 0; k < nb; ++k) {
+      AllocateOptions o = opt.solve;
+      o.family = opt.families[static_cast<std::size_t>(f)];
+      o.budget = opt.budgets[static_cast<std::size_t>(k)];
+      RdPoint pt;
+      pt.family = o.family;
+      pt.budget = o.budget;
+      AllocationReport rep;
+      try {
+        rep = allocate_heads(meta, costs, o, head_rate);
+      } catch (const InputError& e) {  // e.g. Q on a ladder without a finite tier
+        rep.status = SolveStatus::Infeasible;
+        rep.message = e.what();
+      }
+      pt.feasible = rep.has_solution();
+      pt.message = rep.message;
+      if (pt.feasible) {
+        pt.rate = rep.rate;
+        pt.x = rate_of(rep.rate, kind);
+        pt.surrogate = rep.relative_objective;
+        pt.family_share = rep.family_share;
+        for (const HeadSolveReport& h : rep.heads) pt.head_surrogate.push_back(h.relative_objective);
+        tiers.push_back(std::move(rep.allocation.tiers));
+      } else {
+        tiers.emplace_back();
+      }
+      out.points.push_back(std::move(pt));
+      step();
+    }
+  for (int j = 0; j < m; ++j) {
+    RdLadderPoint lp;
+    lp.tier = ladder.tiers[static_cast<std::size_t>(j)].name();
+    std::vector<std::vector<std::uint8_t>> dense(static_cast<std::size_t>(H));
+    double sur = 0;
+    for (int i = 0; i < H; ++i) {
+      const HeadCosts& c = costs[static_cast<std::size_t>(i)];
+      dense[static_cast<std::size_t>(i)].assign(static_cast<std::size_t>(c.cost.cols()), static_cast<std::uint8_t>(j));
+      const Rate r = head_rate(i, dense[static_cast<std::size_t>(i)]);
+      lp.rate.code_bits += r.code_bits / H;
+      lp.rate.total_bits += r.total_bits / H;
+      sur += (c.output_norm2 > 0 ? sum_row(c.cost, dense[static_cast<std::size_t>(i)]) / c.output_norm2 : 0.0) / H;
+    }
+    lp.x = rate_of(lp.rate, kind);
+    lp.surrogate = sur;
+    out.ladder.push_back(std::move(lp));
+    tiers.push_back(std::move(dense));
+  }
+  out.seconds_solve = seconds_since(t1);
+
+  // 3. Recomputation: per head, the exact part once; each distinct allocation once.
+  const auto t2 = std::chrono::steady_clock::now();
+  const std::size_t np = out.points.size();
+  if (opt.recompute) {
+    std::vector<ErrorMetrics> sum(tiers.size());
+    for (RdPoint& p : out.points) p.head_error.assign(p.feasible ? static_cast<std::size_t>(H) : 0, kNaN);
+    const int max_threads = std::max(1, omp_get_max_threads());
+    for (int i = 0; i < H; ++i) {
+      const HeadData& head = head_at(i);
+      // The head's distinct allocations, each recomputed once.
+      std::map<std::vector<std::uint8_t>, int> index;
+      std::vector<const std::vector<std::uint8_t>*> distinct;
+      std::vector<int> which(tiers.size(), -1);
+      for (std::size_t p = 0; p < tiers.size(); ++p) {
+        if (tiers[p].empty()) continue;
+        const auto [it, inserted] = index.emplace(tiers[p][static_cast<std::size_t>(i)], static_cast<int>(distinct.size()));
+        if (inserted) distinct.push_back(&it->first);
+        which[p] = it->second;
+      }
+      const PreparedQuerySet qs(head, out.queries, opt.decode_step);
+      const int nd = static_cast<int>(distinct.size());
+      const int nthreads = std::min(max_threads, std::max(nd, 1));
+      std::vector<std::unique_ptr<PreparedQuerySet::Evaluator>> evaluators(static_cast<std::size_t>(nthreads));
+      std::vector<ErrorMetrics> errors(static_cast<std::size_t>(nd));
+      std::exception_ptr failure;
+      std::atomic<bool> failed{false};
+      // Allocations in parallel, one evaluator per thread (inside, materialize and set_variants
+      // run on their thread).
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+      for (int k = 0; k < nd; ++k) {
+        if (failed.load() || (cancel && cancel->load())) continue;
+        try {
+          auto& ev = evaluators[static_cast<std::size_t>(omp_get_thread_num())];
+          if (!ev) ev = std::make_unique<PreparedQuerySet::Evaluator>(qs);
+          const std::vector<std::uint8_t>& t = *distinct[static_cast<std::size_t>(k)];
+          errors[static_cast<std::size_t>(k)] = ev->evaluate(materialize(head, meta.rope, ladder, t), t, ladder.exact_index());
+        } catch (...) {
+#pragma omp critical(rd_curve_failure)
+          if (!failure) failure = std::current_exception();
+          failed = true;
+        }
+      }
+      if (failure) std::rethrow_exception(failure);
+      throw_if_cancelled(cancel);
+      out.evaluations += nd;
+      for (std::size_t p = 0; p < tiers.size(); ++p) {
+        if (which[p] < 0) continue;
+        const ErrorMetrics& e = errors[static_cast<std::size_t>(which[p])];
+        sum[p].rel_error += e.rel_error / H;
+        sum[p].abs_error += e.abs_error / H;
+        sum[p].attn_tv += e.attn_tv / H;
+        sum[p].logit_error += e.logit_error / H;
+        if (p < np) out.points[p].head_error[static_cast<std::size_t>(i)] = e.rel_error;
+      }
+      step();
+    }
+    for (std::size_t p = 0; p < tiers.size(); ++p) {
+      if (tiers[p].empty()) continue;
+      if (p < np) out.points[p].error = sum[p];
+      else out.ladder[p - np].error = sum[p].rel_error;
+    }
+  } else {
+    for (RdPoint& p : out.points) p.error.rel_error = kNaN;
+  }
+  out.seconds_recompute = seconds_since(t2);
+
+  // 4. The hulls of all operating points, and the ladder points above them.
+  std::vector<double> x, y, ys;
+  std::vector<std::string> label;
+  for (const RdPoint& p : out.points) {
+    if (!p.feasible) continue;
+    x.push_back(p.x);
+    y.push_back(p.error.rel_error);
+    ys.push_back(p.surrogate);
+    label.push_back(family_code(p.family) + " B=" + format_number(p.budget));
+  }
+  for (const RdLadderPoint& l : out.ladder) {
+    x.push_back(l.x);
+    y.push_back(l.error);
+    ys.push_back(l.surrogate);
+    label.push_back("tier " + l.tier);
+  }
+  if (opt.recompute) out.hull = hull_of(x, y, label);
+  out.surrogate_hull = hull_of(x, ys, label);
+  for (RdLadderPoint& l : out.ladder) {
+    l.above_hull = opt.recompute && above(out.hull, l.x, l.error);
+    l.above_surrogate_hull = above(out.surrogate_hull, l.x, l.surrogate);
+  }
+  out.seconds = seconds_since(t0);
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(RdQueries q) { return enum_name(kRdQueries, q); }
+RdQueries parse_rd_queries(std::string_view s) { return parse_enum(kRdQueries, s); }
+
+std::vector<double> parse_budget_grid(std::string_view spec, std::string_view option) {
+  const std::string o(option), text(spec);
+  auto bad = [&](const std::string& why) {
+    return InputError(o + " = '" + text + "': " + why + " (the form is A:B:STEP, bits per element, 0 <= A <= B, STEP > 0, at most " +
+                      std::to_string(kMaxRdBudgets) + " budgets; e.g. 0:16:0.25).");
+  };
+  double v[3];
+  std::size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t end = i < 2 ? text.find(':', pos) : text.size();
+    if (end == std::string::npos) throw bad("three numbers separated by ':' are needed");
+    const std::string part = text.substr(pos, end - pos);
+    try {
+      std::size_t used = 0;
+      v[i] = std::stod(part, &used);
+      if (used != part.size()) throw std::invalid_argument(part);
+    } catch (const std::exception&) {
+      throw bad("'" + part + "' is not a number");
+    }
+    pos = end + 1;
+  }
+  const double a = v[0], b = v[1], step = v[2];
+  if (!std::isfinite(a) || a < 0) throw bad("A = " + format_number(a) + " must be finite and >= 0");
+  if (!std::isfinite(b) || b < a) throw bad("B = " + format_number(b) + " must be finite and >= A = " + format_number(a));
+  if (!std::isfinite(step) || !(step > 0)) throw bad("STEP = " + format_number(step) + " must be > 0");
+  const double n = std::floor((b - a) / step + 1e-9) + 1;
+  if (n > kMaxRdBudgets) throw bad(format_number(n) + " budgets are too many");
+  std::vector<double> out;
+  for (int k = 0; k < static_cast<int>(n); ++k) out.push_back(std::min(b, a + k * step));
+  return out;
+}
+
+void RdCurveOptions::validate() const {
+  if (budgets.empty()) throw InputError("rd_curve budgets: the grid is empty; give at least one budget.");
+  if (budgets.size() > static_cast<std::size_t>(kMaxRdBudgets))
+    throw InputError("rd_curve budgets: " + std::to_string(budgets.size()) + " budgets; at most " +
+                     std::to_string(kMaxRdBudgets) + ".");
+  for (const double b : budgets)
+    if (!std::isfinite(b) || b < 0)
+      throw InputError("rd_curve budgets: " + format_number(b) + " bits per element; every budget must be finite and >= 0.");
+  if (families.empty()) throw InputError("rd_curve families: none given; name at least one of quantize, evict, mixed, routed.");
+  for (std::size_t i = 0; i < families.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (families[i] == families[j])
+        throw InputError("rd_curve families: " + std::string(to_string(families[i])) + " is named twice.");
+  if (decode_step < 1)
+    throw InputError("rd_curve decode_step = " + std::to_string(decode_step) + "; it must be >= 1.");
+  solve.validate();
+}
+
+double RdHull::at(double v) const {
+  if (x.empty() || !(v >= x.front() - 1e-12) || !(v <= x.back() + 1e-12)) return kNaN;
+  if (x.size() == 1) return y.front();
+  std::size_t k = 1;
+  while (k + 1 < x.size() && x[k] < v) ++k;
+  const double w = (v - x[k - 1]) / (x[k] - x[k - 1]);
+  return y[k - 1] + std::clamp(w, 0.0, 1.0) * (y[k] - y[k - 1]);
+}
+
+const RdPoint& RdCurve::at(int f, int k) const {
+  return points.at(static_cast<std::size_t>(f) * options.budgets.size() + static_cast<std::size_t>(k));
+}
+
+RdCurve rd_curve(const TraceReader& trace, const RdCurveOptions& options, const Progress& progress,
+                 const std::atomic<bool>* cancel) {
+  const TraceMeta& meta = trace.meta();
+  HeadData current;
+  int current_index = -1;
+  const HeadSource source = [&](int i) -> const HeadData& {
+    if (i != current_index) {
+      current = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
+      current_index = i;
+    }
+    return current;
+  };
+  RdCurve c = rd_curve_core(meta, source, options, progress, cancel, {});
+  c.source = trace.path();
+  return c;
+}
+
+RdCurve rd_curve(const std::vector<const HeadData*>& heads, const RopeParams& rope, const RdCurveOptions& options,
+                 const Progress& progress, const std::atomic<bool>* cancel, std::vector<HeadCosts> costs) {
+  if (heads.empty()) throw InputError("rd_curve: no heads given.");
+  TraceMeta meta;
+  meta.n_layers = 1;
+  meta.n_kv_heads = static_cast<int>(heads.size());
+  meta.rope = rope;
+  const HeadData& h0 = *heads.front();
+  meta.head_dim = static_cast<int>(h0.keys.cols());
+  meta.prompt_len = static_cast<int>(h0.keys.rows());
+  meta.decode_steps = static_cast<int>(h0.decode_keys.rows());
+  for (const HeadData* h : heads)
+    if (!h || h->keys.rows() != meta.prompt_len || h->keys.cols() != meta.head_dim ||
+        h->decode_keys.rows() != meta.decode_steps)
+      throw InputError("rd_curve: the heads differ in prompt length, head dimension or decode steps; one curve needs equal shapes.");
+  RdCurve c = rd_curve_core(meta, [&](int i) -> const HeadData& { return *heads[static_cast<std::size_t>(i)]; }, options,
+                            progress, cancel, std::move(costs));
+  c.source = "heads";
+  return c;
+}
+
+nlohmann::json to_json(const RdCurve& c) {
+  const RdCurveOptions& o = c.options;
+  nlohmann::json j;
+  j["source"] = c.source;
+  j["rate_kind"] = to_string(o.solve.rate_kind);
+  j["scope"] = to_string(o.solve.scope);
+  j["solver"] = to_string(o.solve.solver);
+  j["ladder"] = o.solve.ladder.name();
+  j["queries"] = to_string(c.queries);
+  if (c.queries == RdQueries::Step) j["decode_step"] = o.decode_step;
+  j["recompute"] = o.recompute;
+  j["heads"] = c.heads;
+  j["tokens"] = c.tokens;
+  j["budgets"] = o.budgets;
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json fams = nlohmann::json::object();
+  for (std::size_t f = 0; f < o.families.size(); ++f) {
+    nlohmann::json fj;
+    for (std::size_t k = 0; k < o.budgets.size(); ++k) {
+      const RdPoint& p = c.at(static_cast<int>(f), static_cast<int>(k));
+      fj["feasible"].push_back(p.feasible);
+      fj["code_bits"].push_back(p.feasible ? num(p.rate.code_bits) : nullptr);
+      fj["total_bits"].push_back(p.feasible ? num(p.rate.total_bits) : nullptr);
+      fj["rate"].push_back(p.feasible ? num(p.x) : nullptr);
+      fj["surrogate"].push_back(p.feasible ? num(p.surrogate) : nullptr);
+      fj["error"].push_back(p.feasible ? num(p.error.rel_error) : nullptr);
+      fj["abs_error"].push_back(p.feasible && o.recompute ? num(p.error.abs_error) : nullptr);
+      fj["attn_tv"].push_back(p.feasible && o.recompute ? num(p.error.attn_tv) : nullptr);
+      fj["share"].push_back({{"Q", p.family_share[0]}, {"E", p.family_share[1]}, {"M", p.family_share[2]}});
+      fj["message"].push_back(p.feasible ? "" : p.message);
+    }
+    fams[std::string(to_string(o.families[f]))] = fj;
+  }
+  j["families"] = fams;
+  for (const RdLadderPoint& l : c.ladder)
+    j["ladder_points"].push_back({{"tier", l.tier},
+                                  {"code_bits", l.rate.code_bits},
+                                  {"total_bits", l.rate.total_bits},
+                                  {"rate", l.x},
+                                  {"surrogate", num(l.surrogate)},
+                                  {"error", num(l.error)},
+                                  {"above_hull", l.above_hull},
+                                  {"above_surrogate_hull", l.above_surrogate_hull}});
+  auto hull_json = [&](const RdHull& h) { return nlohmann::json{{"rate", h.x}, {"value", h.y}, {"label", h.label}}; };
+  j["hull"] = hull_json(c.hull);
+  j["surrogate_hull"] = hull_json(c.surrogate_hull);
+  j["evaluations"] = c.evaluations;
+  j["seconds"] = {{"costs", c.seconds_costs}, {"solve", c.seconds_solve}, {"recompute", c.seconds_recompute}, {"total", c.seconds}};
+  return j;
+}
+
+std::string text_report(const RdCurve& c) {
+  const RdCurveOptions& o = c.options;
+  std::ostringstream s;
+  char buf[256];
+  s << "rate-distortion curve: " << c.heads << " head(s) x " << c.tokens << " tokens, scope " << to_string(o.solve.scope)
+    << ", solver " << to_string(o.solve.solver) << ", ladder " << o.solve.ladder.name() << ", budgets in "
+    << to_string(o.solve.rate_kind) << " bits; errors recomputed on the " << to_string(c.queries) << " queries\n";
+  std::snprintf(buf, sizeof buf, "%9s  %-8s  %9s  %9s  %12s  %12s\n", "budget", "family", "code", "total", "surrogate",
+                "recomputed");
+  s << buf;
+  for (std::size_t f = 0; f < o.families.size(); ++f)
+    for (std::size_t k = 0; k < o.budgets.size(); ++k) {
+      const RdPoint& p = c.at(static_cast<int>(f), static_cast<int>(k));
+      if (!p.feasible) {
+        std::snprintf(buf, sizeof buf, "%9.4g  %-8s  infeasible: %s\n", p.budget, std::string(to_string(p.family)).c_str(),
+                      p.message.c_str());
+      } else {
+        std::snprintf(buf, sizeof buf, "%9.4g  %-8s  %9.4f  %9.4f  %12.5g  %12.5g\n", p.budget,
+                      std::string(to_string(p.family)).c_str(), p.rate.code_bits, p.rate.total_bits, p.surrogate,
+                      p.error.rel_error);
+      }
+      s << buf;
+    }
+  s << "ladder points (every token at one tier):\n";
+  for (const RdLadderPoint& l : c.ladder) {
+    std::snprintf(buf, sizeof buf, "  %-10s code %7.4f  total %7.4f  surrogate %12.5g  recomputed %12.5g%s%s\n",
+                  l.tier.c_str(), l.rate.code_bits, l.rate.total_bits, l.surrogate, l.error,
+                  l.above_hull ? "  above the hull (dominated)" : "",
+                  l.above_surrogate_hull ? "  above the surrogate hull" : "");
+    s << buf;
+  }
+  auto hull_text = [&](const char* name, const RdHull& h) {
+    s << name << " (" << h.x.size() << " vertices):";
+    for (std::size_t i = 0; i < h.x.size(); ++i) s << (i ? ", " : " ") << h.label[i] << " (" << format_number(h.x[i], 4) << ", " << format_number(h.y[i], 4) << ")";
+    s << "\n";
+  };
+  if (o.recompute) hull_text("lower convex hull of the recomputed errors", c.hull);
+  hull_text("lower convex hull of the surrogate", c.surrogate_hull);
+  std::snprintf(buf, sizeof buf, "time: costs %.3f s, solves %.3f s, recompute %.3f s (%d evaluations), total %.3f s\n",
+                c.seconds_costs, c.seconds_solve, c.seconds_recompute, c.evaluations, c.seconds);
+  s << buf;
+  return s.str();
+}
+
+}  // namespace tierlab

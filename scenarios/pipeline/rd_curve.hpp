@@ -1,0 +1,142 @@
+#pragma once
+// The operational rate-distortion curve (issue 18): distortion against rate, one curve per
+// policy family, each point exactly recomputed, with the lower convex hull of all points.
+//
+// For a set of heads (one head, a layer, a whole trace) and a grid of budgets B_1..B_n (bits
+// per key element, code or total: options.solve.rate_kind), every family F in the options
+// (quantize Q, evict E, mixed M, routed; solvers/families.hpp) and every B_k:
+//   allocation  the surrogate optimum of F at B_k in the options' scope (head | layer |
+//               model: heads trade budget), exactly as `tierlab solve --budget B_k --family F`
+//               finds it (allocate_heads: same solver, same equal-memory repair, so the
+//               MEASURED rate is <= B_k)
+//   x           its measured rate in the budget's kind, mean over the heads (both kinds kept)
+//   surrogate   its predicted relative error, mean over the heads of
+//               sum_t c_t(tau_t) / mean_q ||o_q||^2 (observation queries, MODEL.md section 3)
+//   error       its exactly recomputed errors (MODEL.md section 2), mean over the heads, on
+//               the decode queries (default; out of sample), the observation queries, or
+//               one decode step's queries
+// The ladder points: every tier tau of the ladder applied to every token (evict: (0, 1);
+// exact: error 0), with the same three numbers. The hull is the lower convex hull
+// (model/dominance.hpp lower_hull) of all feasible curve points and the ladder points in the
+// (x, error) plane; surrogate_hull the same in the (x, surrogate) plane. A ladder tier is
+// hull-dominated on the curve when its point lies above the hull (no budget makes any family's
+// optimum sit at it: the curve passes below it).
+//
+// Speed, exact: the surrogate costs are computed once per head (head_costs); each point is one
+// solve on them; per head the exact part of the recomputation (softmax, reference output) is
+// prepared once (cpu::prepare_head) and each distinct allocation only sets its key variant
+// (cpu::set_variants: token blocks whose keys are exact cost nothing) and evaluates its
+// selection (cpu::evaluate_selection; the head's distinct allocations are materialised and
+// evaluated in parallel, one copy of the prepared head per OpenMP thread), so a point equals
+// the independent evaluation
+// (evaluate_trace on the `tierlab solve` allocation) within the CPU reference's precision. Two
+// points with the same allocation of a head (routed = its chosen family; E at nested budgets
+// that keep the same set) are evaluated once.
+#include <array>
+#include <atomic>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/recompute.hpp"
+#include "model/cancel.hpp"
+#include "model/tier.hpp"
+#include "model/trace.hpp"
+#include "scenarios/pipeline/allocate.hpp"
+
+namespace tierlab {
+
+// Which queries the recomputed errors are measured on: every decode step (step s over the
+// T + s tokens it sees), the observation queries, or one decode step s (its g query rows:
+// what the explorer's water-filling view recomputes).
+enum class RdQueries { Decode, Obs, Step };
+std::string_view to_string(RdQueries);       // "decode" | "obs" | "step"
+RdQueries parse_rd_queries(std::string_view);  // InputError lists the choices
+
+// The budgets A, A + STEP, ..., up to B (inclusive within 1e-9 STEP) from "A:B:STEP"; `option`
+// names the option in the InputError (bad syntax, A < 0, B < A, STEP <= 0, more than
+// kMaxRdBudgets points).
+inline constexpr int kMaxRdBudgets = 4096;
+// The allocations of every point are kept until the recomputation (a pooled scope solves all
+// heads at once): (families x budgets + ladder tiers) x heads x T bytes, at most this many.
+inline constexpr double kMaxRdAllocationBytes = 4.0 * (1 << 30);
+std::vector<double> parse_budget_grid(std::string_view spec, std::string_view option = "--budgets");
+
+struct RdCurveOptions {
+  std::vector<double> budgets;  // B grid, bits per element (finite, >= 0, at most kMaxRdBudgets)
+  // ladder, rate_kind, solver, scope, smoothing, exact: as `tierlab solve`; budget and family
+  // are set per point.
+  AllocateOptions solve;
+  std::vector<FamilyChoice> families{FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed,
+                                     FamilyChoice::Routed};
+  bool recompute = true;  // false: the surrogate only (error fields NaN)
+  RdQueries queries = RdQueries::Decode;  // Decode or Step on a trace without decode steps uses Obs (RdCurve::queries)
+  int decode_step = 1;                    // s of RdQueries::Step, 1 <= s <= S (checked against the trace)
+  void validate() const;  // InputError naming the option and value
+};
+
+struct RdPoint {
+  FamilyChoice family = FamilyChoice::Mixed;
+  double budget = 0;
+  bool feasible = false;
+  std::string message;  // why infeasible
+  Rate rate;            // measured, mean over the heads
+  double x = std::numeric_limits<double>::quiet_NaN();          // rate_of(rate, kind)
+  double surrogate = std::numeric_limits<double>::quiet_NaN();  // predicted relative error (mean over heads)
+  ErrorMetrics error;   // recomputed, mean over the heads (NaN rel_error when not recomputed)
+  std::array<double, 3> family_share{0, 0, 0};  // heads routed to Q, E, M
+  std::vector<double> head_surrogate, head_error;  // per head (relative)
+};
+
+struct RdLadderPoint {
+  std::string tier;  // tier name ("evict", "kivi2", "exact")
+  Rate rate;
+  double x = 0, surrogate = 0;
+  double error = std::numeric_limits<double>::quiet_NaN();
+  bool above_hull = false;            // above the recomputed hull (hull-dominated on the curve)
+  bool above_surrogate_hull = false;  // above the surrogate hull
+};
+
+// Vertices of a lower hull in x order; label: "M B=2.5" or "tier kivi2".
+struct RdHull {
+  std::vector<double> x, y;
+  std::vector<std::string> label;
+  double at(double x) const;  // piecewise-linear value (NaN outside [x_0, x_last])
+};
+
+struct RdCurve {
+  RdCurveOptions options;
+  std::string source;   // trace path, or "heads"
+  RdQueries queries = RdQueries::Decode;  // the query set the errors were measured on
+  int heads = 0, tokens = 0;              // heads in scope; prompt tokens per head
+  std::vector<RdPoint> points;            // family-major: points[f * budgets + k]
+  std::vector<RdLadderPoint> ladder;
+  RdHull hull, surrogate_hull;
+  int evaluations = 0;  // distinct (head, allocation) recomputations
+  double seconds_costs = 0, seconds_solve = 0, seconds_recompute = 0, seconds = 0;
+
+  const RdPoint& at(int family_index, int budget_index) const;
+};
+
+// Every head of a trace.
+// The recomputation runs on the CPU reference (gpu/cpu_recompute.hpp), which is what lets each
+// head's exact part be shared by all its points.
+RdCurve rd_curve(const TraceReader& trace, const RdCurveOptions& options, const Progress& progress = {},
+                 const std::atomic<bool>* cancel = nullptr);
+// Heads in memory (one head: the explorer), as one layer of heads.size() heads; they share
+// the trace's RoPE `rope` and head dimension.
+// `costs` (optional): the heads' costs already computed (head_costs with options.solve, in the
+// order of `heads`; the explorer's cache), else computed here.
+RdCurve rd_curve(const std::vector<const HeadData*>& heads, const RopeParams& rope, const RdCurveOptions& options,
+                 const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr,
+                 std::vector<HeadCosts> costs = {});
+
+nlohmann::json to_json(const RdCurve&);
+// The table (budget, family, code and total rate, surrogate, recomputed error), then the
+// ladder points and the hull.
+std::string text_report(const RdCurve&);
+
+}  // namespace tierlab
