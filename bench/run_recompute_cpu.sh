@@ -12,7 +12,10 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-SHARED="$(cd "$REPO/../shared" && pwd)"
+SHARED=""  # the peer baselines: ../shared beside the repository (as run_solver.sh looks for them)
+for cand in "$REPO/../shared" "$REPO/shared" /work/shared; do
+  if [[ -f "$cand/bench/numpy_recompute_ref.py" ]]; then SHARED="$(cd "$cand" && pwd)"; break; fi
+done
 PY=/usr/bin/python3
 BUILD="$REPO/build"
 ROUNDS=3
@@ -35,7 +38,7 @@ done
 BENCH="$BUILD/bench/bench_recompute_cpu"
 REF="$SHARED/bench/numpy_recompute_ref.py"
 [[ -x "$BENCH" ]] || { echo "run_recompute_cpu.sh: $BENCH not found; build the target bench_recompute_cpu (-DTIERLAB_BENCH=ON)" >&2; exit 1; }
-[[ -f "$REF" ]] || { echo "run_recompute_cpu.sh: $REF not found (shared/ must sit beside the repository)" >&2; exit 1; }
+[[ -n "$SHARED" && -f "$REF" ]] || { echo "run_recompute_cpu.sh: shared/bench/numpy_recompute_ref.py not found (shared/ must sit beside the repository)" >&2; exit 1; }
 
 # Threads that spin while waiting hold a core that a descheduled peer needs: on a shared,
 # loaded machine that costs a scheduler slice per barrier. Wait passively unless told.
