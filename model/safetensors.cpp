@@ -54,7 +54,7 @@ bool is_llama2c_shaped(const void* map, std::uint64_t size) {
   if (size < 28) return false;
   std::int32_t c[7];
   std::memcpy(c, map, sizeof c);
-  const std::int32_t vocab = c[5] < 0 ? -c[5] : c[5];  // negative: unshared classifier
+  const std::int64_t vocab = c[5] < 0 ? -static_cast<std::int64_t>(c[5]) : c[5];  // negative: unshared classifier (INT32_MIN too)
   return c[0] > 0 && c[0] <= 65536 && c[1] > 0 && c[1] <= 1 << 20 && c[2] > 0 && c[2] <= 1024 && c[3] > 0 && c[3] <= 1024 &&
          c[4] > 0 && c[4] <= c[3] && vocab > 0 && vocab <= 1 << 22 && c[6] > 0 && c[6] <= 1 << 24 && c[0] % c[3] == 0;
 }
