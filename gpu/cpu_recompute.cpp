@@ -21,6 +21,7 @@ constexpr int kPrepareRowBlock = 64;     // query rows per tile in prepare_head
 constexpr int kPrepareTokenBlock = 256;  // tokens per tile in prepare_head
 constexpr int kOutputRowBlock = 16;      // query rows per task of the exact output o = p V
 constexpr int kEvaluateRowBlock = 64;    // most query rows in one delta GEMM
+constexpr int kMinEvaluateTasks = 16;    // row blocks x selections wanted per chunk (enough for 8 threads)
 constexpr int kFusedVariants = 4;        // up to this many variants are gathered in one pass
 constexpr int kSumBlock = 512;           // tv: float partial sums (16 lanes x 32 terms), then double
 constexpr double kMaxFastLogitRise = 30.0;  // nats; above, expm1 products leave float's comfort zone
@@ -541,7 +542,6 @@ class CpuRecomputer final : public Recomputer {
     const int nq = static_cast<int>(hp.queries->rows());
     const int T = static_cast<int>(hp.exact_keys->rows()), d = static_cast<int>(hp.exact_keys->cols());
     const int nv = static_cast<int>(hp.variants.size());
-    const int nthreads = threads_inside ? static_cast<int>(all.size()) : 1;
 
     // Query rows in chunks so that the prepared head (p and one u per variant) stays bounded.
     const double bytes_per_row = double(1 + nv) * T * sizeof(float) + double(T) * sizeof(double);
@@ -556,9 +556,12 @@ class CpuRecomputer final : public Recomputer {
       const int c1 = std::min(nq, c0 + chunk);
       const PreparedHead ph = cpu::prepare_head(hp, c0, c1);  // threads inside unless in a parallel region
       const int rows = c1 - c0;
-      // Split rows into blocks so that there are enough tasks for the threads.
+      // Split rows into blocks so that there are enough tasks for the threads. The split (and
+      // so the order of the sums) does not depend on the number of threads: results are
+      // bit-identical whatever OMP_NUM_THREADS is (an MPI rank on a share of a node's cores
+      // computes the same cell as a whole-node process).
       int nblk = (rows + kEvaluateRowBlock - 1) / kEvaluateRowBlock;
-      if (nsel * nblk < 2 * nthreads) nblk = std::min((rows + 7) / 8, (2 * nthreads + nsel - 1) / nsel);
+      if (nsel * nblk < kMinEvaluateTasks) nblk = std::min((rows + 7) / 8, (kMinEvaluateTasks + nsel - 1) / nsel);
       nblk = std::max(nblk, 1);
       const int rpb = (rows + nblk - 1) / nblk;
       std::vector<RowSums> part(std::size_t(nsel) * nblk);

@@ -12,6 +12,9 @@ namespace tierlab {
 // Is a usable CUDA device present? When not, *reason (if given) gets one sentence why.
 bool cuda_device_present(std::string* reason);
 
+// Makes device (hint mod count) current for the calling thread; "" or one sentence why not.
+std::string select_cuda_device(int hint, int* device, int* count);
+
 // The CUDA Recomputer, or nullptr with one sentence in *reason (if given) saying why.
 std::unique_ptr<Recomputer> make_cuda_recomputer(std::string* reason);
 

@@ -415,6 +415,16 @@ bool cuda_device_present(std::string* reason) {
   }
 }
 
+std::string select_cuda_device(int hint, int* device, int* count) {
+  std::string why;
+  try {
+    if (!cuda::select_device(hint, device, count, &why)) return why.empty() ? "no CUDA device" : why;
+  } catch (const std::exception& e) {
+    return std::string("no CUDA device: ") + e.what();
+  }
+  return "";
+}
+
 std::unique_ptr<Recomputer> make_cuda_recomputer(std::string* reason) {
   try {
     cuda::DeviceInfo info;

@@ -93,6 +93,20 @@ bool cuda_available(std::string* reason) {
 #endif
 }
 
+std::string use_cuda_device(int local_rank, std::string* reason) {
+#ifdef TIERLAB_HAVE_CUDA
+  int device = 0, count = 0;
+  const std::string why = select_cuda_device(local_rank, &device, &count);
+  if (why.empty()) return "cuda device " + std::to_string(device) + " of " + std::to_string(count);
+  if (reason) *reason = why;
+  return "";
+#else
+  (void)local_rank;
+  if (reason) *reason = "tierlab was built without CUDA (nvcc not found or TIERLAB_CUDA=OFF)";
+  return "";
+#endif
+}
+
 std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches) {
   EvalResult r = backend.evaluate(batches);
   if (!r.ok) throw RecomputeError("recomputation failed on backend " + backend.description() + ": " + r.message);

@@ -83,6 +83,12 @@ std::unique_ptr<Recomputer> make_recomputer(Backend, std::string* note = nullptr
 // Checks a batch's shapes; returns an empty string or the sentence saying what is wrong.
 std::string check_batch(const HeadBatch&);
 
+// For one of several processes on a node (an MPI rank, local_rank = its index on the node):
+// makes CUDA device local_rank mod (devices on the node) the calling thread's current one,
+// so the backends this thread makes use it. Returns "cuda device D of N" or, when there is
+// no CUDA (not built, no device), "" and sets *reason.
+std::string use_cuda_device(int local_rank, std::string* reason = nullptr);
+
 // Is the CUDA backend compiled in, and is a device present? (reason when not)
 bool cuda_available(std::string* reason = nullptr);
 

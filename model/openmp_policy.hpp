@@ -10,6 +10,11 @@
 // and start the program again: use_passive_openmp_wait() does that at the top of main(),
 // once (the variable set, the restarted program goes on). An OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT the user has set is kept as it is.
+//
+// Started by an MPI launcher as several processes on one node (OMPI_COMM_WORLD_LOCAL_SIZE,
+// MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE above 1), each process also gets its share of the
+// node's cores, OMP_NUM_THREADS = max(1, cores / processes), unless the user set it, so
+// `mpirun -n 2` on 2 cores runs 2 x 1 threads rather than 2 x 2.
 namespace tierlab {
 
 // Call first thing in main(). Returns only when the policy is already settled (the user's

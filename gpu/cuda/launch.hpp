@@ -74,6 +74,10 @@ struct DeviceInfo {
 // When not, *reason gets one sentence ("no CUDA device: <cudaGetErrorString>").
 bool probe_device(DeviceInfo* info, std::string* reason);
 
+// Makes device (hint mod count) the calling thread's current device (MPI ranks: hint = the
+// rank's index on its node). Returns the device chosen and the count, or false with a reason.
+bool select_device(int hint, int* device, int* count, std::string* reason);
+
 // Free and total bytes of the current device.
 std::string device_memory(std::size_t* free_bytes, std::size_t* total_bytes);
 

@@ -55,6 +55,26 @@ bool probe_device(DeviceInfo* info, std::string* reason) {
   return true;
 }
 
+bool select_device(int hint, int* device, int* count, std::string* reason) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    if (reason) *reason = e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e) : "no CUDA device";
+    return false;
+  }
+  const int d = (hint % n + n) % n;
+  e = cudaSetDevice(d);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (reason) *reason = "cudaSetDevice(" + std::to_string(d) + "): " + cudaGetErrorString(e);
+    return false;
+  }
+  if (device) *device = d;
+  if (count) *count = n;
+  return true;
+}
+
 std::string device_memory(std::size_t* free_bytes, std::size_t* total_bytes) {
   std::size_t f = 0, t = 0;
   const cudaError_t e = cudaMemGetInfo(&f, &t);

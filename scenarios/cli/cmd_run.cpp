@@ -14,12 +14,27 @@
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/figures/figures.hpp"
+#include "scenarios/run/launch.hpp"
 #include "scenarios/run/runner.hpp"
+#ifdef TIERLAB_HAVE_MPI
+#include "scenarios/run/mpi/mpi_runner.hpp"
+#endif
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab::cli {
 
 namespace {
+
+#ifdef TIERLAB_HAVE_MPI
+using MpiSessionPtr = std::unique_ptr<MpiSession>;
+int mpi_rank(const MpiSessionPtr& m) { return m->rank(); }
+int mpi_size(const MpiSessionPtr& m) { return m->size(); }
+#else
+struct NoMpi {};
+using MpiSessionPtr = std::unique_ptr<NoMpi>;  // always empty
+int mpi_rank(const MpiSessionPtr&) { return 0; }
+int mpi_size(const MpiSessionPtr&) { return 1; }
+#endif
 
 // The default scenario set: scenarios/files under the working directory when it is a
 // tierlab checkout, otherwise under the source tree this binary was built from.
@@ -44,16 +59,149 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+struct RunArgs {
+  std::vector<std::string> scenarios;
+  std::string out, backend;
+  std::string shard;
+  int jobs = 1;
+  bool force = false, complete = false, scheduler_only = false;
+};
+
+// The scenarios, loaded and validated before any work (a typo in the last one fails first).
+// Under MPI every rank loads them; when one cannot, every rank stops (none waits for it).
+std::vector<Scenario> load_all(const std::vector<std::string>& files, const MpiSessionPtr& mpi) {
+  std::vector<Scenario> scenarios;
+  std::exception_ptr error;
+  try {
+    for (const auto& f : files) scenarios.push_back(load_scenario(f));
+  } catch (...) {
+    if (!mpi) throw;
+    error = std::current_exception();
+  }
+#ifdef TIERLAB_HAVE_MPI
+  if (mpi && !mpi->all(!error)) {
+    if (error) rethrow_with_context(error, "rank " + std::to_string(mpi->rank()) + " on " + mpi->host());
+    throw InputError("run: another MPI rank could not load the scenario files (its error is printed above); "
+                     "every rank must be able to read them.");
+  }
+#endif
+  return scenarios;
+}
+
+// "a, b, c and 4 more".
+std::string some_ids(const std::vector<std::string>& ids, std::size_t shown = 8) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size() && i < shown; ++i) s += (i ? ", " : "") + ids[i];
+  if (ids.size() > shown) s += " and " + std::to_string(ids.size() - shown) + " more";
+  return s;
+}
+
+void run_command(const RunArgs& args) {
+  const int launched = launched_ranks();
+  if (launched > 1 && !built_with_mpi())
+    throw InputError("run: started by an MPI launcher as " + std::to_string(launched) +
+                     " processes, but this tierlab was built without MPI (Open MPI not found at configure time, or "
+                     "-DTIERLAB_MPI=OFF), so every copy would compute the same cells. Install libopenmpi-dev and "
+                     "rebuild, run one process, or split the run with --shard I/N (docs/cluster.md).");
+  MpiSessionPtr mpi;
+#ifdef TIERLAB_HAVE_MPI
+  if (launched > 0) mpi = std::make_unique<MpiSession>();
+#endif
+  const bool root = !mpi || mpi_rank(mpi) == 0;
+  Shard shard;
+  if (!args.shard.empty()) shard = parse_shard(args.shard);
+  if (args.complete && args.shard.empty()) throw InputError("run: --complete goes with --shard I/N; without --shard every cell is computed anyway.");
+  if (args.scheduler_only && !mpi) throw InputError("run: --scheduler-only applies under mpirun only (this process was not started by an MPI launcher).");
+  const bool set = args.scenarios.size() != 1;
+  const std::vector<std::string> files = args.scenarios.empty() ? default_scenarios() : args.scenarios;
+  const std::vector<Scenario> scenarios = load_all(files, mpi);
+  const std::string parent = args.out.empty() ? "out" : args.out;
+  std::string index = "# tierlab: summary of " + std::to_string(scenarios.size()) + " scenarios\n\n";
+  bool all_tables = true;
+  for (const Scenario& sc : scenarios) {
+    RunOptions opt;
+    opt.out = set ? parent + "/" + sc.name : (args.out.empty() ? "out/" + sc.name : args.out);
+    if (!args.backend.empty()) opt.backend = parse_backend(args.backend);
+    opt.jobs = args.jobs;
+    opt.force = args.force;
+    opt.shard = shard;
+    opt.complete_missing = args.complete;
+    if (root) {
+      std::printf("scenario %s: %zu cells x %zu budgets -> %s%s\n", sc.name.c_str(), sc.cells.size(), sc.budgets.size(),
+                  opt.out.c_str(),
+                  shard.count > 1 ? (" (shard " + args.shard + ")").c_str()
+                  : mpi           ? (" (" + std::to_string(mpi_size(mpi)) + " MPI ranks)").c_str()
+                                  : "");
+      std::fflush(stdout);
+    }
+    RunResult r;
+#ifdef TIERLAB_HAVE_MPI
+    if (mpi) {
+      MpiRunOptions mo;
+      mo.scheduler_only = args.scheduler_only;
+      r = run_scenario_mpi(sc, opt, *mpi, mo);
+      if (!root) {
+        if (r.interrupted) return;  // rank 0 stopped the run and reports why
+        continue;
+      }
+    } else {
+      r = run_scenario(sc, opt);
+    }
+#else
+    r = run_scenario(sc, opt);
+#endif
+    if (shard.count > 1) {
+      std::printf("cells: %d computed, %d already finished (of this shard's %d; %d in the scenario)%s%s\n",
+                  r.cells_computed, r.cells_skipped, r.shard_cells, r.cells_total, r.backend.empty() ? "" : ", backend ",
+                  r.backend.c_str());
+    } else {
+      std::printf("cells: %d computed, %d already finished (of %d)%s%s\n", r.cells_computed, r.cells_skipped,
+                  r.cells_total, r.backend.empty() ? "" : ", backend ", r.backend.c_str());
+    }
+    if (mpi && r.scheduler_cells > 0)
+      std::printf("scheduler: %d results handled in %.3f s (%.3f ms each: %.0f cells per second)\n", r.scheduler_cells,
+                  r.scheduler_seconds, 1e3 * r.scheduler_seconds / r.scheduler_cells,
+                  r.scheduler_seconds > 0 ? r.scheduler_cells / r.scheduler_seconds : 0.0);
+    if (r.interrupted) {
+      std::printf("interrupted: the finished cells are kept in %s/cells; run the same command again to resume.\n",
+                  opt.out.c_str());
+      throw InputError("run interrupted by the user (SIGINT) before every cell was finished.");
+    }
+    if (!r.missing.empty()) {
+      std::printf("shard %s done; %zu cell%s of other shards %s not finished yet: %s. The shard that finishes last "
+                  "writes the tables; or rerun with --shard %s --complete (or without --shard) to compute %s here.\n",
+                  args.shard.c_str(), r.missing.size(), r.missing.size() == 1 ? "" : "s", r.missing.size() == 1 ? "is" : "are",
+                  some_ids(r.missing).c_str(), args.shard.c_str(), r.missing.size() == 1 ? "it" : "them");
+      std::fflush(stdout);
+      all_tables = false;
+      index += "## " + sc.name + " (" + sc.file + ")\n\nNot finished yet: " + std::to_string(r.missing.size()) +
+               " cells of other shards are missing.\n\n";
+      continue;
+    }
+    const auto figures = render_figures(opt.out);
+    std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: PNG, SVG, PDF)\nsummary: %s/summary.md\n",
+                opt.out.c_str(), opt.out.c_str(), figures.size(), opt.out.c_str());
+    std::fflush(stdout);
+    // The index: each scenario's summary with its headings pushed one level down.
+    std::istringstream summary(slurp(opt.out + "/summary.md"));
+    std::string line;
+    index += "## " + sc.name + " (" + sc.file + ")\n\nFolder: `" + opt.out + "` (figures in `" + opt.out + "/figures`).\n\n";
+    while (std::getline(summary, line)) {
+      if (line.rfind("# ", 0) == 0) continue;  // the scenario's own title
+      index += (line.rfind("#", 0) == 0 ? "#" + line : line) + "\n";
+    }
+    index += "\n";
+  }
+  if (set && root && all_tables) {
+    write_file_atomically(parent + "/summary.md", index);
+    std::printf("\nall %zu scenarios done; the combined summary: %s/summary.md\n", scenarios.size(), parent.c_str());
+  }
+}
+
 }  // namespace
 
 void add_run(CLI::App& app) {
-  struct Args {
-    std::vector<std::string> scenarios;
-    std::string out, backend;
-    int jobs = 1;
-    bool force = false;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand(
       "run", "Run scenario files: cells (resumable), tables, figures and summary.md; no file: the default set (scenarios/files)");
   cmd->add_option("scenario", args->scenarios, "Scenario files (YAML, see docs/scenarios.md); default: every scenarios/files/*.yaml");
@@ -62,50 +210,14 @@ void add_run(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda (default: the scenario's)");
   cmd->add_option("--jobs", args->jobs, "Cells computed in parallel")->capture_default_str();
   cmd->add_flag("--force", args->force, "Recompute finished cells");
-  cmd->callback([args]() {
-    const bool set = args->scenarios.size() != 1;
-    const std::vector<std::string> files = args->scenarios.empty() ? default_scenarios() : args->scenarios;
-    // Validate every file first: a typo in the last scenario fails before any work.
-    std::vector<Scenario> scenarios;
-    for (const auto& f : files) scenarios.push_back(load_scenario(f));
-    const std::string parent = args->out.empty() ? "out" : args->out;
-    std::string index = "# tierlab: summary of " + std::to_string(scenarios.size()) + " scenarios\n\n";
-    for (const Scenario& sc : scenarios) {
-      RunOptions opt;
-      opt.out = set ? parent + "/" + sc.name : (args->out.empty() ? "out/" + sc.name : args->out);
-      if (!args->backend.empty()) opt.backend = parse_backend(args->backend);
-      opt.jobs = args->jobs;
-      opt.force = args->force;
-      std::printf("scenario %s: %zu cells x %zu budgets -> %s\n", sc.name.c_str(), sc.cells.size(), sc.budgets.size(),
-                  opt.out.c_str());
-      std::fflush(stdout);
-      const RunResult r = run_scenario(sc, opt);
-      std::printf("cells: %d computed, %d already finished (of %d)%s%s\n", r.cells_computed, r.cells_skipped,
-                  r.cells_total, r.backend.empty() ? "" : ", backend ", r.backend.c_str());
-      if (r.interrupted) {
-        std::printf("interrupted: the finished cells are kept in %s/cells; run the same command again to resume.\n",
-                    opt.out.c_str());
-        throw InputError("run interrupted by the user (SIGINT) before every cell was finished.");
-      }
-      const auto figures = render_figures(opt.out);
-      std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: PNG, SVG, PDF)\nsummary: %s/summary.md\n",
-                  opt.out.c_str(), opt.out.c_str(), figures.size(), opt.out.c_str());
-      std::fflush(stdout);
-      // The index: each scenario's summary with its headings pushed one level down.
-      std::istringstream summary(slurp(opt.out + "/summary.md"));
-      std::string line;
-      index += "## " + sc.name + " (" + sc.file + ")\n\nFolder: `" + opt.out + "` (figures in `" + opt.out + "/figures`).\n\n";
-      while (std::getline(summary, line)) {
-        if (line.rfind("# ", 0) == 0) continue;  // the scenario's own title
-        index += (line.rfind("#", 0) == 0 ? "#" + line : line) + "\n";
-      }
-      index += "\n";
-    }
-    if (set) {
-      write_file_atomically(parent + "/summary.md", index);
-      std::printf("\nall %zu scenarios done; the combined summary: %s/summary.md\n", scenarios.size(), parent.c_str());
-    }
-  });
+  cmd->add_option("--shard", args->shard,
+                  "I/N: compute only shard I of N (a deterministic share of the cells) into the shared --out folder; "
+                  "the shard that finds every cell finished writes the tables (docs/cluster.md)");
+  cmd->add_flag("--complete", args->complete,
+                "With --shard: then also compute the cells no shard has finished, and write the tables");
+  cmd->add_flag("--scheduler-only", args->scheduler_only,
+                "Under mpirun: the scheduling rank only schedules (default: it computes cells too)");
+  cmd->callback([args]() { run_command(*args); });
 }
 
 }  // namespace tierlab::cli

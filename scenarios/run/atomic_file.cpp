@@ -3,11 +3,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 
 #include "model/error.hpp"
@@ -23,7 +26,7 @@ void make_directories(const std::string& dir) {
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::filesystem::path target(path);
   if (target.has_parent_path()) make_directories(target.parent_path().string());
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const std::string tmp = path + ".tmp-" + process_tag();
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw InputError("cannot write '" + tmp + "': " + std::strerror(errno) + ".");
   int err = 0;
@@ -38,20 +41,58 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   }
 }
 
-namespace {
-
-// The pid of a temporary file's name "<name>.tmp-<pid>", or 0.
-long temporary_pid(const std::string& name) {
-  const auto at = name.rfind(".tmp-");
-  if (at == std::string::npos || at == 0) return 0;
-  const char* b = name.data() + at + 5;
-  const char* e = name.data() + name.size();
-  long pid = 0;
-  const auto r = std::from_chars(b, e, pid);
-  return r.ec == std::errc() && r.ptr == e && b != e && pid > 0 ? pid : 0;
+std::string process_tag() {
+  static const std::string host = [] {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+    std::string h;
+    for (const char* c = name; *c != '\0'; ++c)
+      h += (std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '-') ? *c : '_';
+    return h.empty() ? std::string("localhost") : h;
+  }();
+  return std::to_string(::getpid()) + "@" + host;
 }
 
-bool process_alive(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+namespace {
+
+// "<pid>" or "<pid>@<host>" (process_tag): the pid and the host ("" for a bare pid: this host).
+bool parse_tag(std::string_view tag, long& pid, std::string_view& host) {
+  const auto at = tag.find('@');
+  const std::string_view digits = tag.substr(0, at);
+  host = at == std::string_view::npos ? std::string_view() : tag.substr(at + 1);
+  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+  return r.ec == std::errc() && r.ptr == digits.data() + digits.size() && !digits.empty() && pid > 0 &&
+         (at == std::string_view::npos || !host.empty());
+}
+
+// Running (a zombie, exited but not yet reaped, is not: it writes nothing more).
+bool process_alive(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return true;  // no /proc: trust kill()
+  char buf[512];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const std::string_view stat(buf, n);  // "pid (comm) S ...": the state after the last ')'
+  const auto close = stat.rfind(')');
+  const char state = close != std::string_view::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+  return state != 'Z' && state != 'X';
+}
+
+// Is the file or folder of the process `tag` left by a process that is gone? On this host: its
+// pid is not running. Another host's (a shared output folder): older than an hour, since a
+// temporary lives only while its write (or a cell's trace while its cell) is in progress.
+bool left_by_dead_process(std::string_view tag, const std::filesystem::path& p, std::chrono::hours age) {
+  long pid = 0;
+  std::string_view host;
+  if (!parse_tag(tag, pid, host)) return false;
+  const std::string mine = process_tag();
+  const std::string_view my_host = std::string_view(mine).substr(mine.find('@') + 1);
+  if (host.empty() || host == my_host) return pid != static_cast<long>(::getpid()) && !process_alive(pid);
+  std::error_code ec;
+  const auto t = std::filesystem::last_write_time(p, ec);
+  return !ec && std::filesystem::file_time_type::clock::now() - t > age;
+}
 
 }  // namespace
 
@@ -60,13 +101,26 @@ std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
   std::vector<std::string> removed;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return removed;
+  std::vector<fs::path> stale;
   for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     std::error_code sec;
+    const std::string name = it->path().filename().string();
+    if (it->is_directory(sec) && it->path().parent_path().filename() == "traces") {
+      // A run's work folder (DIR/traces/<pid>@<host>): its temporary traces.
+      if (left_by_dead_process(name, it->path(), std::chrono::hours(24))) stale.push_back(it->path());
+      it.disable_recursion_pending();
+      continue;
+    }
     if (!it->is_regular_file(sec)) continue;
-    const long pid = temporary_pid(it->path().filename().string());
-    if (pid == 0 || pid == static_cast<long>(::getpid()) || process_alive(pid)) continue;
-    if (fs::remove(it->path(), sec)) removed.push_back(it->path().string());
+    const auto at = name.rfind(".tmp-");
+    if (at == std::string::npos || at == 0) continue;
+    if (left_by_dead_process(std::string_view(name).substr(at + 5), it->path(), std::chrono::hours(1)))
+      stale.push_back(it->path());
+  }
+  for (const auto& p : stale) {
+    std::error_code sec;
+    if (fs::remove_all(p, sec) > 0) removed.push_back(p.string());
   }
   return removed;
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Writes a whole text file atomically: "<path>.tmp-<pid>", flushed, then renamed.
+// Writes a whole text file atomically: "<path>.tmp-<pid>@<host>", flushed, then renamed.
 // A reader never sees a half-written result and a crash leaves the old file intact.
 #include <string>
 #include <vector>
@@ -14,9 +14,15 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 // that is a file, no permission) instead of std::filesystem's exception.
 void make_directories(const std::string& dir);
 
-// Removes the temporary files "<name>.tmp-<pid>" under dir (recursively) left by processes
-// that are no longer running (a run killed with SIGKILL); files of live processes stay.
-// Returns the paths removed.
+// "<pid>@<host>": names what one process writes in a folder other processes may share
+// (shards of one run on several machines): its temporary files and its work folder.
+std::string process_tag();
+
+// Removes what killed runs left under dir (recursively): temporary files "<name>.tmp-<tag>"
+// and work folders "traces/<tag>" (tag: "<pid>@<host>", or a bare pid from earlier versions).
+// Left by this host: removed when the pid is not running. Left by another host sharing the
+// folder: removed when older than an hour (a temporary file) or a day (a work folder), since
+// that host's processes cannot be asked. Files of live processes stay. Returns the paths removed.
 std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 }  // namespace tierlab

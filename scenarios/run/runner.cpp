@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -220,34 +223,128 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
   return j;
 }
 
-RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
-  if (opt.out.empty()) throw InputError("run: the output folder (--out) is empty.");
-  if (opt.jobs < 1 || opt.jobs > 64) throw InputError("run: --jobs is " + std::to_string(opt.jobs) + "; it must be in [1, 64].");
-  const Backend backend_kind = opt.backend ? *opt.backend : sc.backend;
-  const auto note = [&](const std::string& text) {
-    if (opt.on_note) {
-      opt.on_note(text);
-    } else {
-      std::fprintf(stderr, "tierlab: %s\n", text.c_str());
-    }
+std::string run_work_dir(const std::string& out) { return out + "/traces/" + process_tag(); }
+
+double estimated_cell_cost(const Scenario& sc, const ScenarioCell& cell) {
+  // heads x queries x keys x head dim: the recomputation's work for one budget (the same
+  // number of budgets for every cell of a scenario). 0 when the trace cannot be read here.
+  const auto cost = [&](double heads, double group, double keys, double obs, double decode, double dim) {
+    const double queries = std::max(1.0, sc.queries == QuerySet::Obs ? obs : decode);
+    return heads * group * keys * queries * dim;
   };
-  RunResult res;
+  if (cell.source == "synthetic") {
+    const SynthParams& p = cell.synth;
+    return cost(double(p.n_layers) * p.n_kv_heads, p.group_size, p.prompt_len, p.obs_window, p.decode_steps, p.head_dim);
+  }
+  if (cell.source == "model") {
+    std::int32_t h[7] = {};
+    std::ifstream in(cell.checkpoint, std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(h), sizeof h)) return 0;
+    const double n_heads = std::max(1, h[3]), n_kv = std::max(1, std::abs(h[4])), dim = std::max(1, h[0]);
+    return cost(double(std::max(1, h[2])) * n_kv, n_heads / n_kv, cell.prompt_len, cell.prompt_len, cell.decode_steps,
+                dim / n_heads);
+  }
+  try {
+    const TraceMeta m = TraceReader(cell.path).meta();
+    return cost(m.n_heads(), m.group_size, m.prompt_len, m.obs_window, m.decode_steps, m.head_dim);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+std::vector<std::size_t> largest_first(const Scenario& sc, std::vector<std::size_t> cells) {
+  std::vector<double> cost(sc.cells.size(), 0.0);
+  for (const std::size_t i : cells) cost[i] = estimated_cell_cost(sc, sc.cells[i]);
+  std::stable_sort(cells.begin(), cells.end(), [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  return cells;
+}
+
+std::vector<int> shard_assignment(const Scenario& sc, int shards) {
+  if (shards < 1) throw InputError("run: the number of shards is " + std::to_string(shards) + "; it must be at least 1.");
+  std::vector<std::size_t> all(sc.cells.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  std::vector<int> shard(sc.cells.size(), 0);
+  std::vector<double> load(static_cast<std::size_t>(shards), 0.0);
+  std::vector<int> count(static_cast<std::size_t>(shards), 0);
+  for (const std::size_t i : largest_first(sc, all)) {
+    // The shard with the least estimated work so far (then the fewest cells, then the lowest index).
+    const double c = estimated_cell_cost(sc, sc.cells[i]);
+    int best = 0;
+    for (int s = 1; s < shards; ++s)
+      if (load[s] < load[best] || (load[s] == load[best] && count[s] < count[best])) best = s;
+    shard[i] = best;
+    load[best] += c;
+    ++count[best];
+  }
+  return shard;
+}
+
+Shard parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  const auto bad = [&](const std::string& why) {
+    return InputError("run: --shard is '" + text + "'; " + why + " (I/N: shard I of N, 1 <= I <= N, e.g. 2/8).");
+  };
+  if (slash == std::string::npos) throw bad("it has no '/'");
+  Shard s;
+  const auto num = [&](std::string_view part, int& v) {
+    const auto r = std::from_chars(part.data(), part.data() + part.size(), v);
+    return r.ec == std::errc() && r.ptr == part.data() + part.size() && !part.empty();
+  };
+  const std::string_view t(text);
+  if (!num(t.substr(0, slash), s.index) || !num(t.substr(slash + 1), s.count)) throw bad("I and N must be whole numbers");
+  if (s.count < 1 || s.count > 100000) throw bad("N must be in [1, 100000]");
+  if (s.index < 1 || s.index > s.count) throw bad("I must be in [1, N]");
+  return s;
+}
+
+void write_cell_file(const std::string& out, const ScenarioCell& cell, nlohmann::json j, const std::string& hash) {
+  j["cell_hash"] = hash;
+  write_file_atomically(cell_path(out, cell), j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+std::vector<std::string> unfinished_cells(const Scenario& sc, const std::string& out,
+                                          const std::map<std::string, std::string>& hashes) {
+  std::vector<std::string> missing;
+  for (const auto& c : sc.cells) {
+    const std::string path = cell_path(out, c);
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+      missing.push_back(c.id);
+      continue;
+    }
+    const CellFile f = read_cell_file(path);
+    if (!f.damage.empty() || f.json.value("cell_hash", std::string()) != hashes.at(c.id)) missing.push_back(c.id);
+  }
+  return missing;
+}
+
+RunPlan plan_run(const Scenario& sc, const RunOptions& opt, const std::vector<std::size_t>* only) {
+  if (opt.out.empty()) throw InputError("run: the output folder (--out) is empty.");
+  RunPlan plan;
+  RunResult& res = plan.result;
   res.cells_total = static_cast<int>(sc.cells.size());
   // Temporary files of killed runs first (before this run writes any of its own).
   const auto removed = remove_stale_temporaries(opt.out);
   res.temporaries_removed = static_cast<int>(removed.size());
   if (!removed.empty())
-    note("removed " + std::to_string(removed.size()) + " temporary file" + (removed.size() == 1 ? "" : "s") +
-         " of killed runs under '" + opt.out + "' (first: '" + removed.front() + "').");
+    run_note(opt, "removed " + std::to_string(removed.size()) + " temporary file" + (removed.size() == 1 ? "" : "s") +
+                      " of killed runs under '" + opt.out + "' (first: '" + removed.front() + "').");
   make_directories(opt.out + "/cells");
-  if (!sc.file.empty() && fs::exists(sc.file)) write_file_atomically(opt.out + "/scenario.yaml", read_regular_file(sc.file, "scenario file", kMaxScenarioBytes));
+  if (!sc.file.empty() && fs::exists(sc.file))
+    write_file_atomically(opt.out + "/scenario.yaml", read_regular_file(sc.file, "scenario file", kMaxScenarioBytes));
 
   // Which cells are finished for these inputs: the hash of each cell's inputs against its file.
   ContentHashes content_hashes;
-  std::map<std::string, std::string> hashes;  // cell id -> cell_hash
-  for (const auto& c : sc.cells) hashes[c.id] = cell_hash(sc, c, content_hashes);
-  std::vector<const ScenarioCell*> pending;
-  for (const auto& c : sc.cells) {
+  for (const auto& c : sc.cells) plan.hashes[c.id] = cell_hash(sc, c, content_hashes);
+  std::vector<std::size_t> considered;
+  if (only) {
+    considered = *only;
+  } else {
+    for (std::size_t i = 0; i < sc.cells.size(); ++i) considered.push_back(i);
+  }
+  std::vector<std::size_t> pending;
+  for (const std::size_t i : considered) {
+    const ScenarioCell& c = sc.cells[i];
     const std::string path = cell_path(opt.out, c);
     bool finished = false;
     if (!opt.force && fs::exists(path)) {
@@ -256,14 +353,15 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
         std::error_code ec;
         fs::rename(path, path + ".damaged", ec);
         ++res.cells_damaged;
-        note(f.damage + " " +
-             (ec ? "It could not be moved aside (" + ec.message() + "); recomputing cell '" + c.id + "'."
-                 : "Moved aside to '" + path + ".damaged'; recomputing cell '" + c.id + "'."));
-      } else if (!f.json.contains("cell_hash") || f.json["cell_hash"] != hashes[c.id]) {
+        run_note(opt, f.damage + " " +
+                          (ec ? "It could not be moved aside (" + ec.message() + "); recomputing cell '" + c.id + "'."
+                              : "Moved aside to '" + path + ".damaged'; recomputing cell '" + c.id + "'."));
+      } else if (!f.json.contains("cell_hash") || f.json["cell_hash"] != plan.hashes[c.id]) {
         ++res.cells_stale;
-        note("cell '" + c.id + "' in '" + path + "' was computed for other inputs (cell hash " +
-             (f.json.contains("cell_hash") ? f.json["cell_hash"].get<std::string>() : std::string("none")) +
-             ", now " + hashes[c.id] + ": the scenario's settings or the cell's trace changed); recomputing it.");
+        run_note(opt, "cell '" + c.id + "' in '" + path + "' was computed for other inputs (cell hash " +
+                          (f.json.contains("cell_hash") ? f.json["cell_hash"].get<std::string>() : std::string("none")) +
+                          ", now " + plan.hashes[c.id] +
+                          ": the scenario's settings or the cell's trace changed); recomputing it.");
       } else {
         finished = true;
       }
@@ -272,31 +370,53 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
       ++res.cells_skipped;
       if (opt.on_cell) opt.on_cell(c.id, false);
     } else {
-      pending.push_back(&c);
+      pending.push_back(i);
     }
   }
+  plan.pending = largest_first(sc, std::move(pending));  // cells differ widely in cost
+  return plan;
+}
 
+void run_note(const RunOptions& opt, const std::string& text) {
+  if (opt.on_note) {
+    opt.on_note(text);
+  } else {
+    std::fprintf(stderr, "tierlab: %s\n", text.c_str());
+  }
+}
+
+std::unique_ptr<Recomputer> make_run_backend(const Scenario& sc, const RunOptions& opt) {
+  if (opt.backend_factory) return opt.backend_factory();
+  std::string note;
+  auto be = make_recomputer(opt.backend ? *opt.backend : sc.backend, &note);
+  if (!be) throw InputError("backend unavailable: " + note);
+  return be;
+}
+
+void remove_work_dir(const std::string& work_dir) {
+  std::error_code ec;
+  fs::remove_all(work_dir, ec);
+  fs::remove(fs::path(work_dir).parent_path(), ec);  // traces/, only when empty
+}
+
+namespace {
+
+// Computes the cells `todo` (indices into sc.cells) on opt.jobs threads, each with its own
+// backend; writes each cell file as it finishes. Counts into res; the first error is kept.
+void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<std::string, std::string>& hashes,
+                     const std::vector<std::size_t>& todo, RunResult& res, int already, int total,
+                     std::exception_ptr& first_error, std::string& first_error_context) {
   std::atomic<bool>& stop = run_stop_flag();
-  stop.store(false);
-  auto previous = std::signal(SIGINT, on_sigint);
-  struct Restore {
-    decltype(previous) p;
-    ~Restore() { std::signal(SIGINT, p); }
-  } restore{previous};
-
   std::mutex mu;
   std::atomic<std::size_t> next{0};
   int done = 0;
-  std::exception_ptr first_error;
-  std::string first_error_context;
+  const std::string work_dir = run_work_dir(opt.out);
   TerminalProgress bar("run " + sc.name);
-  if (opt.progress) bar.update(res.cells_skipped, res.cells_total);
+  if (opt.progress) bar.update(already, total);
   auto worker = [&]() {
-    std::string note;
     std::unique_ptr<Recomputer> be;
     try {
-      be = opt.backend_factory ? opt.backend_factory() : make_recomputer(backend_kind, &note);
-      if (!be) throw InputError("backend unavailable: " + note);
+      be = make_run_backend(sc, opt);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu);
       if (!first_error) first_error = std::current_exception(), first_error_context = "run";
@@ -309,16 +429,14 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
     }
     while (!stop.load()) {
       const std::size_t i = next.fetch_add(1);
-      if (i >= pending.size()) break;
-      const ScenarioCell& cell = *pending[i];
+      if (i >= todo.size()) break;
+      const ScenarioCell& cell = sc.cells[todo[i]];
       try {
-        nlohmann::json j = compute_cell(sc, cell, *be, opt.out + "/traces", &stop);
-        j["cell_hash"] = hashes.at(cell.id);
-        write_file_atomically(cell_path(opt.out, cell), j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+        write_cell_file(opt.out, cell, compute_cell(sc, cell, *be, work_dir, &stop), hashes.at(cell.id));
         std::lock_guard<std::mutex> lock(mu);
         ++res.cells_computed, ++done;
         if (opt.on_cell) opt.on_cell(cell.id, true);
-        if (opt.progress) bar.update(res.cells_skipped + done, res.cells_total);
+        if (opt.progress) bar.update(already + done, total);
       } catch (const Cancelled&) {
         break;
       } catch (...) {
@@ -328,7 +446,7 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
       }
     }
   };
-  const int n = std::min<int>(opt.jobs, std::max<int>(1, static_cast<int>(pending.size())));
+  const int n = std::min<int>(opt.jobs, std::max<int>(1, static_cast<int>(todo.size())));
   if (n == 1) {
     worker();
   } else {
@@ -337,26 +455,81 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
     for (auto& t : threads) t.join();
   }
   bar.finish();
-  std::error_code ec;
-  fs::remove(opt.out + "/traces", ec);  // only when empty
-  if (first_error) rethrow_with_context(first_error, first_error_context);  // keeps the error's category
-  if (stop.load()) {
-    res.interrupted = true;
-    return res;
-  }
+  remove_work_dir(work_dir);
+}
+
+}  // namespace
+
+SigintScope::SigintScope() : previous_int_(std::signal(SIGINT, on_sigint)), previous_term_(std::signal(SIGTERM, on_sigint)) {
+  run_stop_flag().store(false);
+}
+SigintScope::~SigintScope() {
+  std::signal(SIGINT, previous_int_);
+  std::signal(SIGTERM, previous_term_);
+}
+
+void write_run_tables(const Scenario& sc, const std::string& out, const std::map<std::string, std::string>& hashes) {
   std::vector<nlohmann::json> cells;
   for (const auto& c : sc.cells) {
-    CellFile f = read_cell_file(cell_path(opt.out, c));
+    CellFile f = read_cell_file(cell_path(out, c));
     if (!f.damage.empty()) throw InputError(f.damage + " Rerun to recompute it.");
-    if (f.json.value("cell_hash", std::string()) != hashes[c.id])
-      throw InputError("cell file '" + cell_path(opt.out, c) + "' changed during the run (another run into '" + opt.out +
+    if (f.json.value("cell_hash", std::string()) != hashes.at(c.id))
+      throw InputError("cell file '" + cell_path(out, c) + "' changed during the run (another run into '" + out +
                        "'?); rerun to recompute it.");
     cells.push_back(std::move(f.json));
   }
-  // Traces left by cells of killed runs (each finished cell removes its own).
-  for (const auto& c : sc.cells) fs::remove(opt.out + "/traces/" + c.id + ".safetensors", ec);
-  fs::remove(opt.out + "/traces", ec);
-  write_analyses(sc, cells, opt.out);
+  // Traces left by cells of killed runs of earlier versions (traces/<cell id>.safetensors).
+  std::error_code ec;
+  for (const auto& c : sc.cells) fs::remove(out + "/traces/" + c.id + ".safetensors", ec);
+  fs::remove(out + "/traces", ec);
+  write_analyses(sc, cells, out);
+}
+
+RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
+  if (opt.jobs < 1 || opt.jobs > 64) throw InputError("run: --jobs is " + std::to_string(opt.jobs) + "; it must be in [1, 64].");
+  if (opt.shard.count < 1 || opt.shard.index < 1 || opt.shard.index > opt.shard.count)
+    throw InputError("run: the shard is " + std::to_string(opt.shard.index) + "/" + std::to_string(opt.shard.count) +
+                     "; it must be I/N with 1 <= I <= N.");
+  const bool sharded = opt.shard.count > 1;
+  std::vector<std::size_t> mine;
+  if (sharded) {
+    const std::vector<int> shard = shard_assignment(sc, opt.shard.count);
+    for (std::size_t i = 0; i < sc.cells.size(); ++i)
+      if (shard[i] == opt.shard.index - 1) mine.push_back(i);
+  }
+  RunPlan plan = plan_run(sc, opt, sharded ? &mine : nullptr);
+  RunResult res = plan.result;
+  res.shard_cells = sharded ? static_cast<int>(mine.size()) : res.cells_total;
+
+  SigintScope sigint;
+  std::exception_ptr first_error;
+  std::string first_error_context;
+  compute_locally(sc, opt, plan.hashes, plan.pending, res, res.cells_skipped, res.shard_cells, first_error,
+                  first_error_context);
+  if (first_error) rethrow_with_context(first_error, first_error_context);  // keeps the error's category
+  if (run_stop_flag().load()) {
+    res.interrupted = true;
+    return res;
+  }
+  if (sharded) {
+    res.missing = unfinished_cells(sc, opt.out, plan.hashes);
+    if (!res.missing.empty() && opt.complete_missing) {
+      // The cells other shards have not finished (yet): computed here as well.
+      std::vector<std::size_t> rest;
+      for (std::size_t i = 0; i < sc.cells.size(); ++i)
+        if (std::find(res.missing.begin(), res.missing.end(), sc.cells[i].id) != res.missing.end()) rest.push_back(i);
+      rest = largest_first(sc, std::move(rest));
+      compute_locally(sc, opt, plan.hashes, rest, res, 0, static_cast<int>(rest.size()), first_error, first_error_context);
+      if (first_error) rethrow_with_context(first_error, first_error_context);
+      if (run_stop_flag().load()) {
+        res.interrupted = true;
+        return res;
+      }
+      res.missing = unfinished_cells(sc, opt.out, plan.hashes);
+    }
+    if (!res.missing.empty()) return res;  // another shard writes the tables
+  }
+  write_run_tables(sc, opt.out, plan.hashes);
   res.tables_written = true;
   return res;
 }

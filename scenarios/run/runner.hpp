@@ -28,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,12 +38,21 @@
 
 namespace tierlab {
 
+// Shard I of N (1-based): a deterministic share of a scenario's cells (shard_assignment).
+struct Shard {
+  int index = 1, count = 1;
+};
+// "I/N" (1 <= I <= N); InputError naming --shard and the value otherwise.
+Shard parse_shard(const std::string& text);
+
 struct RunOptions {
   std::string out;                 // DIR
   std::optional<Backend> backend;  // overrides the scenario's
   int jobs = 1;                    // cells computed in parallel (each with its own backend)
   bool force = false;              // recompute finished cells
   bool progress = true;            // progress line on a terminal
+  Shard shard;                     // compute only this share of the cells (count 1: all)
+  bool complete_missing = false;   // sharded: then also compute the cells other shards left
   // Makes each worker's backend (default: make_recomputer of the backend asked for). For
   // embedders and tests (a backend that fails on purpose).
   std::function<std::unique_ptr<Recomputer>()> backend_factory;
@@ -59,6 +69,11 @@ struct RunResult {
   int temporaries_removed = 0;             // "*.tmp-<pid>" files of killed runs
   bool interrupted = false;
   bool tables_written = false;
+  int shard_cells = 0;               // the cells of this shard (all of them without sharding)
+  std::vector<std::string> missing;  // sharded: cells not finished by any run yet (no tables then)
+  int ranks = 1;                     // MPI: the ranks of the run
+  int scheduler_cells = 0;           // MPI: results rank 0 received and wrote
+  double scheduler_seconds = 0;      // MPI: rank 0's time handling them (receive, write, hand out)
   std::string backend;  // description of the backend used (empty when nothing was computed)
 };
 
@@ -68,7 +83,60 @@ struct RunResult {
 nlohmann::json compute_cell(const Scenario&, const ScenarioCell&, Recomputer& backend, const std::string& work_dir,
                             const std::atomic<bool>* stop = nullptr);
 
+// The whole run in this process: plan_run, the pending cells of this shard on opt.jobs threads
+// (largest estimated cost first), then, when every cell of the scenario is finished, the
+// tables (write_run_tables). Sharded (opt.shard.count > 1): only the shard's cells; the run
+// that finds every cell present writes the tables; one that does not lists the unfinished
+// cells in RunResult::missing (and computes them first when opt.complete_missing).
 RunResult run_scenario(const Scenario&, const RunOptions&);
+
+// The pieces run_scenario is made of, shared with the MPI runner (scenarios/run/mpi/).
+struct RunPlan {
+  std::map<std::string, std::string> hashes;  // cell id -> cell_hash, every cell of the scenario
+  std::vector<std::size_t> pending;           // indices into Scenario::cells, largest cost first
+  RunResult result;                           // counts so far: skipped, stale, damaged, temporaries
+};
+// Removes stale temporaries and work folders of killed runs, copies the scenario file, and
+// checks the cell files of the cells `only` (default: all): finished for these inputs
+// (skipped), stale or damaged (noted, the damaged moved aside) or missing (pending).
+RunPlan plan_run(const Scenario&, const RunOptions&, const std::vector<std::size_t>* only = nullptr);
+// Reads every cell file back (each must be finished for `hashes`) and writes the analyses'
+// tables and summary.md.
+void write_run_tables(const Scenario&, const std::string& out, const std::map<std::string, std::string>& hashes);
+// The ids of the cells whose file is missing, damaged or for other inputs.
+std::vector<std::string> unfinished_cells(const Scenario&, const std::string& out,
+                                          const std::map<std::string, std::string>& hashes);
+// Writes DIR/cells/<id>.json atomically, with its cell_hash.
+void write_cell_file(const std::string& out, const ScenarioCell&, nlohmann::json cell, const std::string& hash);
+// The work of a cell, for scheduling: heads x queries x keys x head dim (0 when its trace
+// cannot be read here). Larger cells are started first; shards balance it.
+double estimated_cell_cost(const Scenario&, const ScenarioCell&);
+// The cells (indices) by decreasing estimated cost, ties in scenario order.
+std::vector<std::size_t> largest_first(const Scenario&, std::vector<std::size_t> cells);
+// The shard (0-based) of every cell: cells by decreasing cost, each to the shard with the least
+// estimated work so far (then the fewest cells, then the lowest index). Depends only on the
+// scenario and its traces, so every shard computes the same assignment.
+std::vector<int> shard_assignment(const Scenario&, int shards);
+// The folder a process writes its temporary traces in: DIR/traces/<pid>@<host> (atomic_file.hpp).
+std::string run_work_dir(const std::string& out);
+void remove_work_dir(const std::string& work_dir);  // and DIR/traces when empty
+// The backend a run computes on: opt.backend_factory, else make_recomputer (InputError when
+// the backend asked for is unavailable).
+std::unique_ptr<Recomputer> make_run_backend(const Scenario&, const RunOptions&);
+// A sentence about the output folder: opt.on_note, else "tierlab: ..." on stderr.
+void run_note(const RunOptions&, const std::string& text);
+// SIGINT and SIGTERM set run_stop_flag() (cleared on entry) while the scope lives.
+class SigintScope {
+ public:
+  SigintScope();
+  ~SigintScope();
+  SigintScope(const SigintScope&) = delete;
+  SigintScope& operator=(const SigintScope&) = delete;
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
 
 // The cell file of a cell: DIR/cells/<id>.json.
 std::string cell_path(const std::string& out, const ScenarioCell&);
@@ -94,7 +162,7 @@ struct CellFile {
 };
 CellFile read_cell_file(const std::string& path);
 
-// Set by the SIGINT handler that run_scenario installs for its duration.
+// Set by the SIGINT/SIGTERM handler that run_scenario installs for its duration (SigintScope).
 std::atomic<bool>& run_stop_flag();
 
 }  // namespace tierlab

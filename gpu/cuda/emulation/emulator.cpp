@@ -475,6 +475,8 @@ cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (device != 0) return cudaErrorInvalidValue;
   *p = cudaDeviceProp{};

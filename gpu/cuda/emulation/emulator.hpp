@@ -206,6 +206,7 @@ const char* cudaGetErrorString(cudaError_t);
 cudaError_t cudaGetLastError();
 cudaError_t cudaGetDeviceCount(int*);
 cudaError_t cudaGetDevice(int*);
+cudaError_t cudaSetDevice(int);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp*, int);
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
 cudaError_t cudaMalloc(void**, std::size_t);
