@@ -31,7 +31,8 @@ namespace {
 
 const std::string kTierlab = std::string(TIERLAB_BINARY_DIR) + "/tierlab";
 
-// Six cells of two sizes (a few tenths of a second in all).
+// Six cells of two sizes (a few tenths of a second in all), with the rate-distortion curve
+// analysis on two of them (its tables once held timings and temporary paths).
 const char* kSmall =
     "name: cluster-small\n"
     "traces:\n"
@@ -42,7 +43,10 @@ const char* kSmall =
     "    overrides: {n_layers: 1, n_kv_heads: 2, head_dim: 16, obs_window: 8, decode_steps: 8}\n"
     "budgets: [2, 4]\n"
     "backend: cpu\n"
-    "bootstrap: 100\n";
+    "bootstrap: 100\n"
+    "rd_curve:\n"
+    "  budgets: 0:8:1\n"
+    "  cells: [tiny-s0-T48, tiny-s1-T96]\n";
 
 // Eight cells of about half a second each: long enough to kill a process in the middle.
 const char* kSlow =

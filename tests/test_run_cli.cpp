@@ -91,3 +91,34 @@ TEST_CASE("tierlab run checks every scenario file before computing anything") {
   CHECK(log.find("budgets_typo") != std::string::npos);
   CHECK_FALSE(fs::exists(out / "alpha"));
 }
+
+TEST_CASE("On a terminal, tierlab run shows where a long cell is: its analysis and heads done of the cell's heads",
+          "[progress]") {
+  if (std::system("command -v script > /dev/null 2>&1") != 0) {
+    WARN("skipped: util-linux 'script' (a pseudo-terminal) is not installed");
+    return;
+  }
+  const fs::path d = fs::path(TIERLAB_BINARY_DIR) / "test_run_cli_progress";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  write(d / "s.yaml", "name: progress\n"
+                      "traces:\n"
+                      "  synthetic:\n"
+                      "    presets: [tiny]\n"
+                      "    seeds: [0]\n"
+                      "    context_lengths: [256]\n"
+                      "    overrides: {n_layers: 2, n_kv_heads: 3, obs_window: 8, decode_steps: 16}\n"
+                      "budgets: [2]\n"
+                      "backend: cpu\n"
+                      "bootstrap: 100\n");
+  // `script` runs the tool on a pseudo-terminal (stderr a tty), its output copied to the log.
+  const std::string cmd = "script -qec \"'"s + TIERLAB_BINARY_DIR + "/tierlab' run '" + (d / "s.yaml").string() +
+                          "' --out '" + (d / "out").string() + "'\" /dev/null > '" + (d / "log.txt").string() +
+                          "' 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string log = slurp(d / "log.txt");
+  CHECK(log.find("cell tiny-s0-T256: interior: heads") != std::string::npos);
+  // Without a terminal (a pipe, a log file) there is no progress line at all.
+  REQUIRE(run("run '" + (d / "s.yaml").string() + "' --out '" + (d / "out2").string() + "'", d / "log2.txt") == 0);
+  CHECK(slurp(d / "log2.txt").find("interior: heads") == std::string::npos);
+}

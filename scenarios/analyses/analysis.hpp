@@ -15,6 +15,7 @@
 // file pair in scenarios/analyses/, one line in analysis_types() (analysis.cpp), its docs
 // (docs/scenarios.md) and its test (docs/extending.md shows how).
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,7 +44,16 @@ struct CellContext {
   const TraceReader& trace;
   Recomputer& backend;
   const std::atomic<bool>* stop = nullptr;  // set: abandon the cell (throws Cancelled)
+  // Where the cell is (the runner's progress line: "cell ID: interior, head 12 of 256"):
+  // step = the analysis or its stage, done of total units (heads; 0 of 0: just started).
+  std::function<void(const std::string& step, int done, int total)> on_step;
   void check_stop() const { throw_if_cancelled(stop); }
+  // A Progress for `step`'s units, for the pipeline functions that take one.
+  Progress step(const std::string& name) const {
+    if (!on_step) return {};
+    on_step(name, 0, 0);
+    return [f = on_step, name](int done, int total) { f(name, done, total); };
+  }
 };
 
 class Analysis {

@@ -105,7 +105,7 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
   opt.error_floor = sc.error_floor;
   // Every budget at once: each head's surrogate costs are computed once for all of them.
   const std::vector<InteriorReport> reports =
-      interior_advantage(trace, opt, sc.budgets, backend, ctx.stop, {}, /*model_scope=*/true);
+      interior_advantage(trace, opt, sc.budgets, backend, ctx.stop, ctx.step("interior: heads"), /*model_scope=*/true);
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
     const double B = sc.budgets[bi];
     const InteriorReport& rep = reports[bi];

@@ -207,7 +207,12 @@ std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlo
     if (!cell.contains("rd_curve")) continue;
     const std::string id = cell["id"].get<std::string>();
     const nlohmann::json& c = cell["rd_curve"];
-    all["cells"].push_back({{"id", id}, {"rd_curve", c}});
+    // Tables are the same on every run of the same inputs (one process, shards, MPI ranks):
+    // no timings and no temporary trace paths (both stay in the cell file).
+    nlohmann::json table = c;
+    table.erase("seconds");
+    table.erase("source");
+    all["cells"].push_back({{"id", id}, {"rd_curve", std::move(table)}});
     for (const char* fam : kFamilyOrder) {
       if (!c["families"].contains(fam)) continue;
       const nlohmann::json& fj = c["families"][fam];

@@ -15,16 +15,27 @@ TerminalProgress::~TerminalProgress() { finish(); }
 void TerminalProgress::update(int done, int total) {
   if (!enabled_ || finished_) return;
   const auto now = std::chrono::steady_clock::now();
-  if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
+  if (done < total && !force_ && now - last_ < std::chrono::milliseconds(100)) return;
   last_ = now;
+  force_ = false;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const int width = 30;
   const int filled = total > 0 ? done * width / total : width;
-  std::fprintf(stderr, "\r%s [", label_.c_str());
-  for (int i = 0; i < width; ++i) std::fputc(i < filled ? '#' : '.', stderr);
-  std::fprintf(stderr, "] %d/%d  %.1fs", done, total, elapsed);
-  if (done > 0 && done < total) std::fprintf(stderr, "  ~%.0fs left", elapsed * (total - done) / done);
-  std::fprintf(stderr, "   ");
+  std::string line = label_ + " [";
+  for (int i = 0; i < width; ++i) line += i < filled ? '#' : '.';
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "] %d/%d  %.1fs", done, total, elapsed);
+  line += buf;
+  if (done > 0 && done < total) {
+    std::snprintf(buf, sizeof buf, "  ~%.0fs left", elapsed * (total - done) / done);
+    line += buf;
+  }
+  if (!detail_.empty() && done < total) line += "  " + detail_;
+  if (line.size() > 160) line.resize(160);
+  const std::size_t w = line.size();
+  if (w < drawn_) line.append(drawn_ - w, ' ');  // clear what a longer line left
+  drawn_ = w;
+  std::fprintf(stderr, "\r%s", line.c_str());
   std::fflush(stderr);
 }
 

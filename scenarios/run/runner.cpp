@@ -160,7 +160,8 @@ CellFile read_cell_file(const std::string& path) {
 }
 
 nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomputer& backend,
-                            const std::string& work_dir, const std::atomic<bool>* stop) {
+                            const std::string& work_dir, const std::atomic<bool>* stop,
+                            const std::function<void(const std::string&, int, int)>& on_step) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string trace_path = cell.path;
   bool temporary = false;
@@ -214,9 +215,10 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
                       {"queries", std::string(to_string(sc.queries))},
                       {"backend", backend.name()}};
 
-  const CellContext ctx{sc, cell, trace, backend, stop};
+  CellContext ctx{sc, cell, trace, backend, stop, on_step};
   for (const auto& a : sc.analyses) {
     ctx.check_stop();
+    ctx.step(a->name());
     a->compute_cell(ctx, j);
   }
   j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -432,7 +434,14 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
       if (i >= todo.size()) break;
       const ScenarioCell& cell = sc.cells[todo[i]];
       try {
-        write_cell_file(opt.out, cell, compute_cell(sc, cell, *be, work_dir, &stop), hashes.at(cell.id));
+        const auto on_step = [&](const std::string& step, int d, int t) {
+          if (!opt.progress) return;
+          std::lock_guard<std::mutex> lock(mu);
+          bar.detail("cell " + cell.id + ": " + step + (t > 0 ? " " + std::to_string(d) + "/" + std::to_string(t) : ""),
+                     cell.id + step);
+          bar.update(already + done, total);
+        };
+        write_cell_file(opt.out, cell, compute_cell(sc, cell, *be, work_dir, &stop, on_step), hashes.at(cell.id));
         std::lock_guard<std::mutex> lock(mu);
         ++res.cells_computed, ++done;
         if (opt.on_cell) opt.on_cell(cell.id, true);

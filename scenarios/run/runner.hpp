@@ -80,8 +80,10 @@ struct RunResult {
 // Computes one cell: each of the scenario's analyses adds its part (no files written but the
 // temporary synthetic trace under work_dir, removed afterwards). Throws Cancelled
 // (model/cancel.hpp) when stop becomes true between analyses or their steps.
+// on_step: where the cell is (CellContext::on_step), for a progress line.
 nlohmann::json compute_cell(const Scenario&, const ScenarioCell&, Recomputer& backend, const std::string& work_dir,
-                            const std::atomic<bool>* stop = nullptr);
+                            const std::atomic<bool>* stop = nullptr,
+                            const std::function<void(const std::string&, int, int)>& on_step = {});
 
 // The whole run in this process: plan_run, the pending cells of this shard on opt.jobs threads
 // (largest estimated cost first), then, when every cell of the scenario is finished, the
