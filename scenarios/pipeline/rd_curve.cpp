@@ -216,6 +216,28 @@ void add_hulls(RdCurve& out, bool recompute) {
   }
 }
 
+// The ladder's dense point of tier j (every token of every head at j): its rate and surrogate
+// into lp; returns the allocation.
+std::vector<std::vector<std::uint8_t>> ladder_point(int j, const RateLadder& ladder, RateKind kind,
+                                                    const std::vector<HeadCosts>& costs, const HeadRate& head_rate,
+                                                    RdLadderPoint& lp) {
+  const int H = static_cast<int>(costs.size());
+  lp.tier = ladder.tiers[static_cast<std::size_t>(j)].name();
+  std::vector<std::vector<std::uint8_t>> dense(static_cast<std::size_t>(H));
+  double sur = 0;
+  for (int i = 0; i < H; ++i) {
+    const HeadCosts& c = costs[static_cast<std::size_t>(i)];
+    dense[static_cast<std::size_t>(i)].assign(static_cast<std::size_t>(c.cost.cols()), static_cast<std::uint8_t>(j));
+    const Rate r = head_rate(i, dense[static_cast<std::size_t>(i)]);
+    lp.rate.code_bits += r.code_bits / H;
+    lp.rate.total_bits += r.total_bits / H;
+    sur += (c.output_norm2 > 0 ? sum_row(c.cost, dense[static_cast<std::size_t>(i)]) / c.output_norm2 : 0.0) / H;
+  }
+  lp.x = rate_of(lp.rate, kind);
+  lp.surrogate = sur;
+  return dense;
+}
+
 using HeadSource = std::function<const HeadData&(int index)>;
 
 RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const RdCurveOptions& opt,
@@ -304,21 +326,8 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
     }
   for (int j = 0; j < m; ++j) {
     RdLadderPoint lp;
-    lp.tier = ladder.tiers[static_cast<std::size_t>(j)].name();
-    std::vector<std::vector<std::uint8_t>> dense(static_cast<std::size_t>(H));
-    double sur = 0;
-    for (int i = 0; i < H; ++i) {
-      const HeadCosts& c = costs[static_cast<std::size_t>(i)];
-      dense[static_cast<std::size_t>(i)].assign(static_cast<std::size_t>(c.cost.cols()), static_cast<std::uint8_t>(j));
-      const Rate r = head_rate(i, dense[static_cast<std::size_t>(i)]);
-      lp.rate.code_bits += r.code_bits / H;
-      lp.rate.total_bits += r.total_bits / H;
-      sur += (c.output_norm2 > 0 ? sum_row(c.cost, dense[static_cast<std::size_t>(i)]) / c.output_norm2 : 0.0) / H;
-    }
-    lp.x = rate_of(lp.rate, kind);
-    lp.surrogate = sur;
+    tiers.push_back(ladder_point(j, ladder, kind, costs, head_rate, lp));
     out.ladder.push_back(std::move(lp));
-    tiers.push_back(std::move(dense));
   }
   out.seconds_solve = seconds_since(t1);
 
