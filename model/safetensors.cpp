@@ -23,15 +23,14 @@
 #include <utility>
 
 #include "model/error.hpp"
+#include "model/safetensors_parts.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; this reader assumes a little-endian host");
 
 namespace tierlab {
 
-namespace {
-
-constexpr std::string_view kSupported = "F32, F16, BF16, I32, I64, U8";
+namespace safetensors_detail {
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -41,6 +40,25 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
   }
   return s + "]";
 }
+
+bool checked_bytes(const std::vector<std::int64_t>& shape, std::size_t elem, std::uint64_t& out) {
+  std::uint64_t n = 1;
+  for (std::int64_t d : shape) {
+    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return false;
+  }
+  return !__builtin_mul_overflow(n, static_cast<std::uint64_t>(elem), &out);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace safetensors_detail
+
+using namespace safetensors_detail;
+
+namespace {
+
+constexpr std::string_view kSupported = "F32, F16, BF16, I32, I64, U8";
+
 
 std::string file_context(const std::string& path) { return "safetensors file '" + path + "'"; }
 
@@ -68,14 +86,6 @@ bool is_llama2c_shaped(const void* map, std::uint64_t size) {
   throw FormatError(tensor_context(path, tensor) + ": " + detail + ".");
 }
 
-// numel x element size, or false on overflow of 64 bits.
-bool checked_bytes(const std::vector<std::int64_t>& shape, std::size_t elem, std::uint64_t& out) {
-  std::uint64_t n = 1;
-  for (std::int64_t d : shape) {
-    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return false;
-  }
-  return !__builtin_mul_overflow(n, static_cast<std::uint64_t>(elem), &out);
-}
 
 // Row-major multi-index of a flat index, e.g. "[4, 1]".
 std::string multi_index(std::size_t flat, const std::vector<std::int64_t>& shape) {
@@ -107,7 +117,6 @@ void release_pages(const std::uint8_t* map, std::size_t map_size, const std::uin
   madvise(reinterpret_cast<void*>(lo), ((hi + page - 1) & ~(page - 1)) - lo, MADV_DONTNEED);
 }
 
-std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
@@ -325,6 +334,173 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
 
 // ---- reading ---------------------------------------------------------------------
 
+namespace {
+
+// The validated JSON header of the mapped file (size bytes at map); data_start receives the
+// offset of the data buffer.
+nlohmann::json read_header(const std::string& path, const std::uint8_t* map, std::size_t size,
+                           std::size_t& data_start) {
+  if (size < 8) {
+    fail_file(path, "the file is " + std::to_string(size) +
+                        " bytes long, shorter than the 8-byte header length (truncated file?)");
+  }
+  std::uint64_t n = 0;
+  std::memcpy(&n, map, 8);
+  // A safetensors file begins with an 8-byte header length and then a JSON header '{'.
+  // Without the '{' this is another kind of file: say so, not "truncated".
+  const bool json_follows = size > 8 && reinterpret_cast<const char*>(map)[8] == '{';
+  if (!json_follows && (n > size - 8 || n > kMaxHeaderBytes)) {  // an impossible length and no JSON
+    std::string what = "this is not a safetensors file (no JSON header '{' after the 8-byte length field";
+    if (is_llama2c_shaped(map, size))
+      what += "; it looks like a llama2.c checkpoint: give it to tierlab capture/replay --checkpoint";
+    fail_file(path, what + "); traces are written by tierlab synth, tierlab capture and tools/capture_hf.py");
+  }
+  if (n > size - 8) {
+    fail_file(path, "the header length field says " + std::to_string(n) + " bytes but only " +
+                        std::to_string(size - 8) + " bytes follow it (truncated file?)");
+  }
+  data_start = 8 + static_cast<std::size_t>(n);
+
+  if (n > kMaxHeaderBytes) {
+    fail_file(path, "the header length field says " + std::to_string(n) + " bytes, more than the limit of " +
+                        std::to_string(kMaxHeaderBytes) + " bytes");
+  }
+  // The header (safetensors format): JSON that begins with '{' and may be padded at the end
+  // with spaces (0x20), nothing else: no NUL, no other trailing bytes.
+  const std::string_view text(reinterpret_cast<const char*>(map) + 8, static_cast<std::size_t>(n));
+  if (text.empty() || text.front() != '{') {
+    fail_file(path, std::string("the JSON header ") +
+                        (text.empty() ? "is empty" : "does not begin with '{' (it begins with byte " +
+                                                         std::to_string(static_cast<unsigned char>(text.front())) + ")"));
+  }
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+    fail_file(path, "byte " + std::to_string(nul) + " of the " + std::to_string(n) +
+                        "-byte JSON header is a NUL (the header is JSON padded with spaces only)");
+  }
+  std::size_t json_end = text.size();
+  while (json_end > 0 && text[json_end - 1] == ' ') --json_end;
+  if (json_end == 0 || text[json_end - 1] != '}') {
+    fail_file(path, "the JSON header has bytes after its closing '}' other than space padding (byte " +
+                        std::to_string(json_end == 0 ? 0 : json_end - 1) + " is " +
+                        std::to_string(json_end == 0 ? 0 : static_cast<unsigned char>(text[json_end - 1])) + ")");
+  }
+  const nlohmann::json header = parse_json_checked(text.substr(0, json_end), file_context(path) + ": the JSON header");
+  if (!header.is_object()) {
+    fail_file(path, std::string("the JSON header is a ") + header.type_name() + ", expected an object");
+  }
+  return header;
+}
+
+// The "__metadata__" entry: an object of strings (or null), into metadata.
+void read_metadata(const std::string& path, const std::string& name, const nlohmann::json& v,
+                   std::map<std::string, std::string>& metadata) {
+  if (v.is_null()) return;
+  if (!v.is_object()) {
+    fail_tensor(path, name, std::string("expected an object of strings, found a ") + v.type_name());
+  }
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m.value().is_string()) {
+      fail_tensor(path, name, "the value of key '" + m.key() + "' is a " + m.value().type_name() +
+                                  ", expected a string");
+    }
+    metadata[m.key()] = m.value().get<std::string>();
+  }
+}
+
+// One tensor's entry, checked against the data buffer of `buffer` bytes.
+TensorInfo read_tensor_entry(const std::string& path, const std::string& name, const nlohmann::json& v,
+                             std::uint64_t buffer) {
+  if (!v.is_object()) fail_tensor(path, name, std::string("expected an object, found a ") + v.type_name());
+  TensorInfo ti;
+  ti.name = name;
+  if (!v.contains("dtype")) fail_tensor(path, name, "the entry has no 'dtype'");
+  if (!v["dtype"].is_string()) {
+    fail_tensor(path, name, std::string("'dtype' is a ") + v["dtype"].type_name() + ", expected a string");
+  }
+  ti.dtype = parse_dtype(v["dtype"].get<std::string>(), tensor_context(path, name));
+
+  if (!v.contains("shape")) fail_tensor(path, name, "the entry has no 'shape'");
+  const auto& shape = v["shape"];
+  if (!shape.is_array()) fail_tensor(path, name, std::string("'shape' is a ") + shape.type_name() + ", expected an array");
+  for (const auto& d : shape) {
+    if (!d.is_number_integer()) fail_tensor(path, name, "'shape' " + json_excerpt(shape) + " holds a non-integer");
+    if (d.is_number_unsigned() ? d.get<std::uint64_t>() > static_cast<std::uint64_t>(
+                                                               std::numeric_limits<std::int64_t>::max())
+                               : d.get<std::int64_t>() < 0) {
+      fail_tensor(path, name, "'shape' " + json_excerpt(shape) + " holds a negative or too large dimension");
+    }
+    ti.shape.push_back(d.get<std::int64_t>());
+  }
+
+  if (!v.contains("data_offsets")) fail_tensor(path, name, "the entry has no 'data_offsets'");
+  const auto& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+    fail_tensor(path, name, "'data_offsets' is " + json_excerpt(off) + ", expected [begin, end] with non-negative integers");
+  }
+  ti.begin = off[0].get<std::uint64_t>();
+  ti.end = off[1].get<std::uint64_t>();
+  if (ti.begin > ti.end) {
+    fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) +
+                                "] has begin > end");
+  }
+  if (ti.end > buffer) {
+    fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) +
+                                "] run past the end of the " + std::to_string(buffer) +
+                                "-byte data buffer (truncated file?)");
+  }
+  std::uint64_t need = 0;
+  if (!checked_bytes(ti.shape, dtype_size(ti.dtype), need)) {
+    fail_tensor(path, name, "shape " + shape_string(ti.shape) + " overflows 64-bit sizes");
+  }
+  if (ti.end - ti.begin != need) {
+    fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) + "] hold " +
+                                std::to_string(ti.end - ti.begin) + " bytes but dtype " +
+                                std::string(dtype_name(ti.dtype)) + " with shape " + shape_string(ti.shape) +
+                                " needs " + std::to_string(need));
+  }
+  return ti;
+}
+
+// The tensors tile the data buffer of `buffer` bytes: no overlaps, no holes, nothing after.
+void check_tensor_layout(const std::string& path, const std::map<std::string, TensorInfo>& tensors,
+                         std::uint64_t buffer) {
+  // No two tensors may share bytes (empty tensors occupy none).
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& [name, ti] : tensors) {
+    if (ti.end > ti.begin) by_offset.push_back(&ti);
+  }
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->name < b->name;
+  });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& prev = *by_offset[i - 1];
+    const TensorInfo& cur = *by_offset[i];
+    if (cur.begin < prev.end) {
+      fail_tensor(path, cur.name, "bytes [" + std::to_string(cur.begin) + ", " + std::to_string(cur.end) +
+                                      ") overlap tensor '" + prev.name + "' at [" + std::to_string(prev.begin) +
+                                      ", " + std::to_string(prev.end) + ")");
+    }
+  }
+  // The data buffer is entirely indexed, without holes (safetensors format): no bytes that
+  // no tensor owns, in between or at the end of the file.
+  std::uint64_t covered = 0;
+  for (const TensorInfo* ti : by_offset) {
+    if (ti->begin != covered) {
+      fail_tensor(path, ti->name, "starts at byte " + std::to_string(ti->begin) + " of the data buffer but bytes [" +
+                                      std::to_string(covered) + ", " + std::to_string(ti->begin) +
+                                      ") belong to no tensor (the buffer may not have holes)");
+    }
+    covered = ti->end;
+  }
+  if (covered != buffer) {
+    fail_file(path, "the data buffer is " + std::to_string(buffer) + " bytes but its tensors cover only the first " +
+                        std::to_string(covered) + " (" + std::to_string(buffer - covered) +
+                        " trailing bytes belong to no tensor)");
+  }
+}
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::uint64_t file_size = 0;
   fd_ = open_regular_file(path, "safetensors file", file_size);
@@ -342,157 +518,18 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   fd_ = -1;
 
   try {
-    if (size_ < 8) {
-      fail_file(path, "the file is " + std::to_string(size_) +
-                          " bytes long, shorter than the 8-byte header length (truncated file?)");
-    }
-    std::uint64_t n = 0;
-    std::memcpy(&n, map_, 8);
-    // A safetensors file begins with an 8-byte header length and then a JSON header '{'.
-    // Without the '{' this is another kind of file: say so, not "truncated".
-    const bool json_follows = size_ > 8 && reinterpret_cast<const char*>(map_)[8] == '{';
-    if (!json_follows && (n > size_ - 8 || n > kMaxHeaderBytes)) {  // an impossible length and no JSON
-      std::string what = "this is not a safetensors file (no JSON header '{' after the 8-byte length field";
-      if (is_llama2c_shaped(map_, size_))
-        what += "; it looks like a llama2.c checkpoint: give it to tierlab capture/replay --checkpoint";
-      fail_file(path, what + "); traces are written by tierlab synth, tierlab capture and tools/capture_hf.py");
-    }
-    if (n > size_ - 8) {
-      fail_file(path, "the header length field says " + std::to_string(n) + " bytes but only " +
-                          std::to_string(size_ - 8) + " bytes follow it (truncated file?)");
-    }
-    data_start_ = 8 + static_cast<std::size_t>(n);
+    const nlohmann::json header = read_header(path, map_, size_, data_start_);
     const std::uint64_t buffer = size_ - data_start_;
-
-    if (n > kMaxHeaderBytes) {
-      fail_file(path, "the header length field says " + std::to_string(n) + " bytes, more than the limit of " +
-                          std::to_string(kMaxHeaderBytes) + " bytes");
-    }
-    // The header (safetensors format): JSON that begins with '{' and may be padded at the end
-    // with spaces (0x20), nothing else: no NUL, no other trailing bytes.
-    const std::string_view text(reinterpret_cast<const char*>(map_) + 8, static_cast<std::size_t>(n));
-    if (text.empty() || text.front() != '{') {
-      fail_file(path, std::string("the JSON header ") +
-                          (text.empty() ? "is empty" : "does not begin with '{' (it begins with byte " +
-                                                           std::to_string(static_cast<unsigned char>(text.front())) + ")"));
-    }
-    if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
-      fail_file(path, "byte " + std::to_string(nul) + " of the " + std::to_string(n) +
-                          "-byte JSON header is a NUL (the header is JSON padded with spaces only)");
-    }
-    std::size_t json_end = text.size();
-    while (json_end > 0 && text[json_end - 1] == ' ') --json_end;
-    if (json_end == 0 || text[json_end - 1] != '}') {
-      fail_file(path, "the JSON header has bytes after its closing '}' other than space padding (byte " +
-                          std::to_string(json_end == 0 ? 0 : json_end - 1) + " is " +
-                          std::to_string(json_end == 0 ? 0 : static_cast<unsigned char>(text[json_end - 1])) + ")");
-    }
-    const nlohmann::json header = parse_json_checked(text.substr(0, json_end), file_context(path) + ": the JSON header");
-    if (!header.is_object()) {
-      fail_file(path, std::string("the JSON header is a ") + header.type_name() + ", expected an object");
-    }
-
     for (auto it = header.begin(); it != header.end(); ++it) {
       const std::string& name = it.key();
       const nlohmann::json& v = it.value();
       if (name == "__metadata__") {
-        if (v.is_null()) continue;
-        if (!v.is_object()) {
-          fail_tensor(path, name, std::string("expected an object of strings, found a ") + v.type_name());
-        }
-        for (auto m = v.begin(); m != v.end(); ++m) {
-          if (!m.value().is_string()) {
-            fail_tensor(path, name, "the value of key '" + m.key() + "' is a " + m.value().type_name() +
-                                        ", expected a string");
-          }
-          metadata_[m.key()] = m.value().get<std::string>();
-        }
+        read_metadata(path, name, v, metadata_);
         continue;
       }
-      if (!v.is_object()) fail_tensor(path, name, std::string("expected an object, found a ") + v.type_name());
-      TensorInfo ti;
-      ti.name = name;
-      if (!v.contains("dtype")) fail_tensor(path, name, "the entry has no 'dtype'");
-      if (!v["dtype"].is_string()) {
-        fail_tensor(path, name, std::string("'dtype' is a ") + v["dtype"].type_name() + ", expected a string");
-      }
-      ti.dtype = parse_dtype(v["dtype"].get<std::string>(), tensor_context(path, name));
-
-      if (!v.contains("shape")) fail_tensor(path, name, "the entry has no 'shape'");
-      const auto& shape = v["shape"];
-      if (!shape.is_array()) fail_tensor(path, name, std::string("'shape' is a ") + shape.type_name() + ", expected an array");
-      for (const auto& d : shape) {
-        if (!d.is_number_integer()) fail_tensor(path, name, "'shape' " + json_excerpt(shape) + " holds a non-integer");
-        if (d.is_number_unsigned() ? d.get<std::uint64_t>() > static_cast<std::uint64_t>(
-                                                                   std::numeric_limits<std::int64_t>::max())
-                                   : d.get<std::int64_t>() < 0) {
-          fail_tensor(path, name, "'shape' " + json_excerpt(shape) + " holds a negative or too large dimension");
-        }
-        ti.shape.push_back(d.get<std::int64_t>());
-      }
-
-      if (!v.contains("data_offsets")) fail_tensor(path, name, "the entry has no 'data_offsets'");
-      const auto& off = v["data_offsets"];
-      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-        fail_tensor(path, name, "'data_offsets' is " + json_excerpt(off) + ", expected [begin, end] with non-negative integers");
-      }
-      ti.begin = off[0].get<std::uint64_t>();
-      ti.end = off[1].get<std::uint64_t>();
-      if (ti.begin > ti.end) {
-        fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) +
-                                    "] has begin > end");
-      }
-      if (ti.end > buffer) {
-        fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) +
-                                    "] run past the end of the " + std::to_string(buffer) +
-                                    "-byte data buffer (truncated file?)");
-      }
-      std::uint64_t need = 0;
-      if (!checked_bytes(ti.shape, dtype_size(ti.dtype), need)) {
-        fail_tensor(path, name, "shape " + shape_string(ti.shape) + " overflows 64-bit sizes");
-      }
-      if (ti.end - ti.begin != need) {
-        fail_tensor(path, name, "'data_offsets' [" + std::to_string(ti.begin) + ", " + std::to_string(ti.end) + "] hold " +
-                                    std::to_string(ti.end - ti.begin) + " bytes but dtype " +
-                                    std::string(dtype_name(ti.dtype)) + " with shape " + shape_string(ti.shape) +
-                                    " needs " + std::to_string(need));
-      }
-      tensors_.emplace(name, std::move(ti));
+      tensors_.emplace(name, read_tensor_entry(path, name, v, buffer));
     }
-
-    // No two tensors may share bytes (empty tensors occupy none).
-    std::vector<const TensorInfo*> by_offset;
-    for (const auto& [name, ti] : tensors_) {
-      if (ti.end > ti.begin) by_offset.push_back(&ti);
-    }
-    std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
-      return a->begin != b->begin ? a->begin < b->begin : a->name < b->name;
-    });
-    for (std::size_t i = 1; i < by_offset.size(); ++i) {
-      const TensorInfo& prev = *by_offset[i - 1];
-      const TensorInfo& cur = *by_offset[i];
-      if (cur.begin < prev.end) {
-        fail_tensor(path, cur.name, "bytes [" + std::to_string(cur.begin) + ", " + std::to_string(cur.end) +
-                                        ") overlap tensor '" + prev.name + "' at [" + std::to_string(prev.begin) +
-                                        ", " + std::to_string(prev.end) + ")");
-      }
-    }
-    // The data buffer is entirely indexed, without holes (safetensors format): no bytes that
-    // no tensor owns, in between or at the end of the file.
-    std::uint64_t covered = 0;
-    for (const TensorInfo* ti : by_offset) {
-      if (ti->begin != covered) {
-        fail_tensor(path, ti->name, "starts at byte " + std::to_string(ti->begin) + " of the data buffer but bytes [" +
-                                        std::to_string(covered) + ", " + std::to_string(ti->begin) +
-                                        ") belong to no tensor (the buffer may not have holes)");
-      }
-      covered = ti->end;
-    }
-    if (covered != buffer) {
-      fail_file(path, "the data buffer is " + std::to_string(buffer) + " bytes but its tensors cover only the first " +
-                          std::to_string(covered) + " (" + std::to_string(buffer - covered) +
-                          " trailing bytes belong to no tensor)");
-    }
+    check_tensor_layout(path, tensors_, buffer);
   } catch (...) {
     if (map_) ::munmap(const_cast<std::uint8_t*>(map_), size_);
     map_ = nullptr;
@@ -632,206 +669,6 @@ std::vector<std::uint8_t> SafetensorsFile::read_u8(const std::string& name) cons
   std::vector<std::uint8_t> out(src, src + n);
   release_pages(map_, size_, src, n);
   return out;
-}
-
-// ---- writing ---------------------------------------------------------------------
-
-struct SafetensorsWriter::Impl {
-  std::string path;
-  std::string tmp;
-  std::map<std::string, std::string> metadata;
-  std::vector<TensorInfo> tensors;  // declaration order
-  std::map<std::string, std::size_t> index;
-  std::uint64_t next_offset = 0;
-  std::size_t next_write = 0;
-  bool header_written = false;
-  bool committed = false;
-  std::FILE* file = nullptr;
-  std::vector<char> buffer;
-
-  std::string context() const { return "safetensors writer for '" + path + "'"; }
-  [[noreturn]] void fail(const std::string& detail) const { throw InputError(context() + ": " + detail + "."); }
-
-  void put(const void* data, std::size_t bytes) {
-    if (bytes && std::fwrite(data, 1, bytes, file) != bytes) {
-      fail("cannot write to '" + tmp + "': " + errno_text());
-    }
-  }
-
-  void write_header() {
-    nlohmann::ordered_json h = nlohmann::ordered_json::object();
-    if (!metadata.empty()) {
-      nlohmann::ordered_json m = nlohmann::ordered_json::object();
-      for (const auto& [k, v] : metadata) m[k] = v;
-      h["__metadata__"] = std::move(m);
-    }
-    for (const TensorInfo& ti : tensors) {
-      nlohmann::ordered_json e = nlohmann::ordered_json::object();
-      e["dtype"] = std::string(dtype_name(ti.dtype));
-      e["shape"] = ti.shape;
-      e["data_offsets"] = {ti.begin, ti.end};
-      h[ti.name] = std::move(e);
-    }
-    std::string text;
-    try {
-      text = h.dump();
-    } catch (const nlohmann::json::exception& e) {
-      fail(std::string("a tensor name or metadata string is not valid UTF-8 (") + e.what() + ")");
-    }
-    text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
-    const std::uint64_t n = text.size();
-    put(&n, 8);
-    put(text.data(), text.size());
-    header_written = true;
-  }
-
-  // Checks that `name` is the next tensor to write with `count` elements; returns it.
-  const TensorInfo& begin_write(const std::string& name, std::size_t count) {
-    if (committed) fail("tensor '" + name + "' written after commit()");
-    auto it = index.find(name);
-    if (it == index.end()) fail("tensor '" + name + "' was never declared");
-    if (next_write >= tensors.size() || it->second != next_write) {
-      fail("tensor '" + name + "' written out of order; tensors are written in declaration order and " +
-           (next_write < tensors.size() ? "'" + tensors[next_write].name + "' is next" : std::string("all are written")));
-    }
-    const TensorInfo& ti = tensors[next_write];
-    if (count != static_cast<std::size_t>(ti.numel())) {
-      fail("tensor '" + name + "' got " + std::to_string(count) + " values but its shape " +
-           shape_string(ti.shape) + " holds " + std::to_string(ti.numel()));
-    }
-    if (!header_written) write_header();
-    return ti;
-  }
-};
-
-SafetensorsWriter::SafetensorsWriter(std::string path, std::map<std::string, std::string> metadata)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->path = std::move(path);
-  impl_->tmp = impl_->path + ".tmp-" + std::to_string(::getpid());
-  impl_->metadata = std::move(metadata);
-  impl_->file = std::fopen(impl_->tmp.c_str(), "wb");
-  if (!impl_->file) impl_->fail("cannot create the temporary file '" + impl_->tmp + "': " + errno_text());
-  impl_->buffer.resize(1 << 20);
-  std::setvbuf(impl_->file, impl_->buffer.data(), _IOFBF, impl_->buffer.size());
-}
-
-SafetensorsWriter::~SafetensorsWriter() {
-  if (!impl_) return;
-  if (impl_->file) std::fclose(impl_->file);
-  if (!impl_->committed) std::remove(impl_->tmp.c_str());
-}
-
-void SafetensorsWriter::declare(const std::string& name, DType dtype, std::vector<std::int64_t> shape) {
-  Impl& w = *impl_;
-  if (w.header_written || w.committed) w.fail("tensor '" + name + "' declared after data writing started");
-  if (name.empty() || name == "__metadata__") w.fail("'" + name + "' is not a valid tensor name");
-  if (w.index.count(name)) w.fail("tensor '" + name + "' declared twice");
-  for (std::int64_t d : shape) {
-    if (d < 0) w.fail("tensor '" + name + "' has negative dimension in shape " + shape_string(shape));
-  }
-  std::uint64_t bytes = 0;
-  if (!checked_bytes(shape, dtype_size(dtype), bytes) || w.next_offset + bytes < w.next_offset) {
-    w.fail("tensor '" + name + "' with shape " + shape_string(shape) + " overflows 64-bit sizes");
-  }
-  TensorInfo ti;
-  ti.name = name;
-  ti.dtype = dtype;
-  ti.shape = std::move(shape);
-  ti.begin = w.next_offset;
-  ti.end = w.next_offset + bytes;
-  w.next_offset = ti.end;
-  w.index[name] = w.tensors.size();
-  w.tensors.push_back(std::move(ti));
-}
-
-void SafetensorsWriter::write_f32(const std::string& name, const float* data, std::size_t count) {
-  Impl& w = *impl_;
-  const TensorInfo& ti = w.begin_write(name, count);
-  if (ti.dtype != DType::F32 && ti.dtype != DType::F16 && ti.dtype != DType::BF16) {
-    w.fail("tensor '" + name + "' is declared " + std::string(dtype_name(ti.dtype)) + ", not a floating dtype");
-  }
-  constexpr std::size_t kChunk = 1 << 14;
-  std::uint16_t narrow[kChunk];
-  for (std::size_t base = 0; base < count; base += kChunk) {
-    const std::size_t n = std::min(kChunk, count - base);
-    for (std::size_t i = 0; i < n; ++i) {
-      const float v = data[base + i];
-      if (!std::isfinite(v)) {
-        w.fail("tensor '" + name + "' value at flat index " + std::to_string(base + i) + " is " +
-               (std::isnan(v) ? "NaN" : "Inf") + " (readers reject non-finite values)");
-      }
-      if (ti.dtype == DType::F16) narrow[i] = float_to_half(v);
-      if (ti.dtype == DType::BF16) narrow[i] = float_to_bf16(v);
-      if (ti.dtype == DType::F16 && (narrow[i] & 0x7fffu) == 0x7c00u) {
-        w.fail("tensor '" + name + "' value " + std::to_string(v) + " at flat index " + std::to_string(base + i) +
-               " overflows F16 (largest finite 65504)");
-      }
-      if (ti.dtype == DType::BF16 && (narrow[i] & 0x7fffu) == 0x7f80u) {
-        w.fail("tensor '" + name + "' value " + std::to_string(v) + " at flat index " + std::to_string(base + i) +
-               " overflows BF16");
-      }
-    }
-    if (ti.dtype == DType::F32) {
-      w.put(data + base, n * 4);
-    } else {
-      w.put(narrow, n * 2);
-    }
-  }
-  ++w.next_write;
-}
-
-void SafetensorsWriter::write_i32(const std::string& name, const std::int32_t* data, std::size_t count) {
-  Impl& w = *impl_;
-  const TensorInfo& ti = w.begin_write(name, count);
-  if (ti.dtype == DType::I32) {
-    w.put(data, count * 4);
-  } else if (ti.dtype == DType::I64) {
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::int64_t v = data[i];
-      w.put(&v, 8);
-    }
-  } else {
-    w.fail("tensor '" + name + "' is declared " + std::string(dtype_name(ti.dtype)) + ", not I32 or I64");
-  }
-  ++w.next_write;
-}
-
-void SafetensorsWriter::write_u8(const std::string& name, const std::uint8_t* data, std::size_t count) {
-  Impl& w = *impl_;
-  const TensorInfo& ti = w.begin_write(name, count);
-  if (ti.dtype != DType::U8) {
-    w.fail("tensor '" + name + "' is declared " + std::string(dtype_name(ti.dtype)) + ", not U8");
-  }
-  w.put(data, count);
-  ++w.next_write;
-}
-
-void SafetensorsWriter::commit() {
-  Impl& w = *impl_;
-  if (w.committed) w.fail("commit() called twice");
-  if (w.next_write < w.tensors.size()) {
-    w.fail("commit() before every declared tensor was written; '" + w.tensors[w.next_write].name +
-           "' is next (" + std::to_string(w.next_write) + " of " + std::to_string(w.tensors.size()) + " written)");
-  }
-  if (!w.header_written) w.write_header();  // a file without tensors
-  if (std::fflush(w.file) != 0 || ::fsync(::fileno(w.file)) != 0) {
-    w.fail("cannot flush '" + w.tmp + "': " + errno_text());
-  }
-  const int rc = std::fclose(w.file);
-  w.file = nullptr;
-  if (rc != 0) w.fail("cannot close '" + w.tmp + "': " + errno_text());
-  if (std::rename(w.tmp.c_str(), w.path.c_str()) != 0) {
-    w.fail("cannot rename '" + w.tmp + "' onto the destination: " + errno_text());
-  }
-  w.committed = true;
-  // Make the rename itself durable.
-  std::filesystem::path dir = std::filesystem::path(w.path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 }  // namespace tierlab

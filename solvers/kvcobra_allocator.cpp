@@ -62,9 +62,9 @@ KvcobraHeadChoice make_choice(const std::vector<double>& w, int d, int r, int b,
 }
 
 void totals(KvcobraAllocation& a) {
-  a.distortion = a.nominal_rate = a.code_rate = 0;
+  a.objective = a.nominal_rate = a.code_rate = 0;
   for (const auto& h : a.heads) {
-    a.distortion += h.distortion;
+    a.objective += h.distortion;
     a.nominal_rate += h.nominal_rate;
     a.code_rate += h.code_rate;
   }
@@ -346,7 +346,7 @@ std::unique_ptr<KeyQuantizer> KvcobraAllocation::quantizer(std::size_t i) const 
 
 std::string KvcobraAllocation::summary() const {
   std::ostringstream s;
-  s << options.name() << ": " << to_string(status) << ", " << heads.size() << " heads, sum D = " << distortion
+  s << options.name() << ": " << to_string(status) << ", " << heads.size() << " heads, sum D = " << objective
     << ", mean r b / d = " << nominal_rate << ", mean pad(r) b / d = " << code_rate;
   return s.str();
 }

@@ -80,17 +80,14 @@ struct KvcobraHeadChoice {
   double code_rate = 0;         // pad(rank) bits / d
 };
 
-struct KvcobraAllocation {
+// The solve summary (mckp.hpp) with objective = sum_h D_h and, for redistribute = optimal,
+// lower_bound = the exact solver's proven bound on it (NaN for the heuristics).
+struct KvcobraAllocation : SolveSummary {
   KvcobraAllocOptions options;
-  SolveStatus status = SolveStatus::Feasible;
-  std::string message;
   int head_dim = 0;
   std::vector<KvcobraHeadChoice> heads;
-  double distortion = 0;         // sum_h D_h
   double nominal_rate = 0;       // mean_h rank bits / d
   double code_rate = 0;          // mean_h pad(rank) bits / d
-  double lower_bound = 0;        // optimal: the solver's proven bound on sum_h D_h
-  bool has_solution() const { return status != SolveStatus::Infeasible; }
   // The kvcobra key quantizer at head i's (rank, bits) and the options' quantizer parameters.
   std::unique_ptr<KeyQuantizer> quantizer(std::size_t head_index) const;
   std::string summary() const;   // one line

@@ -75,6 +75,14 @@
 //              division, beta = 20), M = 2 F - m, s = (M - m) / (L - 1),
 //              F_l = M - l s (L = 1: F_l = F); per head: window + top F_l
 //   tova       per layer: forced + one shared top over the layer score
+//
+// Registry. Each scorer is one registry entry (ScorerEntry), declared once in the source file
+// that holds its score and its budget rule (scorers_window.cpp: snapkv, adakv, pyramidkv;
+// scorers_saliency.cpp: dropkv, obcache, expected; scorers_position.cpp: streaming, keydiff,
+// laprox; scorers_decode.cpp: h2o, tova and their decode caches): its name, summary, source,
+// the parameters it takes with their defaults, and a factory that reads them through a
+// ScorerParamReader. make_scorer, `tierlab methods`, scenario files and docs/methods.md's
+// test read the list (scorer_registry()).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -123,35 +131,81 @@ enum class GroupOrder { AfterPool, BeforePool };
 // The top-k selection's scope (parameter "selection": head | layer | model) is a Scope
 // (families.hpp): the heads whose tokens compete for the kept slots.
 
-enum class ScorerKind { Streaming, H2O, SnapKV, Tova, AdaKV, PyramidKV, DropKV, OBCache, Expected, KeyDiff, LaProx };
-
-struct ScorerConfig {
-  ScorerKind kind = ScorerKind::SnapKV;
+// The settings every scorer reads (parameters of the same names). A scorer that does not take
+// one keeps the value its factory leaves (the defaults below unless it says otherwise).
+struct ScorerSettings {
   GqaAggregate gqa = GqaAggregate::Mean;
-  int window = 32;  // W window queries read (and kept, snapkv family)
-  WindowReduce reduce = WindowReduce::Sum;
-  PoolKind pool = PoolKind::Avg;
-  int kernel = 5;   // 1 = no pooling
-  bool count_include_pad = true;
-  GroupOrder group_order = GroupOrder::AfterPool;
+  int window = 0;  // W window queries read (0 = all of the trace's; snapkv family: kept)
   bool causal = true;
-  int sinks = 0;
-  int recent = 0;
-  double recent_fraction = 0.5;  // h2o
-  double floor = 0.2;            // adakv
-  int pyramid_beta = 20;         // pyramidkv
-  std::string obcache_score = "joint";
-  bool use_covariance = true;    // expected
-  bool use_value_norm = true;    // expected
+  int sinks = 0;   // first tokens forced
+  int recent = 0;  // last tokens forced (the snapkv family forces its window, h2o its share)
   Scope selection = Scope::Head;
-  int group_size = 1;            // g query heads per KV head (TraceMeta::group_size)
-  void validate() const;
-  std::string name() const;
+  int group_size = 1;  // g query heads per KV head (TraceMeta::group_size)
 };
+
+class FreeSlots;  // the budget rule's view of the free slots (solvers/scorer_parts.hpp)
+
+// One scorer with its own settings (built by its registry entry's factory). The defaults of
+// the virtual functions are the common rules of the header comment.
+class EvictionScorer {
+ public:
+  virtual ~EvictionScorer() = default;
+  // x_t of one head (T entries, larger = keep; +inf for tokens the rule does not score).
+  virtual VectorD head_scores(const ScorerSettings& s, const HeadData& h) const = 0;
+  // The layer's scores after every head's head_scores (tova: shared; laprox: normalised).
+  virtual void finish_layer(const ScorerSettings&, const std::vector<HeadData>&, std::vector<VectorD>&) const {}
+  // The last tokens forced on a head of budget K (default: the parameter recent).
+  virtual int forced_recent(const ScorerSettings& s, const HeadData&, int /*K*/) const { return s.recent; }
+  // The budget rule: which free slots each head gets (default: top-k over s.selection).
+  virtual void select(const ScorerSettings& s, FreeSlots& slots) const;
+};
+
+// One built scorer: its common settings, the scorer and the effective value of each
+// parameter it takes. Built by make_scorer; the common settings may be read (and changed:
+// validate() checks them again before use).
+struct ScorerEntry;
+struct ScorerConfig : ScorerSettings {
+  std::shared_ptr<const EvictionScorer> scorer;  // null in a default-constructed config
+  const ScorerEntry* entry = nullptr;            // its registry entry (static)
+  MethodParams effective;                        // the scorer's own parameters' values, as text
+  std::string method() const;                    // the registry name ("" when not built)
+  void validate() const;
+  // "name:p=v,..." over the parameters it takes, in declared order.
+  std::string name() const;
+  // The effective value of parameter p as text; InputError when the scorer does not take p.
+  std::string param(const std::string& p) const;
+};
+
+class ScorerParamReader;
+using ScorerFactory = std::shared_ptr<const EvictionScorer> (*)(ScorerParamReader&, ScorerSettings&);
+
+// One registered scorer, declared once: info (name, kind "eviction scorer", summary, source,
+// the parameters it takes with their declared defaults and help) and its factory, which reads
+// every declared parameter through the reader (common ones into the ScorerSettings, its own
+// into the scorer) and throws InputError for bad values.
+struct ScorerEntry {
+  MethodInfo info;
+  ScorerFactory make = nullptr;
+};
+
+// The entries, one per scorer, each declared beside its score (see "Registry" above).
+const ScorerEntry& streaming_scorer_entry();
+const ScorerEntry& h2o_scorer_entry();
+const ScorerEntry& snapkv_scorer_entry();
+const ScorerEntry& tova_scorer_entry();
+const ScorerEntry& adakv_scorer_entry();
+const ScorerEntry& pyramidkv_scorer_entry();
+const ScorerEntry& dropkv_scorer_entry();
+const ScorerEntry& obcache_scorer_entry();
+const ScorerEntry& expected_scorer_entry();
+const ScorerEntry& keydiff_scorer_entry();
+const ScorerEntry& laprox_scorer_entry();
 
 // Registry: "streaming", "h2o", "snapkv", "tova", "adakv", "pyramidkv", "dropkv",
 // "obcache", "expected", "keydiff", "laprox". Unknown names or parameters, and bad
 // values, throw InputError listing the valid ones.
+const std::vector<ScorerEntry>& scorer_registry();
+const ScorerEntry& scorer_entry(std::string_view name);  // InputError listing the names
 const std::vector<MethodInfo>& eviction_scorer_methods();
 ScorerConfig make_scorer(std::string_view name, const MethodParams& params = {});
 // make_scorer for a trace whose KV heads serve `group_size` query heads each: the scorers that
@@ -160,6 +214,43 @@ ScorerConfig make_scorer(std::string_view name, const MethodParams& params = {})
 ScorerConfig make_scorer_for_trace(std::string_view name, const MethodParams& params, int group_size);
 // The ladder every scorer allocates on: {evict, exact}.
 RateLadder eviction_ladder();
+
+// A declared parameter shared by several scorers (window, gqa, causal, sinks, recent,
+// selection, group_size, reduce, pool, kernel, count_include_pad, group_order) with its
+// common help text and this scorer's default.
+MethodParam shared_scorer_param(const std::string& name, const std::string& default_value);
+
+// Reads one scorer's parameters: a parameter not given takes its declared default. Values
+// are parsed and their errors worded "method 'NAME': parameter P = 'V' is not ...";
+// the effective value of each parameter read is kept as text for ScorerConfig::name.
+class ScorerParamReader {
+ public:
+  ScorerParamReader(const ScorerEntry& entry, const MethodParams& params);
+  bool declares(const std::string& p) const;
+  int get_int(const std::string& p);
+  double get_double(const std::string& p);
+  bool get_bool(const std::string& p);
+  std::string get_string(const std::string& p);
+  GqaAggregate get_gqa(const std::string& p);
+  WindowReduce get_reduce(const std::string& p);
+  GroupOrder get_group_order(const std::string& p);
+  PoolKind get_pool(const std::string& p);
+  Scope get_scope(const std::string& p);
+  // Reads the common parameters this scorer declares into s.
+  void read_settings(ScorerSettings& s);
+  // InputError "method 'NAME': parameter P = <effective> WHY".
+  [[noreturn]] void bad(const std::string& p, const std::string& why) const;
+  const std::string& method() const { return method_; }
+  const MethodParams& effective() const { return effective_; }
+  // logic_error for a declared parameter the factory never read.
+  void finish() const;
+
+ private:
+  std::string method_;
+  std::vector<MethodParam> declared_;
+  MethodParams params_, effective_;
+  const std::string& text(const std::string& p);  // given or declared default
+};
 
 // Attention p (W x T: the last W window queries of query head j of a group of g,
 // causal as in the header comment; masked entries 0).
@@ -200,7 +291,8 @@ class H2OCache {
 
  private:
   void evict();
-  ScorerConfig cfg_;
+  ScorerSettings cfg_;
+  double recent_fraction_ = 0.5;
   MatrixRMd keys_, values_;
   std::vector<double> acc_;
   std::vector<std::uint8_t> alive_;
@@ -221,7 +313,7 @@ class TovaCache {
 
  private:
   void evict();
-  ScorerConfig cfg_;
+  ScorerSettings cfg_;
   std::vector<MatrixRMd> keys_, values_;
   std::vector<std::uint8_t> alive_;
   std::vector<double> last_;

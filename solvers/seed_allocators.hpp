@@ -52,17 +52,15 @@ struct SeedProblem {
   void validate() const;                      // InputError naming the field
 };
 
-struct SeedAllocation {
+// The solve summary (mckp.hpp) with objective = sum_h sum_t c_t(tier) (surrogate units),
+// rate_used = sum over tokens of r (bits), rate_budget = B * tokens (bits); the bound, gap
+// and lambda fields are left unset (the allocators prove no bound; see multiplier).
+struct SeedAllocation : SolveSummary {
   std::string method;   // name with parameters
-  SolveStatus status = SolveStatus::Feasible;
-  std::string message;
   std::vector<std::vector<std::uint8_t>> tiers;  // per head, per token (ladder indices)
   std::vector<double> continuous_bits;           // ratequant: b_h per head
   double multiplier = 0.0;                       // ratequant: theta; rdkv: lambda
   double max_kkt_residual = 0.0;                 // ratequant (continuous)
-  double objective = 0.0;                        // sum_h sum_t c_t(tier), surrogate units
-  double rate_used = 0.0;                        // bits, sum over tokens of r
-  double rate_budget = 0.0;                      // B * tokens, bits
   std::int64_t tokens = 0;
   double mean_rate() const { return tokens > 0 ? rate_used / static_cast<double>(tokens) : 0.0; }
 };

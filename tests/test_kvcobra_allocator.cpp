@@ -122,7 +122,7 @@ TEST_CASE("KV-COBRA optimal redistribution equals exhaustive search and meets th
         continue;
       }
       REQUIRE(a.has_solution());
-      CHECK(a.distortion == Approx(best).epsilon(1e-12));
+      CHECK(a.objective == Approx(best).epsilon(1e-12));
       CHECK((rate == "code" ? a.code_rate : a.nominal_rate) <= B + 1e-12);
     }
   }

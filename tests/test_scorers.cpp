@@ -80,12 +80,12 @@ TEST_CASE("Registry: names, parameters, errors", "[scorers]") {
   CHECK_THROWS_AS(make_scorer("snapkv", {{"gqa", "median"}}), InputError);
   const ScorerConfig c = make_scorer("snapkv");
   CHECK(c.window == 32);
-  CHECK(c.kernel == 5);
-  CHECK(c.reduce == WindowReduce::Sum);
-  CHECK(c.count_include_pad);
-  CHECK(c.group_order == GroupOrder::AfterPool);
+  CHECK(c.param("kernel") == "5");
+  CHECK(c.param("reduce") == "sum");
+  CHECK(c.param("count_include_pad") == "true");
+  CHECK(c.param("group_order") == "after");
   CHECK(make_scorer("streaming").sinks == 4);
-  CHECK(make_scorer("dropkv").kernel == 11);
+  CHECK(make_scorer("dropkv").param("kernel") == "11");
 }
 
 TEST_CASE("StreamingLLM keeps 4 sinks and the most recent", "[scorers]") {

@@ -117,7 +117,7 @@ TraceEvaluation evaluate_seed(const TraceReader& trace, const std::string& name,
                        {"head_budget_bits", h.head_budget}, {"distortion", h.distortion},
                        {"nominal_rate", h.nominal_rate}, {"code_rate", h.code_rate}});
     *seed_json = {{"method", a.options.name()}, {"status", std::string(to_string(a.status))}, {"message", a.message},
-                  {"budget", budget}, {"distortion", a.distortion}, {"nominal_rate", a.nominal_rate},
+                  {"budget", budget}, {"distortion", a.objective}, {"nominal_rate", a.nominal_rate},
                   {"code_rate", a.code_rate}, {"heads", heads}};
     if (std::isfinite(a.lower_bound)) (*seed_json)["lower_bound"] = a.lower_bound;
     return ev;

@@ -188,6 +188,95 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
   return rep;
 }
 
+namespace {
+
+// Equal memory (MODEL.md section 9): while the materialised allocation r measures more than
+// B, re-solve at a smaller B' (shrink by the excess, then bisect), as solve_within_budget
+// does for one head. The bound stays the one at B: measured >= nominal, so every
+// allocation that measures <= B is nominally feasible at B. Returns the budget r was solved at.
+template <class SolveAt, class Measured>
+double repair_to_measured_budget(FamilyResult& r, const AllocateOptions& opt, SolveAt solve_at, Measured measured) {
+  double solved_budget = opt.budget;
+  const double tol = 1e-12 * std::max(1.0, opt.budget);
+  if (r.has_solution() && measured(r) > opt.budget + tol) {
+    const double bound_at_B = r.lower_bound;
+    std::vector<double> head_bounds_at_B;
+    for (const FamilyHeadResult& h : r.heads) head_bounds_at_B.push_back(h.bound);
+    double hi = opt.budget, lo = opt.budget;
+    double excess = measured(r) - opt.budget;
+    FamilyResult best;
+    for (int i = 0; i < 8 && lo > 0; ++i) {
+      lo = std::max(0.0, lo - std::max(excess, 1e-6));
+      FamilyResult x = solve_at(lo);
+      if (!x.has_solution()) break;
+      const double mx = measured(x);
+      if (mx <= opt.budget + tol) {
+        best = std::move(x);
+        break;
+      }
+      hi = lo, excess = mx - opt.budget;
+    }
+    if (best.has_solution())
+      for (int i = 0; i < 24 && hi - lo > 1e-4 * std::max(1.0, opt.budget); ++i) {
+        const double mid = 0.5 * (lo + hi);
+        FamilyResult x = solve_at(mid);
+        if (x.has_solution() && measured(x) <= opt.budget + tol) lo = mid, best = std::move(x);
+        else hi = mid;
+      }
+    if (best.has_solution()) {
+      r = std::move(best);
+      r.lower_bound = bound_at_B;
+      for (std::size_t k = 0; k < r.heads.size() && k < head_bounds_at_B.size(); ++k) r.heads[k].bound = head_bounds_at_B[k];
+      // Optimal at B' is not a certificate at B: the gap to B's bound decides.
+      const double gap = std::max(0.0, r.objective - r.lower_bound);
+      if (r.status == SolveStatus::Optimal && gap > 1e-12 * std::max(std::fabs(r.objective), 1e-300))
+        r.status = SolveStatus::Feasible;
+      r.method += "; repaired to the measured budget (solved at B' = " + format_number(lo, 6) + ")";
+      solved_budget = lo;
+    } else {
+      r = FamilyResult{};
+      r.status = SolveStatus::Infeasible;
+      r.message = "no allocation measures <= B = " + format_number(opt.budget) + " " +
+                  std::string(to_string(opt.rate_kind)) + " bits once materialised";
+    }
+  }
+  return solved_budget;
+}
+
+// Head k of a solved scope r: its report (all but the measured rate); truth = the exact solve's
+// result for the head on the true costs when r was solved on smoothed costs.
+void fill_head_report(HeadSolveReport& hr, const HeadCosts& kh, const FamilyResult& r, std::size_t k,
+                      const FamilyHeadResult* truth, const AllocateOptions& opt, int m, double scope_seconds) {
+  const FamilyHeadResult& fr = r.heads[k];
+  hr.layer = kh.layer;
+  hr.kv_head = kh.kv_head;
+  hr.tokens = static_cast<int>(kh.cost.cols());
+  hr.option = r.options[static_cast<std::size_t>(fr.option)].name;
+  hr.family = r.options[static_cast<std::size_t>(fr.option)].family;
+  hr.histogram.assign(static_cast<std::size_t>(m), 0);
+  for (auto j : fr.tiers) ++hr.histogram[j];
+  hr.budget_rate = fr.rate_bits / hr.tokens;
+  hr.objective = sum_cost(kh.cost, fr.tiers);
+  hr.relative_objective = kh.output_norm2 > 0 ? hr.objective / kh.output_norm2 : 0.0;
+  hr.decision_objective = fr.objective;
+  if (opt.scope == Scope::Head) {
+    hr.bound = truth ? truth->bound : fr.bound;
+    hr.gap = std::max(0.0, hr.objective - hr.bound);
+    hr.seconds = scope_seconds;
+  }
+  if (!kh.spans.empty()) hr.spans = span_truncation(kh.spans, fr.tiers);
+  if (truth) {
+    hr.unsmoothed_objective = truth->objective;
+    if (!kh.spans.empty()) hr.spans_unsmoothed = span_truncation(kh.spans, truth->tiers);
+  }
+  if (opt.solver == AllocSolver::Waterfill) {
+    hr.noise_alpha = kh.noise.alpha;
+    hr.noise_beta = kh.noise.beta;
+  }
+}
+
+}  // namespace
+
 AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCosts>& kept, const AllocateOptions& opt,
                                 const HeadRate& head_rate) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -257,54 +346,10 @@ AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCos
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const auto tg = std::chrono::steady_clock::now();
     FamilyResult r = solve(make_problem(groups[g], smoothed, opt.budget), fo);
-    // Equal memory (MODEL.md section 9): while the materialised allocation measures more than
-    // B, re-solve at a smaller B' (shrink by the excess, then bisect), as solve_within_budget
-    // does for one head. The bound stays the one at B: measured >= nominal, so every
-    // allocation that measures <= B is nominally feasible at B.
-    double solved_budget = opt.budget;
-    const double tol = 1e-12 * std::max(1.0, opt.budget);
-    if (r.has_solution() && measured(groups[g], r) > opt.budget + tol) {
-      const double bound_at_B = r.lower_bound;
-      std::vector<double> head_bounds_at_B;
-      for (const FamilyHeadResult& h : r.heads) head_bounds_at_B.push_back(h.bound);
-      double hi = opt.budget, lo = opt.budget;
-      double excess = measured(groups[g], r) - opt.budget;
-      FamilyResult best;
-      for (int i = 0; i < 8 && lo > 0; ++i) {
-        lo = std::max(0.0, lo - std::max(excess, 1e-6));
-        FamilyResult x = solve(make_problem(groups[g], smoothed, lo), fo);
-        if (!x.has_solution()) break;
-        const double mx = measured(groups[g], x);
-        if (mx <= opt.budget + tol) {
-          best = std::move(x);
-          break;
-        }
-        hi = lo, excess = mx - opt.budget;
-      }
-      if (best.has_solution())
-        for (int i = 0; i < 24 && hi - lo > 1e-4 * std::max(1.0, opt.budget); ++i) {
-          const double mid = 0.5 * (lo + hi);
-          FamilyResult x = solve(make_problem(groups[g], smoothed, mid), fo);
-          if (x.has_solution() && measured(groups[g], x) <= opt.budget + tol) lo = mid, best = std::move(x);
-          else hi = mid;
-        }
-      if (best.has_solution()) {
-        r = std::move(best);
-        r.lower_bound = bound_at_B;
-        for (std::size_t k = 0; k < r.heads.size() && k < head_bounds_at_B.size(); ++k) r.heads[k].bound = head_bounds_at_B[k];
-        // Optimal at B' is not a certificate at B: the gap to B's bound decides.
-        const double gap = std::max(0.0, r.objective - r.lower_bound);
-        if (r.status == SolveStatus::Optimal && gap > 1e-12 * std::max(std::fabs(r.objective), 1e-300))
-          r.status = SolveStatus::Feasible;
-        r.method += "; repaired to the measured budget (solved at B' = " + format_number(lo, 6) + ")";
-        solved_budget = lo;
-      } else {
-        r = FamilyResult{};
-        r.status = SolveStatus::Infeasible;
-        r.message = "no allocation measures <= B = " + format_number(opt.budget) + " " +
-                    std::string(to_string(opt.rate_kind)) + " bits once materialised";
-      }
-    }
+    // Equal memory: repaired to the measured budget (repair_to_measured_budget).
+    const double solved_budget = repair_to_measured_budget(
+        r, opt, [&](double budget) { return solve(make_problem(groups[g], smoothed, budget), fo); },
+        [&](const FamilyResult& x) { return measured(groups[g], x); });
     FamilyResult r_true;
     if (smoothed && r.has_solution()) {
       r_true = solve(make_problem(groups[g], false, solved_budget), fo_exact);
@@ -334,32 +379,8 @@ AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCos
       const HeadCosts& kh = kept[static_cast<std::size_t>(i)];
       const FamilyHeadResult& fr = r.heads[k];
       HeadSolveReport& hr = rep.heads[static_cast<std::size_t>(i)];
-      hr.layer = kh.layer;
-      hr.kv_head = kh.kv_head;
-      hr.tokens = static_cast<int>(kh.cost.cols());
-      hr.option = r.options[static_cast<std::size_t>(fr.option)].name;
-      hr.family = r.options[static_cast<std::size_t>(fr.option)].family;
-      hr.histogram.assign(static_cast<std::size_t>(m), 0);
-      for (auto j : fr.tiers) ++hr.histogram[j];
+      fill_head_report(hr, kh, r, k, smoothed ? &r_true.heads[k] : nullptr, opt, m, sr.seconds);
       hr.rate = head_rate(i, fr.tiers);
-      hr.budget_rate = fr.rate_bits / hr.tokens;
-      hr.objective = sum_cost(kh.cost, fr.tiers);
-      hr.relative_objective = kh.output_norm2 > 0 ? hr.objective / kh.output_norm2 : 0.0;
-      hr.decision_objective = fr.objective;
-      if (opt.scope == Scope::Head) {
-        hr.bound = smoothed ? r_true.heads[k].bound : fr.bound;
-        hr.gap = std::max(0.0, hr.objective - hr.bound);
-        hr.seconds = sr.seconds;
-      }
-      if (!kh.spans.empty()) hr.spans = span_truncation(kh.spans, fr.tiers);
-      if (smoothed) {
-        hr.unsmoothed_objective = r_true.heads[k].objective;
-        if (!kh.spans.empty()) hr.spans_unsmoothed = span_truncation(kh.spans, r_true.heads[k].tiers);
-      }
-      if (opt.solver == AllocSolver::Waterfill) {
-        hr.noise_alpha = kh.noise.alpha;
-        hr.noise_beta = kh.noise.beta;
-      }
       objective += hr.objective;
       tiers[static_cast<std::size_t>(i)] = fr.tiers;
     }

@@ -158,6 +158,86 @@ std::string family_code(FamilyChoice f) {
   return "?";
 }
 
+// The errors of one head's distinct allocations (3. below); a worker's exception is rethrown.
+std::vector<ErrorMetrics> recompute_allocations(const HeadData& head, const RopeParams& rope, const RateLadder& ladder,
+                                                RdQueries queries, int decode_step,
+                                                const std::vector<const std::vector<std::uint8_t>*>& distinct,
+                                                const std::atomic<bool>* cancel) {
+  const int max_threads = std::max(1, omp_get_max_threads());
+  const PreparedQuerySet qs(head, queries, decode_step);
+  const int nd = static_cast<int>(distinct.size());
+  const int nthreads = std::min(max_threads, std::max(nd, 1));
+  std::vector<std::unique_ptr<PreparedQuerySet::Evaluator>> evaluators(static_cast<std::size_t>(nthreads));
+  std::vector<ErrorMetrics> errors(static_cast<std::size_t>(nd));
+  std::exception_ptr failure;
+  std::atomic<bool> failed{false};
+  // Allocations in parallel, one evaluator per thread (inside, materialize and set_variants
+  // run on their thread).
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+  for (int k = 0; k < nd; ++k) {
+    if (failed.load() || (cancel && cancel->load())) continue;
+    try {
+      auto& ev = evaluators[static_cast<std::size_t>(omp_get_thread_num())];
+      if (!ev) ev = std::make_unique<PreparedQuerySet::Evaluator>(qs);
+      const std::vector<std::uint8_t>& t = *distinct[static_cast<std::size_t>(k)];
+      errors[static_cast<std::size_t>(k)] = ev->evaluate(materialize(head, rope, ladder, t), t, ladder.exact_index());
+    } catch (...) {
+#pragma omp critical(rd_curve_failure)
+      if (!failure) failure = std::current_exception();
+      failed = true;
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  return errors;
+}
+
+// 4. The hulls of all operating points, and the ladder points above them.
+void add_hulls(RdCurve& out, bool recompute) {
+  std::vector<double> x, y, ys;
+  std::vector<std::string> label;
+  for (const RdPoint& p : out.points) {
+    if (!p.feasible) continue;
+    x.push_back(p.x);
+    y.push_back(p.error.rel_error);
+    ys.push_back(p.surrogate);
+    label.push_back(family_code(p.family) + " B=" + format_number(p.budget));
+  }
+  for (const RdLadderPoint& l : out.ladder) {
+    x.push_back(l.x);
+    y.push_back(l.error);
+    ys.push_back(l.surrogate);
+    label.push_back("tier " + l.tier);
+  }
+  if (recompute) out.hull = hull_of(x, y, label);
+  out.surrogate_hull = hull_of(x, ys, label);
+  for (RdLadderPoint& l : out.ladder) {
+    l.above_hull = recompute && above(out.hull, l.x, l.error);
+    l.above_surrogate_hull = above(out.surrogate_hull, l.x, l.surrogate);
+  }
+}
+
+// The ladder's dense point of tier j (every token of every head at j): its rate and surrogate
+// into lp; returns the allocation.
+std::vector<std::vector<std::uint8_t>> ladder_point(int j, const RateLadder& ladder, RateKind kind,
+                                                    const std::vector<HeadCosts>& costs, const HeadRate& head_rate,
+                                                    RdLadderPoint& lp) {
+  const int H = static_cast<int>(costs.size());
+  lp.tier = ladder.tiers[static_cast<std::size_t>(j)].name();
+  std::vector<std::vector<std::uint8_t>> dense(static_cast<std::size_t>(H));
+  double sur = 0;
+  for (int i = 0; i < H; ++i) {
+    const HeadCosts& c = costs[static_cast<std::size_t>(i)];
+    dense[static_cast<std::size_t>(i)].assign(static_cast<std::size_t>(c.cost.cols()), static_cast<std::uint8_t>(j));
+    const Rate r = head_rate(i, dense[static_cast<std::size_t>(i)]);
+    lp.rate.code_bits += r.code_bits / H;
+    lp.rate.total_bits += r.total_bits / H;
+    sur += (c.output_norm2 > 0 ? sum_row(c.cost, dense[static_cast<std::size_t>(i)]) / c.output_norm2 : 0.0) / H;
+  }
+  lp.x = rate_of(lp.rate, kind);
+  lp.surrogate = sur;
+  return dense;
+}
+
 using HeadSource = std::function<const HeadData&(int index)>;
 
 RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const RdCurveOptions& opt,
@@ -246,21 +326,8 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
     }
   for (int j = 0; j < m; ++j) {
     RdLadderPoint lp;
-    lp.tier = ladder.tiers[static_cast<std::size_t>(j)].name();
-    std::vector<std::vector<std::uint8_t>> dense(static_cast<std::size_t>(H));
-    double sur = 0;
-    for (int i = 0; i < H; ++i) {
-      const HeadCosts& c = costs[static_cast<std::size_t>(i)];
-      dense[static_cast<std::size_t>(i)].assign(static_cast<std::size_t>(c.cost.cols()), static_cast<std::uint8_t>(j));
-      const Rate r = head_rate(i, dense[static_cast<std::size_t>(i)]);
-      lp.rate.code_bits += r.code_bits / H;
-      lp.rate.total_bits += r.total_bits / H;
-      sur += (c.output_norm2 > 0 ? sum_row(c.cost, dense[static_cast<std::size_t>(i)]) / c.output_norm2 : 0.0) / H;
-    }
-    lp.x = rate_of(lp.rate, kind);
-    lp.surrogate = sur;
+    tiers.push_back(ladder_point(j, ladder, kind, costs, head_rate, lp));
     out.ladder.push_back(std::move(lp));
-    tiers.push_back(std::move(dense));
   }
   out.seconds_solve = seconds_since(t1);
 
@@ -270,7 +337,6 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
   if (opt.recompute) {
     std::vector<ErrorMetrics> sum(tiers.size());
     for (RdPoint& p : out.points) p.head_error.assign(p.feasible ? static_cast<std::size_t>(H) : 0, kNaN);
-    const int max_threads = std::max(1, omp_get_max_threads());
     for (int i = 0; i < H; ++i) {
       const HeadData& head = head_at(i);
       // The head's distinct allocations, each recomputed once.
@@ -283,30 +349,9 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
         if (inserted) distinct.push_back(&it->first);
         which[p] = it->second;
       }
-      const PreparedQuerySet qs(head, out.queries, opt.decode_step);
       const int nd = static_cast<int>(distinct.size());
-      const int nthreads = std::min(max_threads, std::max(nd, 1));
-      std::vector<std::unique_ptr<PreparedQuerySet::Evaluator>> evaluators(static_cast<std::size_t>(nthreads));
-      std::vector<ErrorMetrics> errors(static_cast<std::size_t>(nd));
-      std::exception_ptr failure;
-      std::atomic<bool> failed{false};
-      // Allocations in parallel, one evaluator per thread (inside, materialize and set_variants
-      // run on their thread).
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
-      for (int k = 0; k < nd; ++k) {
-        if (failed.load() || (cancel && cancel->load())) continue;
-        try {
-          auto& ev = evaluators[static_cast<std::size_t>(omp_get_thread_num())];
-          if (!ev) ev = std::make_unique<PreparedQuerySet::Evaluator>(qs);
-          const std::vector<std::uint8_t>& t = *distinct[static_cast<std::size_t>(k)];
-          errors[static_cast<std::size_t>(k)] = ev->evaluate(materialize(head, meta.rope, ladder, t), t, ladder.exact_index());
-        } catch (...) {
-#pragma omp critical(rd_curve_failure)
-          if (!failure) failure = std::current_exception();
-          failed = true;
-        }
-      }
-      if (failure) std::rethrow_exception(failure);
+      const std::vector<ErrorMetrics> errors =
+          recompute_allocations(head, meta.rope, ladder, out.queries, opt.decode_step, distinct, cancel);
       throw_if_cancelled(cancel);
       out.evaluations += nd;
       for (std::size_t p = 0; p < tiers.size(); ++p) {
@@ -330,28 +375,7 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
   }
   out.seconds_recompute = seconds_since(t2);
 
-  // 4. The hulls of all operating points, and the ladder points above them.
-  std::vector<double> x, y, ys;
-  std::vector<std::string> label;
-  for (const RdPoint& p : out.points) {
-    if (!p.feasible) continue;
-    x.push_back(p.x);
-    y.push_back(p.error.rel_error);
-    ys.push_back(p.surrogate);
-    label.push_back(family_code(p.family) + " B=" + format_number(p.budget));
-  }
-  for (const RdLadderPoint& l : out.ladder) {
-    x.push_back(l.x);
-    y.push_back(l.error);
-    ys.push_back(l.surrogate);
-    label.push_back("tier " + l.tier);
-  }
-  if (opt.recompute) out.hull = hull_of(x, y, label);
-  out.surrogate_hull = hull_of(x, ys, label);
-  for (RdLadderPoint& l : out.ladder) {
-    l.above_hull = opt.recompute && above(out.hull, l.x, l.error);
-    l.above_surrogate_hull = above(out.surrogate_hull, l.x, l.surrogate);
-  }
+  add_hulls(out, opt.recompute);
   out.seconds = seconds_since(t0);
   return out;
 }
