@@ -205,6 +205,7 @@ double repair_to_measured_budget(FamilyResult& r, const AllocateOptions& opt, So
     double hi = opt.budget, lo = opt.budget;
     double excess = measured(r) - opt.budget;
     FamilyResult best;
+    best.status = SolveStatus::Infeasible;  // none found yet (a default result's status is Feasible)
     for (int i = 0; i < 8 && lo > 0; ++i) {
       lo = std::max(0.0, lo - std::max(excess, 1e-6));
       FamilyResult x = solve_at(lo);
