@@ -12,6 +12,9 @@
 // are shown in the status bar and in the view's text, never thrown out of the event loop.
 #include <QFuture>
 #include <QMainWindow>
+#include <QPoint>
+#include <QRect>
+#include <QSize>
 #include <QString>
 
 #include <atomic>
@@ -39,7 +42,13 @@ class QToolButton;
 namespace tierlab::explorer {
 
 enum View { WaterfillView = 0, HeadMapView, InteriorView, DominanceView, StalenessView, RdCurveView, ViewCount };
-const char* view_name(int view);  // "waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"
+const char* view_name(int view);   // "waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"
+const char* view_title(int view);  // the tab's title: "Water-filling (one head)", ...
+
+// Where a tooltip of size `tip` for the cursor at `cursor` goes (its top-left corner, global
+// coordinates) so that it lies inside `window` (global): right of and below the cursor when
+// it fits, else left of / above it.
+QPoint tooltip_position(const QRect& window, const QPoint& cursor, const QSize& tip);
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -73,6 +82,8 @@ class MainWindow : public QMainWindow {
   const WaterfillNumbers& waterfillNumbers() const { return wf_numbers_; }
   Settings settings() const;
   QString lastError() const { return last_error_; }
+  QString presetShown() const;
+  QString infoText() const;  // the text panel beside the views  // what the preset box shows ("(file)" when a file is the source)
   QString statusText() const;
   const Source* source() const { return source_.get(); }
 
@@ -113,6 +124,11 @@ class MainWindow : public QMainWindow {
   void settingsChanged();
   void requestView(int view);
   void applyView(int view, const ViewResult& r);
+  void drawView(int view, const ViewResult& r, bool final);  // final: the view is up to date (else a partial result)
+  void showTip(QWidget* over, const QPoint& pos, const QString& text);  // a hover's text, kept inside the window
+  // The T field, as typed (finished: Enter or focus left): a value out of range is refused
+  // there, with the range in the status bar; never clamped.
+  void contextEdited(const QString& text, bool finished);
   void onOpened(std::shared_ptr<Source> src, std::shared_ptr<Engine> engine);
   void updateSourceControls();
   void exportDialog(bool csv);
@@ -130,7 +146,8 @@ class MainWindow : public QMainWindow {
   QSlider* budget_slider_ = nullptr;
   QComboBox* quantizer_ = nullptr;
   QComboBox* bits_ = nullptr;
-  QString last_good_bits_;  // the ladder the views use while the field holds an incomplete or bad text
+  QString last_good_bits_;
+  QString refused_T_;  // the context length typed last, when out of range (refused at Enter)  // the ladder the views use while the field holds an incomplete or bad text
   QComboBox* rate_kind_ = nullptr;
   QComboBox* solver_ = nullptr;
   QComboBox* family_ = nullptr;

@@ -73,7 +73,7 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
       so.steps.push_back(cur);
       std::sort(so.steps.begin(), so.steps.end());
     }
-    if (progress) progress(0.1, "staleness of the selected head over " + std::to_string(so.steps.size()) + " steps");
+    if (progress) progress(1, 10);
     const StalenessHead sh = staleness_head(hd, so, *backend_);
     check(cancel);
     ratio.name = "error ratio err_stale / err_fresh";
@@ -116,7 +116,7 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
   v.figures = {f, g};
   v.hover = {hv, hv_overlap};
   v.seconds = ms_since(t0) / 1000;
-  if (progress) progress(1.0, "staleness done");
+  if (progress) progress(10, 10);
   return v;
 }
 

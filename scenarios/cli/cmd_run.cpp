@@ -87,9 +87,11 @@ void add_run(CLI::App& app) {
                     opt.out.c_str());
         throw InputError("run interrupted by the user (SIGINT) before every cell was finished.");
       }
-      const auto figures = render_figures(opt.out);
-      std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: PNG, SVG, PDF)\nsummary: %s/summary.md\n",
-                  opt.out.c_str(), opt.out.c_str(), figures.size(), opt.out.c_str());
+      const FiguresWritten figures = render_figures_of_run(opt.out);
+      std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: PNG, SVG, PDF)\n", opt.out.c_str(),
+                  opt.out.c_str(), figures.files.size());
+      for (const auto& why : figures.skipped) std::printf("figure skipped, %s\n", why.c_str());
+      std::printf("summary: %s/summary.md\n", opt.out.c_str());
       std::fflush(stdout);
       // The index: each scenario's summary with its headings pushed one level down.
       std::istringstream summary(slurp(opt.out + "/summary.md"));
