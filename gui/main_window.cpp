@@ -1,38 +1,24 @@
+// tierlab-explorer's window (main_window.hpp): the job queue (one running, the latest waiting,
+// partial results drawn while it runs), the sources, the views and their hover tooltips,
+// export and screenshots. The controls are built in main_window_controls.cpp.
 #include "gui/main_window.hpp"
 
-#include "model/paths.hpp"
-#include "model/tier_quantizer.hpp"
-#include "solvers/families.hpp"
-
-#include <QAction>
 #include <QApplication>
 #include <QComboBox>
-#include <QDateTime>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFileDialog>
-#include <QFileInfo>
-#include <QFormLayout>
-#include <QGroupBox>
-#include <QHBoxLayout>
 #include <QLabel>
-#include <QMenuBar>
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
-#include <QRegularExpression>
-#include <QRegularExpressionValidator>
-#include <QScrollArea>
-#include <QSlider>
 #include <QSpinBox>
-#include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QThread>
 #include <QToolButton>
 #include <QToolTip>
-#include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrent>
 #include <qcustomplot.h>
 

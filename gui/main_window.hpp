@@ -1,15 +1,19 @@
 #pragma once
 // tierlab-explorer's window: the controls a teacher needs (source, head, budget, quantizer and
-// bits ladder, rate kind, solver, family, smoothing kernel, context length, decode step), five
+// bits ladder, rate kind, solver, family, smoothing kernel, context length, decode step), six
 // views as tabs (water-filling, layer x head map, interior advantage, dominance, staleness, RD curve),
 // export of the current view (PNG/SVG/PDF through export_figure, CSV of its data) and a
-// status bar with progress.
+// status bar with progress (the library's Progress, model/cancel.hpp: done of total).
 //
 // Every computation runs off the UI thread (QtConcurrent) through one queue of jobs: a new
 // request sets the running job's cancel flag and replaces any request still waiting, so only
 // the latest request is computed next; results are applied on the UI thread only if their
-// generation is still current. Errors of a job (unreadable trace, bad scenario, bad preset)
-// are shown in the status bar and in the view's text, never thrown out of the event loop.
+// generation is still current, and the slow views' partial results (PartialView, head by
+// head) are drawn as they come while their job is the running one. Errors of a job
+// (unreadable trace, bad scenario, bad preset) and refused field values (a context length out
+// of range, a bad bits ladder) are shown in the status bar and in the view's text, never in a
+// dialog and never thrown out of the event loop. Built in main_window.cpp (the queue, sources,
+// views, export) and main_window_controls.cpp (menus, boxes, fields).
 #include <QFuture>
 #include <QMainWindow>
 #include <QPoint>

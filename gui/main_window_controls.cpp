@@ -9,14 +9,9 @@
 #include "solvers/families.hpp"
 
 #include <QAction>
-#include <QApplication>
 #include <QComboBox>
-#include <QDateTime>
-#include <QDir>
 #include <QDoubleSpinBox>
-#include <QElapsedTimer>
 #include <QFileDialog>
-#include <QFileInfo>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -34,11 +29,8 @@
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
-#include <QThread>
 #include <QToolButton>
-#include <QToolTip>
 #include <QVBoxLayout>
-#include <QtConcurrent/QtConcurrent>
 #include <qcustomplot.h>
 
 #include <cmath>

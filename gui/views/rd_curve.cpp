@@ -172,7 +172,7 @@ Figure curve_figure(const RdCurve& cv, const Settings& s, const std::string& wha
   for (Series& m : marks) f.series.push_back(std::move(m));
   if (!(hi > 0)) lo = 1e-6, hi = 1;
   f.ylog = true;
-  f.ymin = lo / 2, f.ymax = hi * 2;  // draw_figure adds the legend's headroom
+  f.ymin = lo / 2, f.ymax = hi * 2;  // the legend has its own row below the axes
   f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {s.budget, s.budget}, {f.ymin, f.ymax}, 1});
   double xmax = s.budget;
   for (const RdPoint& p : c->points)

@@ -718,9 +718,9 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
                                   std::vector<std::size_t>* rows) {
   if (rows) rows->clear();
   Figure f;
-  f.title = "Per-head interior advantage vs budget";
+  f.title = "Per-head interior advantage A vs budget";
   f.xlabel = "budget B (bits per key element)";
-  f.ylabel = "interior advantage A (" + interior.value("queries", std::string("decode")) + " queries)";
+  f.ylabel = "A (" + interior.value("queries", std::string("decode")) + " queries)";  // the title names A
   Series pts{"heads (one point per head and cell)", Rgb{31, 119, 180, 90}, Style::Points, {}, {}, 6};
   const auto& bs = heads.at("budget");
   const auto& as = heads.at("A");
