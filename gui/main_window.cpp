@@ -180,9 +180,11 @@ void MainWindow::openSpec(const SourceSpec& spec) {
   Job job;
   job.what = "opening " + QString::fromStdString(spec.describe());
   QPointer<MainWindow> self(this);
-  job.work = [self, spec](const std::atomic<bool>& cancel, const Progress& progress) -> UiApply {
+  const int partial_ms = partial_ms_;
+  job.work = [self, spec, partial_ms](const std::atomic<bool>& cancel, const Progress& progress) -> UiApply {
     std::shared_ptr<Source> src = Source::open(spec, progress, &cancel);
     auto engine = std::make_shared<Engine>(src, Backend::Cpu);
+    engine->set_partial_interval(partial_ms);
     return [self, src, engine] {
       if (self) self->onOpened(src, engine);
     };
@@ -399,6 +401,7 @@ void MainWindow::drawView(int view, const ViewResult& r, bool final) {
     plots[k]->replot();
   }
   if (tabs_->currentIndex() == view) info_->setPlainText(QString::fromStdString(r.info));
+  emit viewDrawn(view, final);
 }
 
 QPoint tooltip_position(const QRect& window, const QPoint& cursor, const QSize& tip) {

@@ -74,6 +74,10 @@ class MainWindow : public QMainWindow {
   void setDecodeStep(int step);
   void setLadderBits(const QString& kind, const QString& bits);  // "kivi", "2,4,8"
 
+  // How often the slow views hand over partial results, in ms (Engine::set_partial_interval;
+  // for the sources opened from now on).
+  void setPartialInterval(int ms) { partial_ms_ = ms; }
+
   // Runs the open scenario into its run folder (asynchronous, with progress; cancellable).
   void runScenario();
 
@@ -101,6 +105,8 @@ class MainWindow : public QMainWindow {
 
  signals:
   void idle();
+  // A view was drawn: its final result, or (final false) a partial one while it is computed.
+  void viewDrawn(int view, bool final);
 
  private:
   using UiApply = std::function<void()>;
@@ -174,6 +180,7 @@ class MainWindow : public QMainWindow {
   QString last_error_;
   QString sticky_status_;  // a scenario run's result line, kept in the status bar until the next change
   bool updating_controls_ = false;
+  int partial_ms_ = 400;
 
   // The job queue: one running, at most one waiting.
   bool running_ = false;

@@ -311,3 +311,27 @@ TEST_CASE("explorer window: switching to a slow view never shows the previous vi
   REQUIRE(w.waitIdle());
   CHECK(w.infoText().contains("B = 3"));
 }
+
+TEST_CASE("explorer window: the head map is drawn head by head before its final result") {
+  app();
+  MainWindow w;
+  w.setPartialInterval(0);  // every head (the default paces them at 400 ms)
+  w.show();
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  const int heads = w.source()->meta().n_heads();
+  std::vector<std::pair<std::size_t, bool>> drawn;  // heads shown, final
+  QObject::connect(&w, &MainWindow::viewDrawn, [&](int view, bool final) {
+    if (view == HeadMapView) drawn.push_back({w.result(HeadMapView)->hover.at(0).size(), final});
+  });
+  w.setCurrentView(HeadMapView);
+  REQUIRE(w.waitIdle());
+  REQUIRE(static_cast<int>(drawn.size()) == heads);
+  for (int k = 0; k + 1 < heads; ++k) {
+    CHECK(drawn[k].first == static_cast<std::size_t>(k + 1));
+    CHECK_FALSE(drawn[k].second);
+  }
+  CHECK(drawn.back().first == static_cast<std::size_t>(heads));
+  CHECK(drawn.back().second);
+  CHECK(w.infoText().contains("so far") == false);
+}
