@@ -103,6 +103,18 @@ TEST_CASE("explorer window: with family E or Q the water-filling view shows no m
   REQUIRE(w.waitIdle());
   const Figure mixed = w.result(WaterfillView)->figures.at(0);
   const Figure mixed_bits = w.result(WaterfillView)->figures.at(1);
+  // The plots' pixel layout too: the same legend rows whatever the family.
+  auto axis_rects = [&w] {
+    QApplication::processEvents();
+    std::vector<QRect> r;
+    for (QCustomPlot* p : visible_plots(w)) {
+      p->replot();
+      p->replot();  // QCustomPlot sizes its margins from the tick labels of the last replot
+      r.push_back(p->axisRect()->rect());
+    }
+    return r;
+  };
+  std::vector<std::vector<QRect>> rects_of;  // per family shown: the plots' axis rects
   CHECK(has_series(mixed, "water level theta"));
   CHECK(has_series(mixed_bits, "continuous b_t"));
   CHECK(mixed.title.find("water level theta = ") != std::string::npos);
@@ -125,10 +137,23 @@ TEST_CASE("explorer window: with family E or Q the water-filling view shows no m
     CHECK(lv.ymax == mixed.ymax);
     CHECK(lv.xmin == mixed.xmin);
     CHECK(lv.xmax == mixed.xmax);
+    rects_of.push_back(axis_rects());
   }
   w.setFamily("mixed");
   REQUIRE(w.waitIdle());
   CHECK(has_series(w.result(WaterfillView)->figures.at(0), "water level theta"));
+  // The plots keep their size and place too: the legend keeps its rows whatever the family.
+  const std::vector<QRect> mixed_rects = axis_rects();
+  REQUIRE(mixed_rects.size() == 2);
+  for (const auto& rects : rects_of) {
+    REQUIRE(rects.size() == mixed_rects.size());
+    for (std::size_t k = 0; k < rects.size(); ++k) {
+      INFO("plot " << k << ": " << rects[k].x() << "," << rects[k].y() << " " << rects[k].width() << "x" << rects[k].height()
+                   << " vs M's " << mixed_rects[k].x() << "," << mixed_rects[k].y() << " " << mixed_rects[k].width() << "x"
+                   << mixed_rects[k].height());
+      CHECK(rects[k] == mixed_rects[k]);
+    }
+  }
 }
 
 TEST_CASE("explorer window: legends sit below the axes, never over the data, and the axes end at the data's range") {

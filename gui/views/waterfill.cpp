@@ -281,8 +281,10 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
   double ylo = floor_g, yhi = std::max(gmax, floor_g * 10);
   if (std::isfinite(num.theta) && num.theta > 0) ylo = std::min(ylo, num.theta), yhi = std::max(yhi, num.theta);
   lv.ymin = ylo / 3, lv.ymax = yhi * 3;
-  for (int j = ladder.size() - 1; j >= 0; --j)
-    if (!by_tier[static_cast<std::size_t>(j)].x.empty()) lv.series.push_back(by_tier[static_cast<std::size_t>(j)]);
+  // Every tier of the ladder in the legend (a family that uses few of them shows the same
+  // key), two columns: switching family keeps the legend's rows and so the plot's size.
+  for (int j = ladder.size() - 1; j >= 0; --j) lv.series.push_back(by_tier[static_cast<std::size_t>(j)]);
+  lv.legend_columns = 2;
   if (!unsolved.x.empty()) lv.series.push_back(unsolved);
   if (level_shown)
     lv.series.push_back({"water level theta (continuous: g_t(0) < theta gets 0 bits)", palette(3), Style::Dashed,
@@ -300,6 +302,7 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
   for (int j = ladder.size() - 1; j >= 0; --j)
     if (!bits_tier[static_cast<std::size_t>(j)].x.empty()) bf.series.push_back(bits_tier[static_cast<std::size_t>(j)]);
   bf.series.push_back({"budget B (mean bits)", Rgb{110, 110, 110}, Style::Dashed, {bf.xmin, bf.xmax}, {s.budget, s.budget}, 1});
+  bf.legend_columns = 2;
 
   ViewResult v;
   v.figures = {lv, bf};

@@ -260,7 +260,7 @@ void draw_figure(const Figure& fig, QCustomPlot& plot) {
   // the window's plot): as many columns as fit.
   const double width = std::max(plot.width(), 600);
   const int columns = std::clamp(static_cast<int>((width - 20) / (6.5 * static_cast<double>(longest) + 45)), 1, 4);
-  place_legend(plot, named, std::min(columns, std::max(named, 1)));
+  place_legend(plot, named, fig.legend_columns > 0 ? fig.legend_columns : std::min(columns, std::max(named, 1)));
 }
 
 std::string figure_svg(const Figure& fig, QCustomPlot& plot) {

@@ -57,7 +57,8 @@ struct Figure {
   std::string title, xlabel, ylabel;
   std::vector<Series> series;
   std::vector<Tick> xticks, yticks;  // explicit ticks (linear axes only); empty: chosen automatically
-  std::vector<Label> labels;         // drawn right of and above their point
+  std::vector<Label> labels;         // drawn beside their point
+  int legend_columns = 0;            // entries per legend row; 0: as many as fit
   double xmin = 0, xmax = 1, ymin = 0, ymax = 1;
   bool xlog = false;  // logarithmic x axis (ticks at powers of 2)
   bool ylog = false;  // logarithmic y axis (ticks at powers of 10)
