@@ -52,7 +52,9 @@
 // step s. A budget change re-solves, re-quantizes the tiers whose tokens changed and
 // recomputes decode step s's g rows (the backend's two phases, on one thread).
 #include <atomic>
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -111,6 +113,11 @@ struct ViewResult {
   double seconds = 0;
 };
 
+// A view's result so far, delivered from the computing thread while a slow view (the head
+// map, the live interior advantage) fills in head by head; the final result follows as the
+// return value.
+using PartialView = std::function<void(const ViewResult&)>;
+
 // All the figures' series in one figure (for the CSV export of a view).
 Figure merged_for_csv(const ViewResult&);
 
@@ -147,10 +154,12 @@ class Engine {
 
   // (a); numbers filled when non-null.
   ViewResult waterfill(const Settings&, WaterfillNumbers* numbers = nullptr, const std::atomic<bool>* cancel = nullptr);
-  // (b); entries filled when non-null.
+  // (b); entries filled when non-null; `partial` receives the map so far, head by head.
   ViewResult head_map(const Settings&, std::vector<HeadMapEntry>* entries = nullptr, const Progress& = {},
-                      const std::atomic<bool>* cancel = nullptr);
-  ViewResult interior(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+                      const std::atomic<bool>* cancel = nullptr, const PartialView& partial = {});
+  // (c); live, `partial` receives the figures so far (the selected head's curve, then head by head).
+  ViewResult interior(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr,
+                      const PartialView& partial = {});
   ViewResult dominance(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
   ViewResult staleness(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
   // (f); the curve is cached per (head, ladder, rate kind, solver, decode step).
@@ -159,6 +168,10 @@ class Engine {
   // The recomputed error of the last water-filling allocation on the observation queries
   // (re-solves when `s` differs from the last call's settings).
   ErrorMetrics obs_error(const Settings& s, const std::atomic<bool>* cancel = nullptr);
+
+  // How often a slow view delivers its partial result (PartialView), in ms (default 400; 0:
+  // after every head).
+  void set_partial_interval(int ms) { partial_ms_ = std::max(0, ms); }
 
   // Drops the caches (e.g. to measure a cold start).
   void clear_cache();
@@ -215,6 +228,7 @@ class Engine {
   std::map<std::string, std::uint64_t> used_;  // cache key ("H<idx>" or a ladder key) -> last use
   std::uint64_t clock_ = 0;
   std::size_t cache_limit_ = std::size_t(1) << 30;
+  int partial_ms_ = 400;
   std::unique_ptr<Work> work_;
   std::map<std::string, std::shared_ptr<const RdCurve>> curves_;  // rd_curve_: (head, ladder, kind, solver) -> curve
   struct Last;

@@ -1,6 +1,7 @@
 #pragma once
 // Internal to tierlab_explorer_core (gui/engine.cpp and gui/views/*.cpp): the Engine's cache
 // entries and the helpers several views use. Not installed, not for the window.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -26,6 +27,21 @@ using Clock = std::chrono::steady_clock;
 inline double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 inline void check(const std::atomic<bool>* cancel) { throw_if_cancelled(cancel); }
+
+// When a view's partial result is due: the first after min(150 ms, every), then each
+// `every` ms (Engine::set_partial_interval; drawing each head's result would cost more than
+// computing it on a small trace).
+struct PartialPacer {
+  explicit PartialPacer(int every_ms) : wait(std::min(every_ms, 150)), every(every_ms) {}
+  Clock::time_point last = Clock::now();
+  std::chrono::milliseconds wait, every;
+  bool due() {
+    if (Clock::now() - last < wait) return false;
+    last = Clock::now();
+    wait = every;
+    return true;
+  }
+};
 
 inline double val(const nlohmann::json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : kNaN;

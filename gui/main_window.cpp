@@ -1,38 +1,24 @@
+// tierlab-explorer's window (main_window.hpp): the job queue (one running, the latest waiting,
+// partial results drawn while it runs), the sources, the views and their hover tooltips,
+// export and screenshots. The controls are built in main_window_controls.cpp.
 #include "gui/main_window.hpp"
 
-#include "model/paths.hpp"
-#include "model/tier_quantizer.hpp"
-#include "solvers/families.hpp"
-
-#include <QAction>
 #include <QApplication>
 #include <QComboBox>
-#include <QDateTime>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFileDialog>
-#include <QFileInfo>
-#include <QFormLayout>
-#include <QGroupBox>
-#include <QHBoxLayout>
 #include <QLabel>
-#include <QMenuBar>
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
-#include <QRegularExpression>
-#include <QRegularExpressionValidator>
-#include <QScrollArea>
-#include <QSlider>
 #include <QSpinBox>
-#include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QThread>
 #include <QToolButton>
 #include <QToolTip>
-#include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrent>
 #include <qcustomplot.h>
 
@@ -49,30 +35,11 @@ namespace {
 const char* kViewNames[ViewCount] = {"waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"};
 const char* kViewTitles[ViewCount] = {"Water-filling (one head)", "Layer x head map", "Interior advantage",
                                       "Dominance", "Staleness", "RD curve"};
-constexpr double kSliderScale = 20.0;  // slider steps per bit
-
-// Why the bits-ladder text is not a ladder (empty when it is): each entry an integer 1..15.
-QString bitsProblem(const QString& text) {
-  const QStringList parts = text.split(',');
-  if (text.trimmed().isEmpty()) return "no bit width given (e.g. 2,4,8)";
-  for (const QString& raw : parts) {
-    const QString p = raw.trimmed();
-    bool ok = false;
-    const int b = p.toInt(&ok);
-    if (p.isEmpty()) return "'" + text + "' has an empty entry";
-    if (!ok || b < 1 || b > 15) return "'" + p + "' is not a bit width from 1 to 15";
-  }
-  return {};
-}
-
-QString shipped_model() {  // from any folder: model/paths.hpp (the current folder, $TIERLAB_DATA, the repository)
-  const std::filesystem::path p = resolve_shipped("data/stories260K/stories260K.bin", {});
-  return QString::fromStdString(p.empty() ? std::string("data/stories260K/stories260K.bin") : p.string());
-}
 
 }  // namespace
 
 const char* view_name(int view) { return view >= 0 && view < ViewCount ? kViewNames[view] : "view"; }
+const char* view_title(int view) { return view >= 0 && view < ViewCount ? kViewTitles[view] : "view"; }
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   results_.resize(ViewCount);
@@ -86,280 +53,6 @@ MainWindow::~MainWindow() {
   if (cancel_flag_) *cancel_flag_ = true;
   pending_.reset();
   future_.waitForFinished();
-}
-
-void MainWindow::buildUi() {
-  setWindowTitle("tierlab-explorer");
-  buildMenus();
-  QScrollArea* scroll = buildControls();
-  buildViews();
-  auto* split = new QSplitter;
-  split->addWidget(scroll);
-  split->addWidget(tabs_);
-  split->setStretchFactor(1, 1);
-  setCentralWidget(split);
-  buildStatusBar();
-  resize(1360, 860);
-  connectControls();
-}
-
-// The File and Scenario menus.
-void MainWindow::buildMenus() {
-  QMenu* file = menuBar()->addMenu("&File");
-  file->addAction("&Open trace, scenario or checkpoint...", QKeySequence::Open, this, [this] { openDialog(); });
-  file->addAction("Open &run folder...", this, [this] {  // a `tierlab run` output folder (its scenario.yaml and tables)
-    const QString dir = QFileDialog::getExistingDirectory(this, "Open a tierlab run folder (with scenario.yaml)");
-    if (!dir.isEmpty()) openArgument(dir);
-  });
-  QMenu* presets = file->addMenu("Open synthetic &preset");
-  for (const auto& name : synth_preset_names()) {
-    const QString n = QString::fromStdString(name);
-    presets->addAction(n, this, [this, n] {
-      SourceSpec s;
-      s.kind = SourceKind::Synthetic;
-      s.preset = n.toStdString();
-      s.context_length = n == "tiny" ? 0 : context_->value();
-      openSpec(s);
-    });
-  }
-  file->addAction("Open the shipped &model (stories260K)", this, [this] {
-    SourceSpec s;
-    s.kind = SourceKind::Model;
-    s.path = shipped_model().toStdString();
-    preset_->setCurrentIndex(preset_->count() - 1);  // the field's range becomes the model's (below)
-    s.context_length = context_->value();
-    openSpec(s);
-  });
-  file->addSeparator();
-  file->addAction("&Export view (PNG, SVG, PDF)...", QKeySequence("Ctrl+E"), this, [this] { exportDialog(false); });
-  file->addAction("Export view &data (CSV)...", QKeySequence("Ctrl+D"), this, [this] { exportDialog(true); });
-  file->addSeparator();
-  file->addAction("&Quit", QKeySequence::Quit, this, [this] { close(); });
-  QMenu* run = menuBar()->addMenu("&Scenario");
-  run->addAction("&Run the scenario (tables for the interior, phase-map and staleness views)", QKeySequence("Ctrl+R"),
-                 this, [this] { runScenario(); });
-}
-
-// The controls panel: the source line, the source, head and allocation boxes, the view's
-// numbers; scrollable.
-QScrollArea* MainWindow::buildControls() {
-  auto* panel = new QWidget;
-  auto* pv = new QVBoxLayout(panel);
-  source_label_ = new QLabel("no source");
-  source_label_->setWordWrap(true);
-  QFont bold = source_label_->font();
-  bold.setBold(true);
-  source_label_->setFont(bold);
-  pv->addWidget(source_label_);
-  pv->addWidget(buildSourceBox());
-  pv->addWidget(buildHeadBox());
-  pv->addWidget(buildAllocationBox());
-  info_ = new QPlainTextEdit;
-  info_->setReadOnly(true);
-  QFont mono("DejaVu Sans Mono");
-  mono.setPointSize(9);
-  info_->setFont(mono);
-  pv->addWidget(info_, 1);
-
-  auto* scroll = new QScrollArea;
-  scroll->setWidget(panel);
-  scroll->setWidgetResizable(true);
-  scroll->setMinimumWidth(330);
-  return scroll;
-}
-
-// Source: preset or model, context length T, open a file, run the scenario (its buttons wired).
-QGroupBox* MainWindow::buildSourceBox() {
-  auto* src_box = new QGroupBox("Source");
-  auto* sf = new QFormLayout(src_box);
-  preset_ = new QComboBox;
-  for (const auto& n : synth_preset_names()) preset_->addItem(QString::fromStdString(n));
-  preset_->addItem("stories260K (real model)");
-  auto* open_preset = new QPushButton("Open");
-  auto* prow = new QHBoxLayout;
-  prow->addWidget(preset_, 1);
-  prow->addWidget(open_preset);
-  sf->addRow("preset / model", prow);
-  context_ = new QSpinBox;
-  context_->setRange(16, 1 << 16);
-  context_->setValue(1024);
-  context_->setSingleStep(256);
-  context_->setToolTip("Context length T (prompt tokens) of a synthetic preset or of the captured model; "
-                       "press Enter to reopen the source at this length.");
-  sf->addRow("context length T", context_);
-  auto* open_file = new QPushButton("Open file...");
-  sf->addRow(open_file);
-  run_button_ = new QPushButton("Run scenario");
-  run_button_->setToolTip("Compute the scenario's cells and tables (the same as `tierlab run`).");
-  sf->addRow(run_button_);
-  connect(open_preset, &QPushButton::clicked, this, [this] {
-    SourceSpec s;
-    if (preset_->currentIndex() == preset_->count() - 1) {
-      s.kind = SourceKind::Model;
-      s.path = shipped_model().toStdString();
-      s.context_length = context_->value();  // within the model's limit: the field's range
-    } else {
-      s.kind = SourceKind::Synthetic;
-      s.preset = preset_->currentText().toStdString();
-      s.context_length = context_->value();
-    }
-    openSpec(s);
-  });
-  connect(open_file, &QPushButton::clicked, this, [this] { openDialog(); });
-  // The context field accepts only what the chosen source can open: the model's seq_len
-  // minus its decode steps for stories260K, up to 65,536 for a synthetic preset.
-  connect(preset_, &QComboBox::currentIndexChanged, this, [this](int i) {
-    int limit = 1 << 16;
-    if (i == preset_->count() - 1) {
-      try {
-        limit = model_context_limit(shipped_model().toStdString());
-      } catch (const std::exception& e) {
-        showError(QString::fromStdString(e.what()));
-      }
-    }
-    context_->setMaximum(limit);
-    context_->setToolTip(QString("Context length T (prompt tokens), %1 to %2 for this source; press Enter to reopen the "
-                                 "source at this length.").arg(context_->minimum()).arg(limit));
-  });
-  return src_box;
-}
-
-// Head: layer, KV head, decode step.
-QGroupBox* MainWindow::buildHeadBox() {
-  auto* head_box = new QGroupBox("Head");
-  auto* hf = new QFormLayout(head_box);
-  layer_ = new QSpinBox;
-  head_ = new QSpinBox;
-  hf->addRow("layer l", layer_);
-  hf->addRow("KV head h", head_);
-  step_ = new QSpinBox;
-  step_->setRange(1, 1);
-  step_->setToolTip("Decode step s: the water-filling view recomputes the error of the allocation on this step's queries.");
-  hf->addRow("decode step s", step_);
-  return head_box;
-}
-
-// Allocation: budget (spin box and slider), quantizer, bits ladder, rate kind, solver, family,
-// smoothing.
-QGroupBox* MainWindow::buildAllocationBox() {
-  auto* alloc_box = new QGroupBox("Allocation");
-  auto* af = new QFormLayout(alloc_box);
-  budget_ = new QDoubleSpinBox;
-  budget_->setRange(0.05, 16.0);
-  budget_->setDecimals(2);
-  budget_->setSingleStep(0.25);
-  budget_->setValue(2.0);
-  budget_->setSuffix(" bits");
-  budget_slider_ = new QSlider(Qt::Horizontal);
-  budget_slider_->setRange(1, static_cast<int>(16 * kSliderScale));
-  budget_slider_->setValue(static_cast<int>(2 * kSliderScale));
-  af->addRow("budget B", budget_);
-  af->addRow(budget_slider_);
-  quantizer_ = new QComboBox;
-  // Every tier form with a bit width (model/tier_quantizer.hpp): kivi, token and the
-  // published quantizers' tiers.
-  for (const TierForm& f : tier_forms())
-    if (f.has_bits) quantizer_->addItem(QString::fromStdString(f.prefix + "   (" + f.form + ")"), QString::fromStdString(f.prefix));
-  af->addRow("quantizer", quantizer_);
-  bits_ = new QComboBox;
-  bits_->setEditable(true);
-  for (const char* b : {"2,4,8", "2,4", "4,8", "2", "4", "1,2,4,8", "3,6"}) bits_->addItem(b);
-  bits_->setToolTip("Bits of the finite tiers (comma-separated, each 1 to 15); the ladder always has evict and exact (16 bits).");
-  // Digits and commas only: a letter is refused as it is typed.
-  bits_->setValidator(new QRegularExpressionValidator(QRegularExpression(R"(\s*\d{0,2}(\s*,\s*\d{0,2})*\s*)"), bits_));
-  last_good_bits_ = bits_->currentText();
-  af->addRow("bits ladder", bits_);
-  rate_kind_ = new QComboBox;
-  rate_kind_->addItems({"code", "total"});
-  af->addRow("budget counts", rate_kind_);
-  solver_ = new QComboBox;
-  for (const FamilySolver fs : family_solvers()) solver_->addItem(QString::fromStdString(std::string(to_string(fs))));
-  af->addRow("solver", solver_);
-  family_ = new QComboBox;
-  family_->addItem("M: mixed (whole ladder)", "mixed");
-  family_->addItem("Q: quantize only", "quantize");
-  family_->addItem("E: evict only", "evict");
-  family_->addItem("routed (best of Q, E, M)", "routed");
-  af->addRow("family", family_);
-  smoothing_ = new QComboBox;
-  for (int k : {1, 3, 5, 7, 9, 15, 31}) smoothing_->addItem(k == 1 ? QString("none") : QString("avg pool k = %1").arg(k), k);
-  af->addRow("smoothing", smoothing_);
-  return alloc_box;
-}
-
-// The view tabs, one plot per figure (two for water-filling, interior, staleness and the RD
-// curve: the head and the model), each with hover.
-void MainWindow::buildViews() {
-  tabs_ = new QTabWidget;
-  for (int v = 0; v < ViewCount; ++v) {
-    auto* page = new QWidget;
-    auto* lay = new QVBoxLayout(page);
-    lay->setContentsMargins(2, 2, 2, 2);
-    const int n = (v == WaterfillView || v == InteriorView || v == StalenessView || v == RdCurveView) ? 2 : 1;
-    for (int k = 0; k < n; ++k) {
-      auto* plot = new QCustomPlot;
-      plot->setMinimumHeight(220);
-      plot->setNotAntialiasedElements(QCP::aeScatters);
-      plot->setPlottingHint(QCP::phFastPolylines, true);
-      lay->addWidget(plot, k == 0 ? 3 : 2);
-      plots_[v].push_back(plot);
-      installHover(plot, v, k);
-    }
-    tabs_->addTab(page, kViewTitles[v]);
-  }
-}
-
-// The status bar: the status line, the progress bar and the cancel button.
-void MainWindow::buildStatusBar() {
-  status_ = new QLabel;
-  status_->setTextFormat(Qt::PlainText);  // messages name methods like kivi<b>: never rich text
-  progress_ = new QProgressBar;
-  progress_->setRange(0, 1000);
-  progress_->setMaximumWidth(220);
-  progress_->setVisible(false);
-  cancel_ = new QToolButton;
-  cancel_->setText("Cancel");
-  cancel_->setVisible(false);
-  statusBar()->addWidget(status_, 1);
-  statusBar()->addPermanentWidget(progress_);
-  statusBar()->addPermanentWidget(cancel_);
-}
-
-// The controls' signals: cancel, the budget's spin box and slider kept in step, every setting
-// recomputing the current view, a tab change computing its view when stale.
-void MainWindow::connectControls() {
-  connect(run_button_, &QPushButton::clicked, this, [this] { runScenario(); });
-  connect(context_, &QSpinBox::editingFinished, this, [this] { reopenWithContext(); });
-  connect(cancel_, &QToolButton::clicked, this, [this] {
-    if (cancel_flag_) *cancel_flag_ = true;
-    pending_.reset();
-  });
-  connect(budget_, &QDoubleSpinBox::valueChanged, this, [this](double b) {
-    if (updating_controls_) return;
-    updating_controls_ = true;
-    budget_slider_->setValue(static_cast<int>(std::lround(b * kSliderScale)));
-    updating_controls_ = false;
-    settingsChanged();
-  });
-  connect(budget_slider_, &QSlider::valueChanged, this, [this](int v) {
-    if (updating_controls_) return;
-    budget_->setValue(v / kSliderScale);  // triggers settingsChanged
-  });
-  for (QSpinBox* sb : {layer_, head_, step_})
-    connect(sb, &QSpinBox::valueChanged, this, [this] {
-      if (!updating_controls_) settingsChanged();
-    });
-  for (QComboBox* cb : {quantizer_, rate_kind_, solver_, family_, smoothing_})
-    connect(cb, &QComboBox::currentIndexChanged, this, [this] {
-      if (!updating_controls_) settingsChanged();
-    });
-  connect(bits_, &QComboBox::currentTextChanged, this, [this] {
-    if (!updating_controls_) bitsEdited();
-  });
-  connect(tabs_, &QTabWidget::currentChanged, this, [this](int v) {
-    if (v >= 0 && v < ViewCount && results_[v]) info_->setPlainText(QString::fromStdString(results_[v]->info));
-    if (v >= 0 && v < ViewCount && dirty_[v]) requestView(v);
-  });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -389,14 +82,16 @@ void MainWindow::startNext() {
   auto flag = cancel_flag_;
   const quint64 gen = running_generation_;
   QPointer<MainWindow> self(this);
-  Progress progress = [self, gen](double f, const std::string& what) {
-    const QString w = QString::fromStdString(what);
+  // The library's progress(done, total) (model/cancel.hpp): the bar, and the job's line with
+  // the count ("computing the Layer x head map view: 5 of 32").
+  const QString what = job.what;
+  Progress progress = [self, gen, what](int done, int total) {
     QMetaObject::invokeMethod(
         qApp,
-        [self, gen, f, w] {
-          if (!self || self->running_generation_ != gen) return;
-          self->progress_->setValue(static_cast<int>(std::clamp(f, 0.0, 1.0) * 1000));
-          self->status_->setText(w);
+        [self, gen, what, done, total] {
+          if (!self || self->running_generation_ != gen || total <= 0) return;
+          self->progress_->setValue(static_cast<int>(std::clamp(1000.0 * done / total, 0.0, 1000.0)));
+          self->status_->setText(QString("%1: %2 of %3").arg(what).arg(done).arg(total));
         },
         Qt::QueuedConnection);
   };
@@ -485,9 +180,11 @@ void MainWindow::openSpec(const SourceSpec& spec) {
   Job job;
   job.what = "opening " + QString::fromStdString(spec.describe());
   QPointer<MainWindow> self(this);
-  job.work = [self, spec](const std::atomic<bool>& cancel, const Progress& progress) -> UiApply {
+  const int partial_ms = partial_ms_;
+  job.work = [self, spec, partial_ms](const std::atomic<bool>& cancel, const Progress& progress) -> UiApply {
     std::shared_ptr<Source> src = Source::open(spec, progress, &cancel);
     auto engine = std::make_shared<Engine>(src, Backend::Cpu);
+    engine->set_partial_interval(partial_ms);
     return [self, src, engine] {
       if (self) self->onOpened(src, engine);
     };
@@ -534,11 +231,9 @@ void MainWindow::updateSourceControls() {
     const SourceKind k = source_->spec().kind;
     context_->setEnabled(k == SourceKind::Synthetic || k == SourceKind::Model);
     context_->setValue(m.prompt_len);
-    if (k == SourceKind::Scenario) {  // the preset of the scenario's cell, when synthetic
-      for (int i = 0; i + 1 < preset_->count(); ++i)
-        if (source_->cell_id().rfind(preset_->itemText(i).toStdString() + "-", 0) == 0) preset_->setCurrentIndex(i);
-    }
-    if (k == SourceKind::Synthetic) {
+    if (k == SourceKind::Trace || k == SourceKind::Scenario) {
+      preset_->setCurrentIndex(-1);  // the box shows "(file)": a file is the source, not a preset
+    } else if (k == SourceKind::Synthetic) {
       const SourceSpec& sp = source_->spec();
       const int i = preset_->findText(QString::fromStdString(sp.synth ? sp.synth->preset : sp.preset));
       if (i >= 0) preset_->setCurrentIndex(i);
@@ -592,7 +287,8 @@ void MainWindow::runScenario() {
       self->dirty_.assign(ViewCount, true);
       self->updateSourceControls();
       const QString dir = QString::fromStdString(self->source_->run_dir());
-      const QString text = QString("scenario run finished: tables, %1 figures and summary.md in %2").arg(done.figures).arg(dir);
+      QString text = QString("scenario run finished: tables, %1 figures and summary.md in %2").arg(done.figures).arg(dir);
+      for (const std::string& why : done.skipped) text += "\nfigure skipped, " + QString::fromStdString(why);
       self->status_->setText(text);
       self->sticky_status_ = text;
       self->info_->setPlainText(text + "\n(the same files as `tierlab run`: " + dir + "/tables, " + dir + "/figures, " + dir +
@@ -605,26 +301,6 @@ void MainWindow::runScenario() {
 
 // ---------------------------------------------------------------------------------------
 // Views
-
-Settings MainWindow::settings() const {
-  Settings s;
-  s.layer = layer_->value();
-  s.kv_head = head_->value();
-  s.budget = budget_->value();
-  const QString kind = quantizer_->currentData().toString();
-  QString ladder = "evict";
-  const QString bits = bitsProblem(bits_->currentText()).isEmpty() ? bits_->currentText() : last_good_bits_;
-  for (const QString& b : bits.split(',', Qt::SkipEmptyParts)) ladder += "," + kind + b.trimmed();
-  ladder += ",exact";
-  s.ladder = ladder.toStdString();
-  s.rate_kind = parse_rate_kind(rate_kind_->currentText().toStdString());
-  s.solver = parse_family_solver(solver_->currentText().toStdString());
-  s.family = parse_family_choice(family_->currentData().toString().toStdString());
-  s.smoothing = smoothing_->currentData().toInt();
-  s.decode_step = step_->value();
-  s.recompute_obs = false;
-  return s;
-}
 
 void MainWindow::settingsChanged() {
   sticky_status_.clear();
@@ -645,14 +321,30 @@ void MainWindow::requestView(int view) {
   std::shared_ptr<Engine> engine = engine_;
   QPointer<MainWindow> self(this);
   Job job;
-  job.what = QString("computing the %1 view").arg(kViewTitles[view]);
+  job.what = QString("computing the %1 view").arg(view_title(view));
+  // The slow views' text says what is being computed until their numbers come: the previous
+  // result's text (other settings, or another view's) never stands in for it.
+  if (view != WaterfillView && tabs_->currentIndex() == view)
+    info_->setPlainText(job.what + " (B = " + QString::number(s.budget) + " bits, head L" + QString::number(s.layer) +
+                        ".H" + QString::number(s.kv_head) + ")...");
   job.work = [self, engine, s, view](const std::atomic<bool>& cancel, const Progress& progress) -> UiApply {
     auto r = std::make_shared<ViewResult>();
     auto wn = std::make_shared<WaterfillNumbers>();
+    // Partial results (head by head) are drawn as they come, while this job is the running one.
+    const std::atomic<bool>* flag = &cancel;
+    const PartialView partial = [self, flag, view](const ViewResult& so_far) {
+      auto copy = std::make_shared<ViewResult>(so_far);
+      QMetaObject::invokeMethod(
+          qApp,
+          [self, flag, view, copy] {
+            if (self && self->cancel_flag_.get() == flag && !flag->load()) self->drawView(view, *copy, false);
+          },
+          Qt::QueuedConnection);
+    };
     switch (view) {
       case WaterfillView: *r = engine->waterfill(s, wn.get(), &cancel); break;
-      case HeadMapView: *r = engine->head_map(s, nullptr, progress, &cancel); break;
-      case InteriorView: *r = engine->interior(s, progress, &cancel); break;
+      case HeadMapView: *r = engine->head_map(s, nullptr, progress, &cancel, partial); break;
+      case InteriorView: *r = engine->interior(s, progress, &cancel, partial); break;
       case DominanceView: *r = engine->dominance(s, progress, &cancel); break;
       case RdCurveView: *r = engine->rd_curve(s, progress, &cancel); break;
       default: *r = engine->staleness(s, progress, &cancel); break;
@@ -690,8 +382,13 @@ void MainWindow::requestView(int view) {
 }
 
 void MainWindow::applyView(int view, const ViewResult& r) {
-  results_[view] = std::make_unique<ViewResult>(r);
-  dirty_[view] = false;
+  drawView(view, r, true);
+  last_error_.clear();
+}
+
+void MainWindow::drawView(int view, const ViewResult& r, bool final) {
+  results_[view] = std::make_unique<ViewResult>(r);  // a partial one too: its points can be hovered
+  dirty_[view] = !final;
   const auto& plots = plots_[view];
   for (std::size_t k = 0; k < plots.size(); ++k) {
     if (k < r.figures.size()) {
@@ -704,8 +401,32 @@ void MainWindow::applyView(int view, const ViewResult& r) {
     plots[k]->replot();
   }
   if (tabs_->currentIndex() == view) info_->setPlainText(QString::fromStdString(r.info));
-  last_error_.clear();
+  emit viewDrawn(view, final);
 }
+
+QPoint tooltip_position(const QRect& window, const QPoint& cursor, const QSize& tip) {
+  // Right of and below the cursor (Qt's own offset), else left of / above it; never past the
+  // window's left or top edge.
+  int x = cursor.x() + 2, y = cursor.y() + 16;
+  if (x + tip.width() > window.x() + window.width()) x = cursor.x() - 4 - tip.width();
+  if (y + tip.height() > window.y() + window.height()) y = cursor.y() - 4 - tip.height();
+  x = std::max(x, window.x()), y = std::max(y, window.y());
+  return {x, y};
+}
+
+void MainWindow::showTip(QWidget* over, const QPoint& pos, const QString& text) {
+  const QPoint global = over->mapToGlobal(pos);
+  QToolTip::showText(global, text, over);
+  // Qt keeps a tip on the screen, not in the window (a tip at the window's right edge was
+  // cut off there): move it inside the window.
+  const QRect window(mapToGlobal(QPoint(0, 0)), size());
+  for (QWidget* w : QApplication::topLevelWidgets())
+    if (w->objectName() == "qtooltip_label" && w->isVisible()) w->move(tooltip_position(window, global, w->size()));
+}
+
+QString MainWindow::infoText() const { return info_->toPlainText(); }
+
+QString MainWindow::presetShown() const { return preset_->currentIndex() < 0 ? preset_->placeholderText() : preset_->currentText(); }
 
 const ViewResult* MainWindow::result(int view) const {
   return view >= 0 && view < ViewCount ? results_[view].get() : nullptr;
@@ -725,9 +446,11 @@ void MainWindow::installHover(QCustomPlot* plot, int view, int figure) {
     }
     return best;
   };
-  connect(plot, &QCustomPlot::mouseMove, this, [plot, nearest](QMouseEvent* ev) {
-    const HoverPoint* h = nearest(ev->pos(), 14);
-    if (h) QToolTip::showText(plot->mapToGlobal(ev->pos()), QString::fromStdString(h->text), plot);
+  // A phase map's cells are large: any point of a cell names it.
+  const double reach = view == DominanceView ? 60 : 14;
+  connect(plot, &QCustomPlot::mouseMove, this, [this, plot, nearest, reach](QMouseEvent* ev) {
+    const HoverPoint* h = nearest(ev->pos(), reach);
+    if (h) showTip(plot, ev->pos(), QString::fromStdString(h->text));
     else QToolTip::hideText();
   });
   if (view == HeadMapView)
@@ -765,28 +488,6 @@ void MainWindow::setSmoothing(int kernel) {
 }
 
 void MainWindow::setDecodeStep(int step) { step_->setValue(step); }
-
-void MainWindow::setLadderBits(const QString& kind, const QString& bits) {
-  updating_controls_ = true;
-  const int i = quantizer_->findData(kind);
-  if (i >= 0) quantizer_->setCurrentIndex(i);
-  bits_->setCurrentText(bits);
-  updating_controls_ = false;
-  bitsEdited();
-}
-
-void MainWindow::bitsEdited() {
-  const QString why = bitsProblem(bits_->currentText());
-  if (!why.isEmpty()) {  // incomplete or out of range: said at the field; the views keep the last ladder
-    bits_->setStyleSheet("QComboBox { background: #ffe0e0; }");
-    showError("bits ladder: " + why + "; the views keep " + last_good_bits_ + ".");
-    return;
-  }
-  bits_->setStyleSheet(QString());
-  last_good_bits_ = bits_->currentText();
-  last_error_.clear();
-  settingsChanged();
-}
 
 // ---------------------------------------------------------------------------------------
 // Export and screenshots

@@ -1,17 +1,24 @@
 #pragma once
 // tierlab-explorer's window: the controls a teacher needs (source, head, budget, quantizer and
-// bits ladder, rate kind, solver, family, smoothing kernel, context length, decode step), five
+// bits ladder, rate kind, solver, family, smoothing kernel, context length, decode step), six
 // views as tabs (water-filling, layer x head map, interior advantage, dominance, staleness, RD curve),
 // export of the current view (PNG/SVG/PDF through export_figure, CSV of its data) and a
-// status bar with progress.
+// status bar with progress (the library's Progress, model/cancel.hpp: done of total).
 //
 // Every computation runs off the UI thread (QtConcurrent) through one queue of jobs: a new
 // request sets the running job's cancel flag and replaces any request still waiting, so only
 // the latest request is computed next; results are applied on the UI thread only if their
-// generation is still current. Errors of a job (unreadable trace, bad scenario, bad preset)
-// are shown in the status bar and in the view's text, never thrown out of the event loop.
+// generation is still current, and the slow views' partial results (PartialView, head by
+// head) are drawn as they come while their job is the running one. Errors of a job
+// (unreadable trace, bad scenario, bad preset) and refused field values (a context length out
+// of range, a bad bits ladder) are shown in the status bar and in the view's text, never in a
+// dialog and never thrown out of the event loop. Built in main_window.cpp (the queue, sources,
+// views, export) and main_window_controls.cpp (menus, boxes, fields).
 #include <QFuture>
 #include <QMainWindow>
+#include <QPoint>
+#include <QRect>
+#include <QSize>
 #include <QString>
 
 #include <atomic>
@@ -39,7 +46,13 @@ class QToolButton;
 namespace tierlab::explorer {
 
 enum View { WaterfillView = 0, HeadMapView, InteriorView, DominanceView, StalenessView, RdCurveView, ViewCount };
-const char* view_name(int view);  // "waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"
+const char* view_name(int view);   // "waterfill", "headmap", "interior", "dominance", "staleness", "rdcurve"
+const char* view_title(int view);  // the tab's title: "Water-filling (one head)", ...
+
+// Where a tooltip of size `tip` for the cursor at `cursor` goes (its top-left corner, global
+// coordinates) so that it lies inside `window` (global): right of and below the cursor when
+// it fits, else left of / above it.
+QPoint tooltip_position(const QRect& window, const QPoint& cursor, const QSize& tip);
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -61,6 +74,10 @@ class MainWindow : public QMainWindow {
   void setDecodeStep(int step);
   void setLadderBits(const QString& kind, const QString& bits);  // "kivi", "2,4,8"
 
+  // How often the slow views hand over partial results, in ms (Engine::set_partial_interval;
+  // for the sources opened from now on).
+  void setPartialInterval(int ms) { partial_ms_ = ms; }
+
   // Runs the open scenario into its run folder (asynchronous, with progress; cancellable).
   void runScenario();
 
@@ -73,6 +90,8 @@ class MainWindow : public QMainWindow {
   const WaterfillNumbers& waterfillNumbers() const { return wf_numbers_; }
   Settings settings() const;
   QString lastError() const { return last_error_; }
+  QString presetShown() const;
+  QString infoText() const;  // the text panel beside the views  // what the preset box shows ("(file)" when a file is the source)
   QString statusText() const;
   const Source* source() const { return source_.get(); }
 
@@ -86,6 +105,8 @@ class MainWindow : public QMainWindow {
 
  signals:
   void idle();
+  // A view was drawn: its final result, or (final false) a partial one while it is computed.
+  void viewDrawn(int view, bool final);
 
  private:
   using UiApply = std::function<void()>;
@@ -113,6 +134,11 @@ class MainWindow : public QMainWindow {
   void settingsChanged();
   void requestView(int view);
   void applyView(int view, const ViewResult& r);
+  void drawView(int view, const ViewResult& r, bool final);  // final: the view is up to date (else a partial result)
+  void showTip(QWidget* over, const QPoint& pos, const QString& text);  // a hover's text, kept inside the window
+  // The T field, as typed (finished: Enter or focus left): a value out of range is refused
+  // there, with the range in the status bar; never clamped.
+  void contextEdited(const QString& text, bool finished);
   void onOpened(std::shared_ptr<Source> src, std::shared_ptr<Engine> engine);
   void updateSourceControls();
   void exportDialog(bool csv);
@@ -130,7 +156,8 @@ class MainWindow : public QMainWindow {
   QSlider* budget_slider_ = nullptr;
   QComboBox* quantizer_ = nullptr;
   QComboBox* bits_ = nullptr;
-  QString last_good_bits_;  // the ladder the views use while the field holds an incomplete or bad text
+  QString last_good_bits_;
+  QString refused_T_;  // the context length typed last, when out of range (refused at Enter)  // the ladder the views use while the field holds an incomplete or bad text
   QComboBox* rate_kind_ = nullptr;
   QComboBox* solver_ = nullptr;
   QComboBox* family_ = nullptr;
@@ -153,6 +180,7 @@ class MainWindow : public QMainWindow {
   QString last_error_;
   QString sticky_status_;  // a scenario run's result line, kept in the status bar until the next change
   bool updating_controls_ = false;
+  int partial_ms_ = 400;
 
   // The job queue: one running, at most one waiting.
   bool running_ = false;

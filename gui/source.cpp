@@ -110,7 +110,7 @@ namespace {
 
 void open_model(const std::string& checkpoint, int prompt_len, int decode_steps, double temperature, std::uint64_t seed,
                 TraceMeta& meta, std::vector<HeadData>& heads, const Progress& progress) {
-  if (progress) progress(0.05, "loading " + checkpoint);
+  if (progress) progress(1, 10);  // loading the checkpoint
   const Llama2cModel model(checkpoint);
   const int seq = model.config().seq_len;
   if (prompt_len <= 0) prompt_len = std::min(256, seq - decode_steps);
@@ -123,7 +123,7 @@ void open_model(const std::string& checkpoint, int prompt_len, int decode_steps,
   co.prompt.temperature = static_cast<float>(temperature);
   co.prompt.seed = seed;
   co.decode_steps = decode_steps;
-  if (progress) progress(0.2, "capturing " + std::to_string(prompt_len) + " + " + std::to_string(decode_steps) + " positions");
+  if (progress) progress(2, 10);  // capturing the prompt and the decode steps
   CaptureResult r = capture(model, co);
   meta = std::move(r.meta);
   heads = std::move(r.heads);
@@ -138,7 +138,7 @@ std::shared_ptr<Source> Source::open(const SourceSpec& spec, const Progress& pro
   switch (spec.kind) {
     case SourceKind::Trace: {
       if (!fs::exists(spec.path)) throw InputError("explorer: the trace file '" + spec.path + "' does not exist.");
-      if (progress) progress(0.1, "reading " + spec.path);
+      if (progress) progress(1, 10);  // reading the trace
       s->reader_ = std::make_unique<TraceReader>(spec.path);
       s->meta_ = s->reader_->meta();
       s->description_ = "trace " + fs::path(spec.path).filename().string();
@@ -174,7 +174,7 @@ std::shared_ptr<Source> Source::open(const SourceSpec& spec, const Progress& pro
         s->run_dir_ = spec.path;
       }
       if (!fs::exists(yaml)) throw InputError("explorer: the scenario file '" + yaml + "' does not exist.");
-      if (progress) progress(0.05, "reading " + yaml);
+      if (progress) progress(1, 10);  // reading the scenario
       s->scenario_ = load_scenario(yaml);
       const Scenario& sc = *s->scenario_;
       // The scenario.yaml inside a run folder (beside its cells/ or tables/) is that run's.
@@ -207,7 +207,7 @@ std::shared_ptr<Source> Source::open(const SourceSpec& spec, const Progress& pro
     }
   }
   if (s->meta_.n_heads() <= 0) throw FormatError("explorer: '" + spec.describe() + "' has no heads.");
-  if (progress) progress(1.0, "opened " + s->description_);
+  if (progress) progress(10, 10);
   return s;
 }
 
@@ -220,11 +220,11 @@ ScenarioRunSummary run_source_scenario(const Source& src, const Progress& progre
   o.progress = false;
   int done = 0;
   const int total = static_cast<int>(sc.cells.size());
-  o.on_cell = [&](const std::string& id, bool) {
+  o.on_cell = [&](const std::string&, bool) {
     ++done;
-    if (progress) progress(static_cast<double>(done) / std::max(1, total), "cell " + id + " done");
+    if (progress) progress(done, total + 1);  // the last unit: the figures
   };
-  if (progress) progress(0.0, "running scenario " + sc.name + " (" + std::to_string(total) + " cells) into " + o.out);
+  if (progress) progress(0, total + 1);
   run_stop_flag() = cancel && cancel->load();
   // Cancelling stops the run at the runner's next check (between budgets of a cell).
   struct Watcher {
@@ -247,8 +247,10 @@ ScenarioRunSummary run_source_scenario(const Source& src, const Progress& progre
   ScenarioRunSummary out;
   out.tables_written = r.tables_written;
   if (r.tables_written) {  // what `tierlab run` writes after the tables: the figures (summary.md is written with them)
-    if (progress) progress(0.99, "drawing the figures into " + o.out + "/figures");
-    out.figures = render_figures(o.out).size();
+    if (progress) progress(total, total + 1);  // drawing the figures
+    const FiguresWritten f = render_figures_of_run(o.out);
+    out.figures = f.files.size();
+    out.skipped = f.skipped;
   }
   return out;
 }

@@ -20,14 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "model/cancel.hpp"
 #include "model/synthetic.hpp"
 #include "model/trace.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab::explorer {
 
-// A computation that sees its cancel flag (a newer request superseded it) throws
-// tierlab::Cancelled (model/cancel.hpp), the library's one cancel type.
+// Progress and cancel are the library's one pair of types (model/cancel.hpp): work reports
+// progress(done, total) in its own units (steps of opening a source, cells of a run, heads of
+// a view) and, when its cancel flag is set (a newer request superseded it), throws
+// tierlab::Cancelled.
 
 enum class SourceKind { Trace, Synthetic, Model, Scenario };
 
@@ -53,8 +56,6 @@ constexpr int kModelDecodeSteps = 16;
 // The longest context length T the explorer can open the checkpoint at: its seq_len minus
 // kModelDecodeSteps (reads the checkpoint's header; throws InputError naming the file).
 int model_context_limit(const std::string& checkpoint);
-
-using Progress = std::function<void(double fraction, const std::string& what)>;
 
 // An opened source. head() may be called from any thread (const, no shared state).
 class Source {
@@ -92,7 +93,8 @@ class Source {
 // stops it between cells (run_stop_flag). Then draws the figures, as `tierlab run` does.
 struct ScenarioRunSummary {
   bool tables_written = false;
-  std::size_t figures = 0;  // files written under run_dir/figures
+  std::size_t figures = 0;            // files written under run_dir/figures
+  std::vector<std::string> skipped;   // figures without content, not drawn: "NAME: why"
 };
 ScenarioRunSummary run_source_scenario(const Source&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
 

@@ -12,34 +12,17 @@ using namespace detail;
 // ---------------------------------------------------------------------------------------
 // (b) head map
 
-ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, const Progress& progress,
-                            const std::atomic<bool>* cancel) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto t0 = Clock::now();
-  const RateLadder ladder = RateLadder::parse(s.ladder);
-  ladder.validate();
-  const TraceMeta& m = source_->meta();
-  const int two = ladder.index_of_bits(2);
-  std::vector<HeadMapEntry> entries;
+namespace {
+
+// The map of the heads computed so far (`entries`, in layer-major order; the rest blank) and
+// its numbers; `total` heads in all.
+ViewResult head_map_result(const std::vector<HeadMapEntry>& entries, const Settings& s, const TraceMeta& m,
+                           const RateLadder& ladder, int two) {
   const int total = m.n_heads();
-  Settings rs = s;
-  if (rs.solver == FamilySolver::Waterfill) rs.solver = FamilySolver::Exact;  // routing compares options exactly
-  for (int l = 0; l < m.n_layers; ++l)
-    for (int h = 0; h < m.n_kv_heads; ++h) {
-      check(cancel);
-      if (progress) progress(static_cast<double>(l * m.n_kv_heads + h) / total, "head L" + std::to_string(l) + ".H" + std::to_string(h));
-      auto e = ladder_(l, h, ladder, s.rate_kind, cancel);
-      HeadMapEntry he;
-      he.layer = l, he.kv_head = h;
-      he.R2 = two >= 0 ? e->dom.R[static_cast<std::size_t>(two)] : kNaN;
-      he.dominated = two >= 0 && e->dom.dominated[static_cast<std::size_t>(two)];
-      const HeadSolution r = solve_(*e, e->costs.cost, rs, FamilyChoice::Routed, ladder, &he.option);
-      he.family = he.option.empty() ? '-' : he.option[0];
-      he.objective = r.tiers.empty() ? kNaN : r.objective / std::max(e->costs.output_norm2, 1e-300);
-      entries.push_back(he);
-    }
+  const bool partial = static_cast<int>(entries.size()) < total;
   Figure f;
   f.title = "Layer x head map at B = " + format_label(s.budget) + ": routed family, 2-bit dominance (click a head)";
+  if (partial) f.title += " - " + std::to_string(entries.size()) + " of " + std::to_string(total) + " heads so far";
   f.xlabel = "KV head h";
   f.ylabel = "layer l";
   const double cell = std::min(760.0 / m.n_kv_heads, 430.0 / (m.n_layers + 0.9 + 0.27 * 4));
@@ -82,6 +65,7 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
     ndom += he.dominated;
   }
   std::ostringstream info;
+  if (partial) info << "computing: " << entries.size() << " of " << total << " heads so far (the map fills in head by head)\n";
   info << m.n_layers << " layers x " << m.n_kv_heads << " KV heads, ladder " << ladder.name() << ", B = " << format_label(s.budget)
        << "\nrouted (head scope, exact): Q " << counts[0] << ", E " << counts[1] << ", M " << counts[2] << "\n";
   if (two >= 0)
@@ -91,9 +75,43 @@ ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, c
     info << "the ladder has no 2-bit tier: no dominance marks\n";
   info << "click a square to pick the head for the other views";
   v.info = info.str();
+  return v;
+}
+
+}  // namespace
+
+ViewResult Engine::head_map(const Settings& s, std::vector<HeadMapEntry>* out, const Progress& progress,
+                            const std::atomic<bool>* cancel, const PartialView& partial) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto t0 = Clock::now();
+  const RateLadder ladder = RateLadder::parse(s.ladder);
+  ladder.validate();
+  const TraceMeta& m = source_->meta();
+  const int two = ladder.index_of_bits(2);
+  std::vector<HeadMapEntry> entries;
+  const int total = m.n_heads();
+  Settings rs = s;
+  if (rs.solver == FamilySolver::Waterfill) rs.solver = FamilySolver::Exact;  // routing compares options exactly
+  PartialPacer pace(partial_ms_);
+  for (int l = 0; l < m.n_layers; ++l)
+    for (int h = 0; h < m.n_kv_heads; ++h) {
+      check(cancel);
+      if (progress) progress(l * m.n_kv_heads + h, total);
+      auto e = ladder_(l, h, ladder, s.rate_kind, cancel);
+      HeadMapEntry he;
+      he.layer = l, he.kv_head = h;
+      he.R2 = two >= 0 ? e->dom.R[static_cast<std::size_t>(two)] : kNaN;
+      he.dominated = two >= 0 && e->dom.dominated[static_cast<std::size_t>(two)];
+      const HeadSolution r = solve_(*e, e->costs.cost, rs, FamilyChoice::Routed, ladder, &he.option);
+      he.family = he.option.empty() ? '-' : he.option[0];
+      he.objective = r.tiers.empty() ? kNaN : r.objective / std::max(e->costs.output_norm2, 1e-300);
+      entries.push_back(he);
+      if (partial && static_cast<int>(entries.size()) < total && pace.due()) partial(head_map_result(entries, s, m, ladder, two));
+    }
+  ViewResult v = head_map_result(entries, s, m, ladder, two);
   v.seconds = ms_since(t0) / 1000;
   if (out) *out = std::move(entries);
-  if (progress) progress(1.0, "head map done");
+  if (progress) progress(total, total);
   return v;
 }
 

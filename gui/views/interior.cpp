@@ -46,7 +46,8 @@ static HeadAdvantage head_advantage(const HeadData& hd, const RopeParams& rope, 
   return r;
 }
 
-ViewResult Engine::interior(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel) {
+ViewResult Engine::interior(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel,
+                            const PartialView& partial) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto t0 = Clock::now();
   ViewResult v;
@@ -119,7 +120,8 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   int done = 0;
   auto tick = [&](const std::string& what) {
     check(cancel);
-    if (progress) progress(static_cast<double>(done++) / total, what);
+    (void)what;
+    if (progress) progress(done++, total);
   };
   auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
   const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
@@ -154,6 +156,36 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   std::vector<HoverPoint> hv2;
   double y2lo = -0.2, y2hi = 1;
   std::vector<double> as;
+  // The per-head figure and the numbers for the heads done so far (`heads_done` of all).
+  auto result = [&](int heads_done) {
+    const bool so_far = heads_done < m.n_heads();
+    Figure f2;
+    f2.title = "Interior advantage per head at B = " + format_label(s.budget) + " (A < -2 drawn at -2)";
+    if (so_far) f2.title += " - " + std::to_string(heads_done) + " of " + std::to_string(m.n_heads()) + " heads so far";
+    f2.xlabel = "head index l * " + std::to_string(m.n_kv_heads) + " + h";
+    f2.ylabel = "interior advantage A";
+    f2.series = {ph, psel, {"A = 0", Rgb{120, 120, 120}, Style::Dashed, {-100, 1e6}, {0, 0}, 1}};
+    f2.xmin = -0.8, f2.xmax = m.n_heads() - 0.2;
+    double lo = y2lo, hi = y2hi;
+    pad_range(lo, hi, 0.08);
+    f2.ymin = lo, f2.ymax = hi;
+    ViewResult r;
+    r.figures = {f1, f2};
+    r.hover = {hv1, hv2};
+    std::vector<double> sorted = as;
+    std::sort(sorted.begin(), sorted.end());
+    std::ostringstream info;
+    if (so_far) info << "computing: " << heads_done << " of " << m.n_heads() << " heads so far (the view fills in head by head)\n";
+    info << "Live, on " << source_->description() << " (no scenario tables" << (dir.empty() ? "" : " in " + dir) << ").\n"
+         << "Per head: Q*, E*, M* solved exactly on the surrogate, materialised, recomputed.\n"
+         << "median A over heads at B = " << format_label(s.budget) << ": "
+         << format_label(sorted.empty() ? kNaN : sorted[sorted.size() / 2], "%.4g") << ", heads with A > 0: "
+         << std::count_if(sorted.begin(), sorted.end(), [](double a) { return a > 0; }) << " / " << sorted.size();
+    r.info = info.str();
+    return r;
+  };
+  if (partial) partial(result(0));  // the selected head's curve at once
+  PartialPacer pace(partial_ms_);
   for (int l = 0; l < m.n_layers; ++l)
     for (int h = 0; h < m.n_kv_heads; ++h) {
       tick("head L" + std::to_string(l) + ".H" + std::to_string(h));
@@ -170,26 +202,12 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
         hv2.push_back({x, y, "head L" + std::to_string(l) + ".H" + std::to_string(h) + "\nA = " + format_label(A, "%.4g") +
                                  "\nQ* " + r.options[0] + ", E* " + r.options[1] + ", M* " + r.options[2]});
       }
+      const int heads_done = l * m.n_kv_heads + h + 1;
+      if (partial && heads_done < m.n_heads() && pace.due()) partial(result(heads_done));
     }
-  Figure f2;
-  f2.title = "Interior advantage per head at B = " + format_label(s.budget) + " (A < -2 drawn at -2)";
-  f2.xlabel = "head index l * " + std::to_string(m.n_kv_heads) + " + h";
-  f2.ylabel = "interior advantage A";
-  f2.series = {ph, psel, {"A = 0", Rgb{120, 120, 120}, Style::Dashed, {-100, 1e6}, {0, 0}, 1}};
-  f2.xmin = -0.8, f2.xmax = m.n_heads() - 0.2;
-  pad_range(y2lo, y2hi, 0.08);
-  f2.ymin = y2lo, f2.ymax = y2hi;
-  v.figures = {f1, f2};
-  v.hover = {hv1, hv2};
-  std::sort(as.begin(), as.end());
-  std::ostringstream info;
-  info << "Live, on " << source_->description() << " (no scenario tables" << (dir.empty() ? "" : " in " + dir) << ").\n"
-       << "Per head: Q*, E*, M* solved exactly on the surrogate, materialised, recomputed.\n"
-       << "median A over heads at B = " << format_label(s.budget) << ": " << format_label(as.empty() ? kNaN : as[as.size() / 2], "%.4g")
-       << ", heads with A > 0: " << std::count_if(as.begin(), as.end(), [](double a) { return a > 0; }) << " / " << as.size();
-  v.info = info.str();
+  v = result(m.n_heads());
   v.seconds = ms_since(t0) / 1000;
-  if (progress) progress(1.0, "interior done");
+  if (progress) progress(total, total);
   return v;
 }
 

@@ -56,7 +56,7 @@ std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progre
   auto c = std::make_shared<const RdCurve>(tierlab::rd_curve(
       std::vector<const HeadData*>{head.get()}, source_->meta().rope, o,
       [&](int done, int total) {
-        if (progress) progress(0.5 * done / std::max(total, 1), "rate-distortion curve of the head");
+        if (progress) progress(500 * done / std::max(total, 1), 1000);  // the head's curve: the first half
       },
       cancel, {std::move(hc)}));
   if (curves_.size() >= 8) curves_.clear();  // a few heads' curves (each a few kB)
@@ -81,12 +81,12 @@ std::shared_ptr<const RdCurve> Engine::model_rd_curve_(const Settings& s, const 
       ptrs.push_back(heads.back().get());
       costs.push_back(rd_costs_(l, h, o, cancel));
       costs.back().spans = heads.back()->spans;
-      if (progress) progress(0.5 + 0.2 * heads.size() / meta.n_heads(), "costs of every head");
+      if (progress) progress(500 + 200 * static_cast<int>(heads.size()) / meta.n_heads(), 1000);  // every head's costs
     }
   auto c = std::make_shared<const RdCurve>(tierlab::rd_curve(
       ptrs, meta.rope, o,
       [&](int done, int total) {
-        if (progress) progress(0.7 + 0.3 * done / std::max(total, 1), "model-wide rate-distortion curve");
+        if (progress) progress(700 + 300 * done / std::max(total, 1), 1000);  // the model-wide curve
       },
       cancel, std::move(costs)));
   if (curves_.size() >= 8) curves_.clear();
@@ -172,7 +172,7 @@ Figure curve_figure(const RdCurve& cv, const Settings& s, const std::string& wha
   for (Series& m : marks) f.series.push_back(std::move(m));
   if (!(hi > 0)) lo = 1e-6, hi = 1;
   f.ylog = true;
-  f.ymin = lo / 2, f.ymax = hi * 2;  // draw_figure adds the legend's headroom
+  f.ymin = lo / 2, f.ymax = hi * 2;  // the legend has its own row below the axes
   f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {s.budget, s.budget}, {f.ymin, f.ymax}, 1});
   double xmax = s.budget;
   for (const RdPoint& p : c->points)

@@ -73,7 +73,7 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
       so.steps.push_back(cur);
       std::sort(so.steps.begin(), so.steps.end());
     }
-    if (progress) progress(0.1, "staleness of the selected head over " + std::to_string(so.steps.size()) + " steps");
+    if (progress) progress(1, 10);
     const StalenessHead sh = staleness_head(hd, so, *backend_);
     check(cancel);
     ratio.name = "error ratio err_stale / err_fresh";
@@ -109,14 +109,14 @@ ViewResult Engine::staleness(const Settings& s, const Progress& progress, const 
   if (!std::isfinite(xlo)) xlo = 1, xhi = 2;
   f.xmin = g.xmin = xlo / 1.3, f.xmax = g.xmax = xhi * 1.3;
   f.ymin = ylo / 1.5, f.ymax = yhi * 1.5;  // log axis around 1 (the line where stale = fresh)
-  g.ymin = 0, g.ymax = 1.15;                // room for the legend above 1
+  g.ymin = 0, g.ymax = 1.05;                // overlaps and agreement are fractions
   f.series.insert(f.series.begin(), ratio);
   f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {f.xmin, f.xmax}, {1, 1}, 1});
   g.series.insert(g.series.begin(), {jac, agr});
   v.figures = {f, g};
   v.hover = {hv, hv_overlap};
   v.seconds = ms_since(t0) / 1000;
-  if (progress) progress(1.0, "staleness done");
+  if (progress) progress(10, 10);
   return v;
 }
 

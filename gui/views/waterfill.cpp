@@ -65,6 +65,20 @@ std::vector<int> plot_ranks(int n, int target = 700) {
   return r;
 }
 
+// What the water level means for the allocation shown (its family: num.option's letter).
+std::string family_level_text(const WaterfillNumbers& num) {
+  const char family = num.option.empty() ? '-' : num.option[0];
+  const std::string theta = "theta = " + format_label(num.theta, "%.3g");
+  if (family == 'M') return "water level " + theta;
+  if (family == 'Q')
+    return "family Q has no water level (every token at " + num.option.substr(num.option.find(':') + 1) +
+           "; the mixed family's continuous " + theta + " not drawn)";
+  if (family == 'E')
+    return "family E has no water level (tokens kept exact or evicted; the mixed family's continuous " + theta +
+           " not drawn)";
+  return "no feasible allocation at this budget";
+}
+
 }  // namespace
 
 namespace {
@@ -251,22 +265,30 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
     hover_level.push_back({static_cast<double>(r), y, txt});
     if (tier >= 0) hover_bits.push_back({static_cast<double>(r), tb, txt});
   }
+  // The water level and the continuous b_t are the mixed family's (continuous) solution:
+  // drawn only when the allocation shown is M's; Q and E have none, and the title says so.
+  const char family = num.option.empty() ? '-' : num.option[0];
+  const bool level_shown = family == 'M' && std::isfinite(num.theta) && num.theta > 0;
   Figure lv;
-  lv.title = "Reverse water-filling, " + head + ", B = " + format_label(s.budget) + " bits: water level theta = " +
-             format_label(num.theta, "%.3g");
+  lv.title = "Reverse water-filling, " + head + ", B = " + format_label(s.budget) + " bits: " + family_level_text(num);
   lv.xlabel = "token rank by weight a_t (1 = heaviest, log)";
   lv.ylabel = e.fit.fitted ? "marginal return per bit at 0 bits, g_t(0) (log)" : "token weight a_t (log)";
   lv.xlog = true;
   lv.ylog = true;
   lv.xmin = 0.8, lv.xmax = T * 1.25;
+  // The range covers g_t(0) and the continuous level whatever the family: switching family
+  // (same head, same budget) keeps the axis.
   double ylo = floor_g, yhi = std::max(gmax, floor_g * 10);
   if (std::isfinite(num.theta) && num.theta > 0) ylo = std::min(ylo, num.theta), yhi = std::max(yhi, num.theta);
   lv.ymin = ylo / 3, lv.ymax = yhi * 3;
-  for (int j = ladder.size() - 1; j >= 0; --j)
-    if (!by_tier[static_cast<std::size_t>(j)].x.empty()) lv.series.push_back(by_tier[static_cast<std::size_t>(j)]);
+  // Every tier of the ladder in the legend (a family that uses few of them shows the same
+  // key), two columns: switching family keeps the legend's rows and so the plot's size.
+  for (int j = ladder.size() - 1; j >= 0; --j) lv.series.push_back(by_tier[static_cast<std::size_t>(j)]);
+  lv.legend_columns = 2;
   if (!unsolved.x.empty()) lv.series.push_back(unsolved);
-  if (std::isfinite(num.theta) && num.theta > 0)
-    lv.series.push_back({"water level theta (below: 0 bits)", palette(3), Style::Dashed, {lv.xmin, lv.xmax}, {num.theta, num.theta}, 1});
+  if (level_shown)
+    lv.series.push_back({"water level theta (continuous: g_t(0) < theta gets 0 bits)", palette(3), Style::Dashed,
+                         {lv.xmin, lv.xmax}, {num.theta, num.theta}, 1});
 
   Figure bf;
   bf.title = "Bits per token, " + head + " (" + (num.option.empty() ? std::string("infeasible") : num.option) + ", " +
@@ -276,10 +298,11 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
   bf.xlog = true;
   bf.xmin = lv.xmin, bf.xmax = lv.xmax;
   bf.ymin = -0.8, bf.ymax = 16.8;
-  if (!cont.x.empty()) bf.series.push_back(cont);
+  if (!cont.x.empty() && level_shown) bf.series.push_back(cont);
   for (int j = ladder.size() - 1; j >= 0; --j)
     if (!bits_tier[static_cast<std::size_t>(j)].x.empty()) bf.series.push_back(bits_tier[static_cast<std::size_t>(j)]);
   bf.series.push_back({"budget B (mean bits)", Rgb{110, 110, 110}, Style::Dashed, {bf.xmin, bf.xmax}, {s.budget, s.budget}, 1});
+  bf.legend_columns = 2;
 
   ViewResult v;
   v.figures = {lv, bf};
@@ -297,8 +320,8 @@ std::string Engine::waterfill_info_(const LadderEntry& e, const HeadData& hd, co
   info << "Head " << head << ": T = " << T << " tokens, d = " << hd.keys.cols() << ", "
        << hd.obs_queries.rows() << " observation queries, S = " << hd.decode_keys.rows() << " decode steps\n";
   if (e.fit.fitted)
-    info << "noise model n_h(b) = " << format_label(num.alpha, "%.3g") << " * " << format_label(num.beta, "%.3f") << "^(-b); theta = "
-         << format_label(num.theta, "%.4g") << "\n";
+    info << "noise model n_h(b) = " << format_label(num.alpha, "%.3g") << " * " << format_label(num.beta, "%.3f")
+         << "^(-b)\n" << family_level_text(num) << "\n";
   else
     info << "noise model not fitted (" << e.fit.note << "); y shows a_t\n";
   if (!feasible) {

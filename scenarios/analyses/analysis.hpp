@@ -72,6 +72,9 @@ class Analysis {
 struct NamedFigure {
   std::string name;  // file base under DIR/figures ("staleness")
   Figure figure;
+  // Why the figure has no content and is not drawn (e.g. a correlation across one cell);
+  // empty: drawn. render_figures names each skipped figure with its reason.
+  std::string skipped = {};
 };
 
 struct AnalysisType {

@@ -283,22 +283,24 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     const nlohmann::json ph = read_table_json(dir + "/tables/phase_entropy.json");
     Figure f;
     f.title = "Phase map over attention entropy: winning family by exact recomputation";
-    const PhasePoints pts = phase_points(ph["rows"], "entropy_median", 22);
-    const double xlo = pts.xlo, xhi = pts.xhi, ylo = pts.ylo, yhi = pts.yhi;
-    if (std::isfinite(xlo)) {
-      // Entropies crowd near 0 (sharp heads): a log axis when every bin's median is > 0.
-      f.xlog = xlo > 0;
+    bool xlog = !ph["rows"].empty();
+    for (const auto& r : ph["rows"]) xlog = xlog && double_or_nan(r, "entropy_median") > 0;
+    // Entropies crowd near 0 (sharp heads): a log axis when every bin's median is > 0.
+    const PhaseCells cells = phase_cells(ph["rows"], "entropy_median", xlog);
+    if (std::isfinite(cells.xlo)) {
+      f.xlog = xlog;
       f.xlabel = std::string("median attention entropy of the bin's heads (nats, observation queries") +
                  (f.xlog ? ", log)" : ")");
       f.ylabel = "budget B (bits per key element)";
-      if (f.xlog) f.xmin = xlo / 1.6, f.xmax = xhi * 1.6;
-      else f.xmin = xlo - std::max((xhi - xlo) * 0.06, 0.05), f.xmax = xhi + std::max((xhi - xlo) * 0.06, 0.05);
-      const double py = std::max((yhi - ylo) * 0.12, 0.5);
-      f.ymin = ylo - py, f.ymax = yhi + py;
-      for (const Series* s : {&pts.q, &pts.e, &pts.m})
-        if (!s->x.empty()) f.series.push_back(*s);
+      f.xmin = cells.xlo, f.xmax = cells.xhi, f.ymin = cells.ylo, f.ymax = cells.yhi;
+      f.series = cells.present();
+      // The recomputed boundary: per budget, the entropy where E's share of heads crosses 1/2.
+      Series rb{"recomputed boundary: E wins half the heads (per budget)", Rgb{40, 40, 40}, Style::Line, {}, {}, 6};
+      for (const auto& r : ph.value("recomputed_boundary_E", nlohmann::json::array()))
+        if (const double x = double_or_nan(r, "entropy"); std::isfinite(x) && (!f.xlog || x > 0))
+          rb.x.push_back(x), rb.y.push_back(double_or_nan(r, "budget"));
+      if (!rb.x.empty()) f.series.push_back(rb);
       const double bnd = double_or_nan(ph, "boundary_entropy");
-      // The boundary spans the data rows only, so the legend (in the headroom above) never covers it.
       if (std::isfinite(bnd) && (!f.xlog || bnd > 0))
         f.series.push_back({"surrogate boundary: median R_h(2) = 1 (H = " + format_label(bnd, "%.2f") + " nats)",
                             Rgb{0, 0, 0}, Style::Dashed, {bnd, bnd}, {f.ymin, f.ymax}, 1});

@@ -599,9 +599,20 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     pad_range(ylo, yhi, 0.12);
     f.xmin = -0.05, f.xmax = 1.05, f.ymin = ylo, f.ymax = yhi;
     f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {-1, 2}, {0, 0}, 1});
-    out.push_back({"interior_vs_dominated", f});
+    // A correlation across cells needs cells: with one (or none with a finite A) the figure
+    // would only say "rho = n/a, n = 1".
+    std::size_t points = 0;
+    for (const auto& [name, s] : by) points += s.x.size();
+    std::string skipped;
+    if (points < 2)
+      skipped = "rho across cells is n/a (" + std::to_string(points) + " cell" + (points == 1 ? "" : "s") +
+                " with a finite A and dominated share; a correlation across cells needs at least 2)";
+    out.push_back({"interior_vs_dominated", f, skipped});
   }
-  out.push_back({"advantage_vs_budget", advantage_vs_budget_figure(in, read_table_csv(dir + "/tables/heads.csv"))});
+  {
+    const Figure f = advantage_vs_budget_figure(in, read_table_csv(dir + "/tables/heads.csv"));
+    out.push_back({"advantage_vs_budget", f, f.series.at(0).x.empty() ? "no head has a finite interior advantage A" : ""});
+  }
   return out;
 }
 
@@ -707,27 +718,36 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
                                   std::vector<std::size_t>* rows) {
   if (rows) rows->clear();
   Figure f;
-  f.title = "Per-head interior advantage vs budget";
+  f.title = "Per-head interior advantage A vs budget";
   f.xlabel = "budget B (bits per key element)";
   f.ylabel = "A (" + interior.value("queries", std::string("decode")) + " queries)";  // the title names A
   Series pts{"heads (one point per head and cell)", Rgb{31, 119, 180, 90}, Style::Points, {}, {}, 6};
   const auto& bs = heads.at("budget");
   const auto& as = heads.at("A");
+  // The swept budgets as categories 1..n (evenly spaced, labelled with their value): no
+  // empty column for a budget between them that was not swept.
   std::vector<double> budgets;
   for (const auto& b : interior["budgets"]) budgets.push_back(b["budget"].get<double>());
-  double bspan = budgets.size() > 1 ? (*std::max_element(budgets.begin(), budgets.end()) - *std::min_element(budgets.begin(), budgets.end())) : 1;
+  std::sort(budgets.begin(), budgets.end());
+  budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
+  auto column = [&](double b) {  // 1-based position of budget b; 0 when b was not swept
+    for (std::size_t k = 0; k < budgets.size(); ++k)
+      if (std::abs(budgets[k] - b) <= 1e-9 * std::max(1.0, std::abs(b))) return static_cast<double>(k + 1);
+    return 0.0;
+  };
+  for (std::size_t k = 0; k < budgets.size(); ++k) f.xticks.push_back({static_cast<double>(k + 1), format_label(budgets[k], "%g")});
   double ylo = 0, yhi = 1;
   for (std::size_t i = 0; i < bs.size() && i < as.size(); ++i) {
-    const double a = std::strtod(as[i].c_str(), nullptr), b = std::strtod(bs[i].c_str(), nullptr);
-    if (!std::isfinite(a)) continue;
-    pts.x.push_back(b + (static_cast<double>(i % 9) - 4) * 0.006 * bspan);  // deterministic jitter
+    const double a = std::strtod(as[i].c_str(), nullptr), x = column(std::strtod(bs[i].c_str(), nullptr));
+    if (!std::isfinite(a) || x == 0) continue;
+    pts.x.push_back(x + (static_cast<double>(i % 9) - 4) * 0.03);  // deterministic jitter within the column
     pts.y.push_back(a);
     if (rows) rows->push_back(i);
   }
-  Series mean{"median over heads", Rgb{214, 39, 40}, Style::Line, {}, {}, 6};
+  Series median{"median over heads", Rgb{200, 20, 20}, Style::Line, {}, {}, 6};
   for (const auto& b : interior["budgets"])
-    if (std::isfinite(double_or_nan(b, "median_A_heads")))
-      mean.x.push_back(double_or_nan(b, "budget")), mean.y.push_back(double_or_nan(b, "median_A_heads"));
+    if (std::isfinite(double_or_nan(b, "median_A_heads")) && column(double_or_nan(b, "budget")) > 0)
+      median.x.push_back(column(double_or_nan(b, "budget"))), median.y.push_back(double_or_nan(b, "median_A_heads"));
   // A is unbounded below (err(M*) >> the endpoints): clip the axis at the 5th percentile.
   std::vector<double> sorted = pts.y;
   std::sort(sorted.begin(), sorted.end());
@@ -741,12 +761,10 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
   if (below > 0)
     f.title +=
         " (" + std::to_string(below) + " heads with A < " + format_label(ylo, "%.2g") + " drawn at the bottom edge)";
-  f.series = {pts, mean, {"", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}};
+  // Drawn in this order: the points, the zero line, the median on top of both.
+  f.series = {pts, {"", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}, median};
   pad_range(ylo, yhi, 0.08);
-  double xlo = budgets.empty() ? 0 : *std::min_element(budgets.begin(), budgets.end());
-  double xhi = budgets.empty() ? 1 : *std::max_element(budgets.begin(), budgets.end());
-  pad_range(xlo, xhi, 0.08);
-  f.xmin = xlo, f.xmax = xhi, f.ymin = ylo, f.ymax = yhi;
+  f.xmin = 0.5, f.xmax = budgets.size() + 0.5, f.ymin = ylo, f.ymax = yhi;
   return f;
 }
 

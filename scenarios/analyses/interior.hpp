@@ -59,7 +59,8 @@ CellAggregates cell_aggregates(const nlohmann::json& budget, double floor);
 
 // advantage_vs_budget from a run's tables: `interior` (tables/interior.json) and `heads`
 // (tables/heads.csv by column). Shared by `tierlab figure` and tierlab-explorer. *rows, when
-// given, receives for each point of the first series its row in `heads`.
+// given, receives for each point of the first series its row in `heads`. The x axis holds the
+// swept budgets as evenly spaced categories 1..n (ticks labelled with B); the median is drawn last.
 Figure advantage_vs_budget_figure(const nlohmann::json& interior,
                                   const std::map<std::string, std::vector<std::string>>& heads,
                                   std::vector<std::size_t>* rows = nullptr);

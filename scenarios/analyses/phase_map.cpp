@@ -30,28 +30,34 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   std::vector<NamedFigure> out;
   if (!fs::exists(dir + "/tables/phase.json")) return out;
   const nlohmann::json ph = read_table_json(dir + "/tables/phase.json");
-  Figure f;
-  f.title = "Dominance phase map: winning family by exact recomputation";
-  f.xlabel = "logit scale (multiplier of query norms, unitless)";
-  f.ylabel = "budget B (bits per key element)";
-  const PhasePoints pts = phase_points(ph["rows"], "logit_scale", 26);
-  double xlo = pts.xlo, xhi = pts.xhi, ylo = pts.ylo, yhi = pts.yhi;
-  pad_range(ylo, yhi, 0.12);
-  f.xlog = xlo > 0;
-  if (f.xlog) xlo /= 1.4, xhi *= 1.4;
-  else pad_range(xlo, xhi, 0.1);
-  f.series = {pts.q, pts.e, pts.m};
-  const double bnd = double_or_nan(ph, "boundary_logit_scale");
-  if (std::isfinite(bnd))
-    // Over the data rows only: the legend sits in the headroom above them and never covers the line.
-    f.series.push_back({"surrogate boundary: median R_h(2) = 1 (logit scale " + format_label(bnd, "%.3g") + ")",
-                        Rgb{0, 0, 0}, Style::Dashed, {bnd, bnd}, {ylo, yhi}, 1});
-  f.xmin = xlo, f.xmax = xhi, f.ymin = ylo, f.ymax = yhi;
-  out.push_back({std::string("phase_map"), f});
+  out.push_back({std::string("phase_map"), phase_map_figure(ph)});
   return out;
 }
 
 }  // namespace
+
+Figure phase_map_figure(const nlohmann::json& ph) {
+  const nlohmann::json rows = ph.value("rows", nlohmann::json::array());
+  bool xlog = !rows.empty();
+  for (const auto& r : rows) xlog = xlog && double_or_nan(r, "logit_scale") > 0;
+  Figure f;
+  f.title = "Dominance phase map: winning family by exact recomputation";
+  f.xlabel = std::string("logit scale (multiplier of query norms") + (xlog ? ", log)" : ")");
+  f.ylabel = "budget B (bits per key element)";
+  const PhaseCells cells = phase_cells(rows, "logit_scale", xlog);
+  f.xlog = xlog;
+  f.series = cells.present();
+  double xlo = cells.xlo, xhi = cells.xhi, ylo = cells.ylo, yhi = cells.yhi;
+  if (!std::isfinite(xlo)) xlo = xlog ? 0.5 : 0, xhi = xlog ? 2 : 1, ylo = 0, yhi = 1;
+  const Series rb = recomputed_phase_boundary(rows, "logit_scale", xlog);
+  if (!rb.x.empty()) f.series.push_back(rb);
+  const double bnd = double_or_nan(ph, "boundary_logit_scale");
+  if (std::isfinite(bnd))
+    f.series.push_back({"surrogate boundary: median R_h(2) = 1 (logit scale " + format_label(bnd, "%.3g") + ")",
+                        Rgb{0, 0, 0}, Style::Dashed, {bnd, bnd}, {ylo, yhi}, 1});
+  f.xmin = xlo, f.xmax = xhi, f.ymin = ylo, f.ymax = yhi;
+  return f;
+}
 
 std::string PhaseMapAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
                                            const std::string& dir) const {

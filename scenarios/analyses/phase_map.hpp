@@ -4,10 +4,16 @@
 // each (logit scale, budget), the winning family by exact recomputation (most heads) and the
 // share of heads won by each family; the surrogate's boundary is the logit scale where the
 // median over heads of R_h(2-bit tier) crosses 1 (linear interpolation between the swept
-// scales). Tables: phase.csv/.json. Figure: phase_map.
+// scales). Tables: phase.csv/.json. Figure: phase_map (phase_map_figure).
 #include "scenarios/analyses/analysis.hpp"
 
 namespace tierlab {
+
+// The phase map figure of a run's tables/phase.json: a heatmap of the outcome per (logit
+// scale, budget) (Q, E or M wins, or a tie of equal shares), the recomputed boundary (per
+// budget, the cell edge from which E wins) and the surrogate's (median R_h(2) = 1, dashed).
+// The explorer's dominance view draws the same figure.
+Figure phase_map_figure(const nlohmann::json& phase);
 
 class PhaseMapAnalysis final : public Analysis {
  public:

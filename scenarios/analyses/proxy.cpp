@@ -332,8 +332,10 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     Series k{"rank by replay mean KL (model)", palette(1), Style::Squares, {}, {}, 8};
     for (const auto& m : p["methods"]) {
       const double x = double_or_nan(m, "rank_surrogate");
-      if (std::isfinite(double_or_nan(m, "rank_error")))
+      if (std::isfinite(double_or_nan(m, "rank_error"))) {
         e.x.push_back(x), e.y.push_back(double_or_nan(m, "rank_error"));
+        f.labels.push_back({x, double_or_nan(m, "rank_error"), m.value("method", std::string())});  // which method
+      }
       if (std::isfinite(double_or_nan(m, "rank_kl"))) k.x.push_back(x), k.y.push_back(double_or_nan(m, "rank_kl"));
     }
     f.series = {{"same rank (y = x)", Rgb{120, 120, 120}, Style::Dashed, {0, n + 1}, {0, n + 1}, 1}, e};
@@ -355,6 +357,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       Series& s = by[m["kind"].get<std::string>()];
       // log10 on x (the shared x log axis ticks powers of 2), log y axis.
       s.x.push_back(std::log10(x)), s.y.push_back(y);
+      f.labels.push_back({std::log10(x), y, m.value("method", std::string())});  // which method
       lo = std::min({lo, x, y}), hi = std::max({hi, x, y});
     }
     double a = 0, b = 1;

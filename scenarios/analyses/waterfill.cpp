@@ -48,8 +48,8 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   const double theta = double_or_nan(w, "theta"), B = double_or_nan(w, "budget");
   const std::string head = w["cell"].get<std::string>() + " L" + std::to_string(w["layer"].get<int>()) + ".H" +
                            std::to_string(w["kv_head"].get<int>());
-  Series g{"marginal return at 0 bits, w_t alpha ln(beta)", palette(0), Style::Points, {}, {}, 5};
-  Series bits{"bits per token b_t", palette(0), Style::Line, {}, {}, 4};
+  Series g{"g_t(0) = a_t alpha ln(beta): marginal return per bit at 0 bits", palette(0), Style::Points, {}, {}, 5};
+  Series bits{"continuous bits b_t = log_beta(g_t(0) / theta)", palette(0), Style::Line, {}, {}, 4};
   double glo = INFINITY, ghi = 0, bhi = 0;
   const double n = static_cast<double>(w["rows"].size());
   for (const auto& r : w["rows"]) {
@@ -60,13 +60,13 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   Figure f1;
   f1.title = "Reverse water-filling, " + head + ": water level theta = " + format_label(theta, "%.3g");
   f1.xlabel = "token rank by weight a_t (1 = heaviest)";
-  f1.ylabel = "marginal return per bit (squared output / bit, log)";
+  f1.ylabel = "marginal return per bit at 0 bits, g_t(0) (log)";
   if (theta > 0) glo = std::min(glo, theta), ghi = std::max(ghi, theta);
   f1.ylog = glo > 0 && ghi > glo;
   f1.ymin = f1.ylog ? glo / 3 : 0, f1.ymax = f1.ylog ? ghi * 3 : 1;
   f1.xmin = 0, f1.xmax = n + 1;
   f1.series = {g};
-  if (theta > 0) f1.series.push_back({"water level theta (tokens below get 0 bits)", palette(3), Style::Dashed, {0, n + 1}, {theta, theta}, 1});
+  if (theta > 0) f1.series.push_back({"water level theta (continuous: g_t(0) < theta gets 0 bits)", palette(3), Style::Dashed, {0, n + 1}, {theta, theta}, 1});
   out.push_back({std::string("waterfill_level"), f1});
   Figure f2;
   f2.title = "Bits per token after water-filling, " + head + ", B = " + format_label(B) + " bits per element";

@@ -51,8 +51,9 @@ void add_figure(CLI::App& app) {
     if (runs.size() > 1 || runs[0] != *dir)
       std::printf("%s: a multi-scenario run; rendering its %zu scenarios\n", dir->c_str(), runs.size());
     for (const std::string& run : runs) {
-      const auto files = render_figures(run);
-      for (const auto& f : files) std::printf("wrote %s\n", f.c_str());
+      const FiguresWritten done = render_figures_of_run(run);
+      for (const auto& f : done.files) std::printf("wrote %s\n", f.c_str());
+      for (const auto& why : done.skipped) std::printf("skipped %s/figures/%s\n", run.c_str(), why.c_str());
     }
   });
 }

@@ -178,9 +178,11 @@ void run_command(const RunArgs& args) {
                " cells of other shards are missing.\n\n";
       continue;
     }
-    const auto figures = render_figures(opt.out);
-    std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: PNG, SVG, PDF)\nsummary: %s/summary.md\n",
-                opt.out.c_str(), opt.out.c_str(), figures.size(), opt.out.c_str());
+    const FiguresWritten figures = render_figures_of_run(opt.out);
+    std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: PNG, SVG, PDF)\n", opt.out.c_str(),
+                opt.out.c_str(), figures.files.size());
+    for (const auto& why : figures.skipped) std::printf("figure skipped, %s\n", why.c_str());
+    std::printf("summary: %s/summary.md\n", opt.out.c_str());
     std::fflush(stdout);
     // The index: each scenario's summary with its headings pushed one level down.
     std::istringstream summary(slurp(opt.out + "/summary.md"));

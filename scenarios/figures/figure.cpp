@@ -67,8 +67,56 @@ std::string extension(const std::string& path) {
 
 QColor to_qcolor(const Rgb& c) { return QColor(c.r, c.g, c.b, c.a); }
 
+namespace {
+
+// The legend in a row of its own below the axes (never over the data), `columns` entries a
+// row; out of the layout when nothing is named (an empty row would still take space).
+void place_legend(QCustomPlot& plot, int named, int columns) {
+  QCPLayoutGrid* grid = plot.plotLayout();
+  QCPLegend* legend = plot.legend;
+  if (legend->layout() != nullptr && legend->layout() != grid) {
+    legend->layout()->take(legend);
+    plot.axisRect()->insetLayout()->simplify();
+  }
+  if (named == 0) {
+    if (legend->layout() == grid) {
+      grid->take(legend);
+      grid->simplify();
+    }
+    legend->setVisible(false);
+    return;
+  }
+  if (legend->layout() != grid) {
+    grid->addElement(grid->rowCount(), 0, legend);
+    grid->setRowStretchFactor(grid->rowCount() - 1, 0.001);
+  }
+  legend->setVisible(true);
+  grid->setMargins(QMargins(4, 0, 4, 4));  // the legend's frame inside the canvas
+  legend->setWrap(columns);
+  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+  legend->setMargins(QMargins(6, 2, 6, 2));
+  legend->setMinimumMargins(QMargins(0, 0, 0, 0));
+}
+
+// Every Cells series's rectangles as items (touching cells: a heatmap); the series itself
+// becomes an empty graph that carries the legend entry (a filled square).
+void draw_cells(const Series& s, QCustomPlot& plot) {
+  const QColor color = to_qcolor(s.color);
+  for (std::size_t i = 0; i < s.x_lo.size() && i < s.x_hi.size() && i < s.y_lo.size() && i < s.y_hi.size(); ++i) {
+    auto* r = new QCPItemRect(&plot);
+    r->topLeft->setCoords(s.x_lo[i], s.y_hi[i]);
+    r->bottomRight->setCoords(s.x_hi[i], s.y_lo[i]);
+    r->setPen(QPen(QColor(255, 255, 255), 1));
+    r->setBrush(QBrush(color));
+    r->setLayer("grid");  // under the graphs (boundaries), over the background
+  }
+}
+
+}  // namespace
+
 void draw_figure(const Figure& fig, QCustomPlot& plot) {
   plot.clearPlottables();
+  plot.clearItems();
   plot.setBackground(Qt::white);
   const QFont label_font(kFont, 12), tick_font(kFont, 11), title_font(kFont, 13, QFont::Bold);
   QCPTextElement* title = nullptr;
@@ -101,18 +149,24 @@ void draw_figure(const Figure& fig, QCustomPlot& plot) {
       case Style::Dashed:
         g->setPen(QPen(color, 2, Qt::DashLine));
         break;
+      case Style::Cells:
+        g->data()->clear();  // the cells are items; the graph is the legend entry
+        g->setLineStyle(QCPGraph::lsNone);
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, color, color, 11));
+        draw_cells(s, plot);
+        break;
     }
     if (s.name.empty()) g->removeFromLegend();
   }
   plot.xAxis->setLabel(QString::fromStdString(fig.xlabel));
   plot.yAxis->setLabel(QString::fromStdString(fig.ylabel));
   for (QCPAxis* a : {plot.xAxis, plot.yAxis}) a->setLabelFont(label_font), a->setTickLabelFont(tick_font);
-  // Headroom above the data for the legend (top right).
+  // The axes end where the figure says: the legend has a row of its own below them.
   int named = 0;
-  for (const Series& se : fig.series) named += se.name.empty() ? 0 : 1;
-  double ymax = fig.ymax;
-  if (fig.ylog) ymax *= std::pow(fig.ymax / fig.ymin, 0.09 * named);
-  else ymax += (fig.ymax - fig.ymin) * 0.09 * named;
+  std::size_t longest = 0;
+  for (const Series& se : fig.series)
+    if (!se.name.empty()) ++named, longest = std::max(longest, se.name.size());
+  const double ymax = fig.ymax;
   if (fig.ylog && fig.ymin > 0 && std::log10(ymax / fig.ymin) < 3) {
     // Less than three decades: ticks at 1, 2 and 5 times the powers of ten, labelled as
     // plain numbers (a decade ticker would label 3, 5 and 8 as "3.10^0" ... or only decades).
@@ -159,10 +213,54 @@ void draw_figure(const Figure& fig, QCustomPlot& plot) {
   }
   plot.xAxis->setRange(fig.xmin, fig.xmax);
   plot.yAxis->setRange(fig.ymin, ymax);
-  plot.legend->setVisible(named > 0);
+  // Labels: those at one point joined ("a, b"); each put at the first of four places beside
+  // its point (right-above, right-below, left-above, left-below) that overlaps no label
+  // placed before and stays on the axes, else the least overlapping one. Sizes are
+  // estimated on a 760 x 420 px axis rect (9 pt: about 6 px a character, 13 px a line).
+  std::vector<Label> labels;
+  for (const Label& l : fig.labels) {
+    auto same = std::find_if(labels.begin(), labels.end(), [&](const Label& k) { return k.x == l.x && k.y == l.y; });
+    if (same != labels.end()) same->text += ", " + l.text;
+    else labels.push_back(l);
+  }
+  auto frac = [](double v, double lo, double hi, bool log) {
+    return log && lo > 0 && v > 0 ? std::log(v / lo) / std::log(hi / lo) : (v - lo) / (hi - lo);
+  };
+  constexpr double kW = 760, kH = 420;
+  std::vector<QRectF> placed;
+  for (const Label& l : labels) {
+    const double px = kW * frac(l.x, fig.xmin, fig.xmax, fig.xlog), py = kH * frac(l.y, fig.ymin, ymax, fig.ylog);
+    const double w = 6.0 * static_cast<double>(l.text.size()) + 5, h = 13;
+    int best = 0;
+    double best_cost = INFINITY;
+    for (int k = 0; k < 4; ++k) {
+      const bool left = k >= 2, below = k % 2 == 1;
+      const QRectF r(left ? px - 5 - w : px + 5, below ? py - 3 - h : py + 3, w, h);
+      double cost = (r.left() < 0 || r.right() > kW || r.top() < 0 || r.bottom() > kH + 20) ? 1e6 : 0;
+      for (const QRectF& o : placed) {
+        const QRectF x = r.intersected(o);
+        cost += x.width() * x.height();
+      }
+      if (cost < best_cost) best_cost = cost, best = k;
+      if (cost == 0) break;
+    }
+    const bool left = best >= 2, below = best % 2 == 1;
+    placed.push_back(QRectF(left ? px - 5 - w : px + 5, below ? py - 3 - h : py + 3, w, h));
+    auto* t = new QCPItemText(&plot);
+    t->position->setCoords(l.x, l.y);
+    t->setPositionAlignment((left ? Qt::AlignRight : Qt::AlignLeft) | (below ? Qt::AlignTop : Qt::AlignBottom));
+    t->setPadding(QMargins(left ? 0 : 5, below ? 3 : 0, left ? 5 : 0, below ? 0 : 3));
+    t->setFont(QFont(kFont, 9));
+    t->setText(QString::fromStdString(l.text));
+    t->setClipToAxisRect(false);
+  }
   plot.legend->setFont(QFont(kFont, 10));
-  plot.legend->setBrush(QColor(255, 255, 255, 220));
-  plot.axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  plot.legend->setBrush(QColor(255, 255, 255));
+  // About 6.5 px a character at 10 pt, 45 px for the marker and gaps, in a 900 px figure (or
+  // the window's plot): as many columns as fit.
+  const double width = std::max(plot.width(), 600);
+  const int columns = std::clamp(static_cast<int>((width - 20) / (6.5 * static_cast<double>(longest) + 45)), 1, 4);
+  place_legend(plot, named, fig.legend_columns > 0 ? fig.legend_columns : std::min(columns, std::max(named, 1)));
 }
 
 std::string figure_svg(const Figure& fig, QCustomPlot& plot) {

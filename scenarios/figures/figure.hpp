@@ -1,6 +1,8 @@
 #pragma once
 // One figure, described as data (no Qt types here): a title, axis labels with units, axis
-// ranges (linear or logarithmic) and series of points, lines, dashed lines or squares.
+// ranges (linear or logarithmic), series of points, lines, dashed lines, squares or
+// contiguous cells (a heatmap), and text labels at data points. The legend sits in a row
+// below the axes, so it never covers data and the axes end where the data ends.
 // The same description is drawn three ways, so that what a report shows, what
 // `tierlab figure` writes and what tierlab-explorer displays are one picture:
 //   - PNG, PDF and SVG through QCustomPlot (scenarios/figures/figure_qt.hpp draws it into a
@@ -21,7 +23,9 @@ Rgb palette(int i);
 // c with alpha `alpha` (0..255).
 Rgb faded(Rgb c, int alpha);
 
-enum class Style { Points, Line, Dashed, Squares };
+// Cells: filled rectangles [x_lo[i], x_hi[i]] x [y_lo[i], y_hi[i]] around (x[i], y[i]) (a
+// heatmap whose neighbouring cells touch); x, y are the cells' centres (the CSV's points).
+enum class Style { Points, Line, Dashed, Squares, Cells };
 
 struct Series {
   std::string name;  // empty: not in the legend
@@ -29,6 +33,13 @@ struct Series {
   Style style = Style::Points;
   std::vector<double> x, y;
   double size = 7;  // marker size in pixels (Points, Squares)
+  std::vector<double> x_lo = {}, x_hi = {}, y_lo = {}, y_hi = {};  // Cells only: each cell's extent
+};
+
+// A text label next to a data point (e.g. a method's name beside its point).
+struct Label {
+  double x = 0, y = 0;
+  std::string text;
 };
 
 // An explicit tick: its position on the axis and its label (e.g. a category name).
@@ -46,6 +57,8 @@ struct Figure {
   std::string title, xlabel, ylabel;
   std::vector<Series> series;
   std::vector<Tick> xticks, yticks;  // explicit ticks (linear axes only); empty: chosen automatically
+  std::vector<Label> labels;         // drawn beside their point
+  int legend_columns = 0;            // entries per legend row; 0: as many as fit
   double xmin = 0, xmax = 1, ymin = 0, ymax = 1;
   bool xlog = false;  // logarithmic x axis (ticks at powers of 2)
   bool ylog = false;  // logarithmic y axis (ticks at powers of 10)

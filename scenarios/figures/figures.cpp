@@ -8,15 +8,36 @@
 
 namespace tierlab {
 
-std::vector<std::string> render_figures(const std::string& dir) {
-  std::vector<std::string> files;
+namespace {
+
+// A figure has content when some series has a point (reference lines alone are not content).
+bool has_points(const Figure& f) {
+  for (const Series& s : f.series)
+    if (!s.name.empty() && !s.x.empty()) return true;
+  return false;
+}
+
+}  // namespace
+
+FiguresWritten render_figures_of_run(const std::string& dir) {
+  FiguresWritten out;
   bool created = false;
   for (const AnalysisType& t : analysis_types())
     for (const NamedFigure& f : t.figures(dir)) {
+      const std::string why = !f.skipped.empty() ? f.skipped : has_points(f.figure) ? std::string() : "no data points";
+      std::error_code ec;
+      if (!why.empty()) {
+        out.skipped.push_back(f.name + ": " + why);
+        for (const char* ext : {".png", ".pdf", ".svg"})  // a stale figure of an earlier run would mislead
+          std::filesystem::remove(dir + "/figures/" + f.name + ext, ec);
+        continue;
+      }
       if (!created) std::filesystem::create_directories(dir + "/figures"), created = true;
-      for (auto& x : render_figure(f.figure, dir + "/figures/" + f.name)) files.push_back(x);
+      for (auto& x : render_figure(f.figure, dir + "/figures/" + f.name)) out.files.push_back(x);
     }
-  return files;
+  return out;
 }
+
+std::vector<std::string> render_figures(const std::string& dir) { return render_figures_of_run(dir).files; }
 
 }  // namespace tierlab

@@ -13,8 +13,16 @@
 
 namespace tierlab {
 
-// Renders every figure whose tables exist; returns the files written. Throws InputError
-// when DIR/tables/interior.json is missing or unreadable.
-std::vector<std::string> render_figures(const std::string& dir);
+// What render_figures did: the files written, and per figure not drawn "NAME: why" (a
+// figure without content, e.g. a correlation over a single cell, is not written).
+struct FiguresWritten {
+  std::vector<std::string> files;
+  std::vector<std::string> skipped;
+};
+
+// Renders every figure whose tables exist and that has content; returns the files written.
+// Throws InputError when DIR/tables/interior.json is missing or unreadable.
+FiguresWritten render_figures_of_run(const std::string& dir);
+std::vector<std::string> render_figures(const std::string& dir);  // render_figures_of_run(dir).files
 
 }  // namespace tierlab

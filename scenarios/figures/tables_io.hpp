@@ -1,7 +1,7 @@
 #pragma once
 // What the figure builders (each analysis's figures, scenarios/analyses/*.cpp) share:
 // reading a saved table of a scenario run (DIR/tables/*.json, *.csv), the number labels,
-// the padding of an axis range and the points of a phase map. Used by tierlab_figures and by
+// the padding of an axis range and the cells of a phase map. Used by tierlab_figures and by
 // tierlab-explorer's core (gui/explorer_core.cpp), which reads the same tables. A number missing from a
 // table reads as NaN: double_or_nan (scenarios/run/table_numbers.hpp).
 #include <cmath>
@@ -28,14 +28,24 @@ std::string format_label(double v, const char* fmt = "%.3g");
 // [-1, 1] and widening a range narrower than 1e-9 by 0.5 on each side.
 void pad_range(double& lo, double& hi, double frac);
 
-// The points of a phase map: one Squares series (marker size given) per winning family,
-// q "Q wins (quantize only)", e "E wins (evict only)", m "M wins (mixed tiers)" in palette
-// colours 0, 1, 2, at (row[xkey], row["budget"]) for each row of rows by its "winner"; the
-// bounds cover every row, whatever its winner (INFINITY / -INFINITY when there is none).
-struct PhasePoints {
-  Series q, e, m;
+// A phase map as a heatmap (Style::Cells, neighbouring cells touching): one cell per row of
+// `rows` at (row[xkey], row["budget"]), coloured by its outcome: "Q wins (quantize only)",
+// "E wins (evict only)", "M wins (mixed tiers)" (palette 0, 1, 2) or "tie" (grey) when the
+// largest of share_Q, share_E, share_M is shared by two families (a 0.50/0.50 split is not a
+// win). A cell reaches halfway to its neighbours (the geometric mean on a log x axis); the
+// edge cells as far out as inside. The bounds are the cells' outer edges (INFINITY /
+// -INFINITY when there is no row).
+struct PhaseCells {
+  Series q, e, m, tie;
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+  std::vector<Series> present() const;  // the non-empty ones, Q, E, M, tie
 };
-PhasePoints phase_points(const nlohmann::json& rows, const char* xkey, double marker_size);
+PhaseCells phase_cells(const nlohmann::json& rows, const char* xkey, bool xlog);
+// The outcome phase_cells gives a row: "Q", "E", "M", "tie", or "" (no head decided).
+std::string phase_outcome(const nlohmann::json& row);
+// The recomputed boundary of a phase map over `xkey`: per budget, the cell edge where E
+// starts winning (the first E cell after a cell E does not win, along increasing x); a Line
+// series (empty when E never takes over).
+Series recomputed_phase_boundary(const nlohmann::json& rows, const char* xkey, bool xlog);
 
 }  // namespace tierlab

@@ -1,0 +1,362 @@
+// tierlab-explorer's teaching details (issue 15, items 22 and 24), driven through the window
+// class headless (offscreen platform), as tests/test_explorer.cpp does: the water level of the
+// family shown, a y axis that stays put across family switches, legends beside the data,
+// tooltips inside the window, the preset box naming a file as the source, the context field
+// refusing (never clamping) a value out of range, and the slow views filling in head by head.
+#include <catch2/catch.hpp>
+
+#include <QApplication>
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QSpinBox>
+#include <qcustomplot.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gui/explorer_core.hpp"
+#include "gui/main_window.hpp"
+#include "model/synthetic.hpp"
+
+namespace fs = std::filesystem;
+using namespace tierlab;
+using namespace tierlab::explorer;
+
+namespace {
+
+QApplication& app() {
+  static int argc = 1;
+  static char name[] = "test_explorer_teaching";
+  static char* argv[] = {name, nullptr};
+  if (!QCoreApplication::instance()) {
+    setenv("QT_QPA_PLATFORM", "offscreen", 1);
+    const std::string rt = "/tmp/tierlab-runtime-" + std::to_string(::getuid());
+    ::mkdir(rt.c_str(), 0700);
+    setenv("XDG_RUNTIME_DIR", rt.c_str(), 0);
+    static QApplication* a = new QApplication(argc, argv);
+    return *a;
+  }
+  return *qobject_cast<QApplication*>(QCoreApplication::instance());
+}
+
+// A small synthetic trace file: 2 layers x 2 KV heads, T = 160, d = 32, S = 6.
+std::string small_trace() {
+  static const std::string path = [] {
+    const fs::path d = fs::temp_directory_path() / ("tierlab-test-teaching-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    SynthParams p = synth_preset("tiny");
+    p.head_dim = 32;
+    p.prompt_len = 160;
+    p.obs_window = 12;
+    p.decode_steps = 6;
+    p.seed = 3;
+    const std::string f = (d / "small.safetensors").string();
+    write_synthetic_trace(p, f);
+    return f;
+  }();
+  return path;
+}
+
+bool has_series(const Figure& f, const std::string& prefix) {
+  for (const Series& s : f.series)
+    if (s.name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The window's plots of the current tab that are visible.
+std::vector<QCustomPlot*> visible_plots(MainWindow& w) {
+  std::vector<QCustomPlot*> out;
+  for (QCustomPlot* p : w.findChildren<QCustomPlot*>())
+    if (p->isVisible()) out.push_back(p);
+  return out;
+}
+
+void type_into(QWidget* field, const QString& text) {
+  for (const QChar c : text) {
+    QKeyEvent press(QEvent::KeyPress, Qt::Key_0 + (c.unicode() - '0'), Qt::NoModifier, QString(c));
+    QApplication::sendEvent(field, &press);
+    QKeyEvent release(QEvent::KeyRelease, Qt::Key_0 + (c.unicode() - '0'), Qt::NoModifier, QString(c));
+    QApplication::sendEvent(field, &release);
+  }
+}
+
+void press_enter(QWidget* field) {
+  QKeyEvent press(QEvent::KeyPress, Qt::Key_Return, Qt::NoModifier);
+  QApplication::sendEvent(field, &press);
+}
+
+}  // namespace
+
+TEST_CASE("explorer window: with family E or Q the water-filling view shows no mixed water level, on the same axes") {
+  app();
+  MainWindow w;
+  w.resize(1200, 800);
+  w.show();
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  w.setBudget(2.0);
+  REQUIRE(w.waitIdle());
+  const Figure mixed = w.result(WaterfillView)->figures.at(0);
+  const Figure mixed_bits = w.result(WaterfillView)->figures.at(1);
+  // The plots' pixel layout too: the same legend rows whatever the family.
+  auto axis_rects = [&w] {
+    QApplication::processEvents();
+    std::vector<QRect> r;
+    for (QCustomPlot* p : visible_plots(w)) {
+      p->replot();
+      p->replot();  // QCustomPlot sizes its margins from the tick labels of the last replot
+      r.push_back(p->axisRect()->rect());
+    }
+    return r;
+  };
+  std::vector<std::vector<QRect>> rects_of;  // per family shown: the plots' axis rects
+  CHECK(has_series(mixed, "water level theta"));
+  CHECK(has_series(mixed_bits, "continuous b_t"));
+  CHECK(mixed.title.find("water level theta = ") != std::string::npos);
+
+  for (const char* family : {"evict", "quantize"}) {
+    INFO(family);
+    w.setFamily(family);
+    REQUIRE(w.waitIdle());
+    const ViewResult* r = w.result(WaterfillView);
+    REQUIRE(r != nullptr);
+    const Figure& lv = r->figures.at(0);
+    // (a) the level shown is the family's: Q and E have none, and the title and text say so.
+    CHECK_FALSE(has_series(lv, "water level theta"));
+    CHECK_FALSE(has_series(r->figures.at(1), "continuous b_t"));
+    const std::string says = std::string("family ") + (family[0] == 'e' ? "E" : "Q") + " has no water level";
+    CHECK(lv.title.find(says) != std::string::npos);
+    CHECK(r->info.find(says) != std::string::npos);
+    // (b) g_t(0) does not change with the family: neither does the y axis.
+    CHECK(lv.ymin == mixed.ymin);
+    CHECK(lv.ymax == mixed.ymax);
+    CHECK(lv.xmin == mixed.xmin);
+    CHECK(lv.xmax == mixed.xmax);
+    rects_of.push_back(axis_rects());
+  }
+  w.setFamily("mixed");
+  REQUIRE(w.waitIdle());
+  CHECK(has_series(w.result(WaterfillView)->figures.at(0), "water level theta"));
+  // The plots keep their size and place too: the legend keeps its rows whatever the family.
+  const std::vector<QRect> mixed_rects = axis_rects();
+  REQUIRE(mixed_rects.size() == 2);
+  for (const auto& rects : rects_of) {
+    REQUIRE(rects.size() == mixed_rects.size());
+    for (std::size_t k = 0; k < rects.size(); ++k) {
+      INFO("plot " << k << ": " << rects[k].x() << "," << rects[k].y() << " " << rects[k].width() << "x" << rects[k].height()
+                   << " vs M's " << mixed_rects[k].x() << "," << mixed_rects[k].y() << " " << mixed_rects[k].width() << "x"
+                   << mixed_rects[k].height());
+      CHECK(rects[k] == mixed_rects[k]);
+    }
+  }
+}
+
+TEST_CASE("explorer window: legends sit below the axes, never over the data, and the axes end at the data's range") {
+  app();
+  MainWindow w;
+  w.resize(1200, 800);
+  w.show();
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  for (int v : {static_cast<int>(WaterfillView), static_cast<int>(HeadMapView), static_cast<int>(DominanceView)}) {
+    w.setCurrentView(v);
+    REQUIRE(w.waitIdle());
+    QApplication::processEvents();
+    const std::vector<QCustomPlot*> plots = visible_plots(w);
+    REQUIRE(!plots.empty());
+    const ViewResult* r = w.result(v);
+    REQUIRE(r != nullptr);
+    for (std::size_t k = 0; k < plots.size() && k < r->figures.size(); ++k) {
+      INFO("view " << view_name(v) << ", plot " << k);
+      QCustomPlot* p = plots[k];
+      p->replot();
+      REQUIRE(p->legend->visible());
+      CHECK(p->legend->layout() == p->plotLayout());  // a row of its own, not inside the axis rect
+      CHECK_FALSE(p->legend->outerRect().intersects(p->axisRect()->rect()));
+      CHECK(p->legend->outerRect().top() >= p->axisRect()->outerRect().bottom());
+    }
+    // No headroom added above the data for a legend inside the axes.
+    const Figure& f = r->figures.at(0);
+    bool found = false;
+    for (QCustomPlot* p : plots)
+      if (p->yAxis->range().upper == Approx(f.ymax)) found = true;
+    CHECK(found);
+  }
+}
+
+TEST_CASE("explorer window: a tooltip is kept inside the window") {
+  app();
+  // The placement alone: right of and below the cursor when it fits, else left of / above.
+  const QRect win(100, 50, 800, 600);
+  CHECK(tooltip_position(win, QPoint(300, 300), QSize(200, 80)) == QPoint(302, 316));
+  const QPoint right = tooltip_position(win, QPoint(890, 300), QSize(200, 80));
+  CHECK(right.x() + 200 <= 900);
+  const QPoint corner = tooltip_position(win, QPoint(895, 640), QSize(200, 80));
+  CHECK(corner.x() + 200 <= 900);
+  CHECK(corner.y() + 80 <= 650);
+  CHECK(tooltip_position(win, QPoint(110, 60), QSize(900, 700)).x() >= 100);
+
+  // Through the window: hover the rightmost token of the water-filling plot.
+  MainWindow w;
+  w.resize(1000, 700);
+  w.show();
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  QApplication::processEvents();
+  const std::vector<QCustomPlot*> plots = visible_plots(w);
+  REQUIRE(!plots.empty());
+  QCustomPlot* plot = plots.front();
+  plot->replot();
+  const auto& hover = w.result(WaterfillView)->hover.at(0);
+  REQUIRE(!hover.empty());
+  const HoverPoint* far = &hover.front();
+  for (const HoverPoint& h : hover)
+    if (h.x > far->x) far = &h;
+  const QPointF at(plot->xAxis->coordToPixel(far->x), plot->yAxis->coordToPixel(far->y));
+  QMouseEvent move(QEvent::MouseMove, at, plot->mapToGlobal(at), Qt::NoButton, Qt::NoButton, Qt::NoModifier);
+  QApplication::sendEvent(plot, &move);
+  QApplication::processEvents();
+  QWidget* tip = nullptr;
+  for (QWidget* t : QApplication::topLevelWidgets())
+    if (t->objectName() == "qtooltip_label" && t->isVisible()) tip = t;
+  REQUIRE(tip != nullptr);
+  const QRect window(w.mapToGlobal(QPoint(0, 0)), w.size());
+  INFO("tip " << tip->geometry().x() << "," << tip->geometry().y() << " " << tip->width() << "x" << tip->height());
+  CHECK(window.contains(tip->geometry()));
+}
+
+TEST_CASE("explorer window: the preset box shows that a file is the source") {
+  app();
+  MainWindow w;
+  w.show();
+  w.openArgument("preset:tiny");
+  REQUIRE(w.waitIdle());
+  CHECK(w.presetShown() == "tiny");
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  REQUIRE(w.source() != nullptr);
+  CHECK(w.presetShown() == "(file)");  // not the preset of before
+  w.openArgument("preset:tiny");
+  REQUIRE(w.waitIdle());
+  CHECK(w.presetShown() == "tiny");
+}
+
+TEST_CASE("explorer window: the context length field refuses a value out of range with the range, never clamps it") {
+  app();
+  MainWindow w;
+  w.show();
+  w.openArgument("preset:tiny");
+  REQUIRE(w.waitIdle());
+  REQUIRE(w.source() != nullptr);
+  const int T = w.source()->meta().prompt_len;
+  auto* field = w.findChild<QSpinBox*>("context");
+  REQUIRE(field != nullptr);
+  REQUIRE(field->isEnabled());
+  field->setFocus();
+  field->selectAll();
+  type_into(field, "100000");
+  CHECK(field->text() == "100000");  // every digit typed is there: not silently 10000
+  CHECK(w.lastError().contains("100000"));
+  CHECK(w.lastError().contains("16 to 65536"));
+  press_enter(field);
+  REQUIRE(w.waitIdle());
+  CHECK(w.source()->meta().prompt_len == T);  // nothing reopened at a clamped length
+  CHECK(field->value() == T);
+  CHECK(w.statusText().contains("16 to 65536"));
+  CHECK(w.statusText().contains("100000"));
+
+  // Below the range: said when editing ends; a value in range reopens the preset.
+  field->selectAll();
+  type_into(field, "8");
+  press_enter(field);
+  REQUIRE(w.waitIdle());
+  CHECK(w.lastError().contains("8 is outside the valid range 16 to 65536"));
+  CHECK(w.source()->meta().prompt_len == T);
+  field->selectAll();
+  type_into(field, "96");
+  press_enter(field);
+  REQUIRE(w.waitIdle());
+  CHECK(w.lastError().isEmpty());
+  CHECK(w.source()->meta().prompt_len == 96);
+}
+
+TEST_CASE("explorer core: the head map and the live interior view deliver partial results head by head") {
+  SourceSpec spec = parse_source(small_trace());
+  auto src = Source::open(spec);
+  Engine engine(src);
+  engine.set_partial_interval(0);
+  Settings s;
+  std::vector<ViewResult> parts;
+  const PartialView collect = [&](const ViewResult& r) { parts.push_back(r); };
+  const ViewResult full = engine.head_map(s, nullptr, {}, nullptr, collect);
+  const int heads = src->meta().n_heads();
+  REQUIRE(static_cast<int>(parts.size()) == heads - 1);
+  for (int k = 0; k < heads - 1; ++k) {
+    INFO(k);
+    CHECK(parts[k].hover.at(0).size() == static_cast<std::size_t>(k + 1));  // one more head each time
+    CHECK(parts[k].info.find("computing: " + std::to_string(k + 1) + " of " + std::to_string(heads)) != std::string::npos);
+  }
+  CHECK(full.hover.at(0).size() == static_cast<std::size_t>(heads));
+  CHECK(full.info.find("so far") == std::string::npos);
+
+  parts.clear();
+  const ViewResult in = engine.interior(s, {}, nullptr, collect);
+  REQUIRE(static_cast<int>(parts.size()) == heads);  // the head's curve first, then head by head
+  CHECK(parts.front().figures.at(0).series.at(0).x.size() == in.figures.at(0).series.at(0).x.size());
+  CHECK(parts.front().figures.at(1).title.find("0 of " + std::to_string(heads) + " heads so far") != std::string::npos);
+  CHECK(in.figures.at(1).title.find("so far") == std::string::npos);
+
+  // The library's progress type counts the heads.
+  std::vector<std::pair<int, int>> ticks;
+  engine.head_map(s, nullptr, [&](int done, int total) { ticks.push_back({done, total}); });
+  REQUIRE(!ticks.empty());
+  CHECK(ticks.back() == std::make_pair(heads, heads));
+}
+
+TEST_CASE("explorer window: switching to a slow view never shows the previous view's text") {
+  app();
+  MainWindow w;
+  w.show();
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  const QString waterfill_text = w.infoText();
+  REQUIRE(waterfill_text.contains("noise model"));
+  w.setCurrentView(HeadMapView);
+  CHECK(w.infoText() != waterfill_text);  // at once, before the map is computed
+  CHECK(w.infoText().contains("computing the Layer x head map view"));
+  REQUIRE(w.waitIdle());
+  CHECK(w.infoText().contains("layers x"));
+  w.setBudget(3.0);  // the map recomputes: its old numbers (B = 2) do not stand in meanwhile
+  CHECK(w.infoText().contains("computing"));
+  REQUIRE(w.waitIdle());
+  CHECK(w.infoText().contains("B = 3"));
+}
+
+TEST_CASE("explorer window: the head map is drawn head by head before its final result") {
+  app();
+  MainWindow w;
+  w.setPartialInterval(0);  // every head (the default paces them at 400 ms)
+  w.show();
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  const int heads = w.source()->meta().n_heads();
+  std::vector<std::pair<std::size_t, bool>> drawn;  // heads shown, final
+  QObject::connect(&w, &MainWindow::viewDrawn, [&](int view, bool final) {
+    if (view == HeadMapView) drawn.push_back({w.result(HeadMapView)->hover.at(0).size(), final});
+  });
+  w.setCurrentView(HeadMapView);
+  REQUIRE(w.waitIdle());
+  REQUIRE(static_cast<int>(drawn.size()) == heads);
+  for (int k = 0; k + 1 < heads; ++k) {
+    CHECK(drawn[k].first == static_cast<std::size_t>(k + 1));
+    CHECK_FALSE(drawn[k].second);
+  }
+  CHECK(drawn.back().first == static_cast<std::size_t>(heads));
+  CHECK(drawn.back().second);
+  CHECK(w.infoText().contains("so far") == false);
+}
