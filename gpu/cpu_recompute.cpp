@@ -467,6 +467,119 @@ ErrorMetrics evaluate_selection(const PreparedHead& ph, const Selection& sel, Wo
   return m;
 }
 
+// ---- incremental recomputation along nested kept sets (cpu_recompute.hpp) ------------
+
+IncrementalKeptSet::IncrementalKeptSet(const HeadProblem& hp, int prompt_tokens) {
+  if (!hp.queries || !hp.exact_keys || !hp.values)
+    throw std::invalid_argument("IncrementalKeptSet: queries, exact keys and values are needed");
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  rows_ = static_cast<int>(Q.rows());
+  T_ = static_cast<int>(K.rows());
+  d_ = static_cast<int>(K.cols());
+  prompt_ = prompt_tokens;
+  if (prompt_ < 0 || prompt_ > T_ || hp.values->rows() != T_ || Q.cols() != d_)
+    throw std::invalid_argument("IncrementalKeptSet: shapes differ (queries, keys, values, prompt tokens)");
+  values_ = hp.values;
+  visible_.resize(static_cast<std::size_t>(rows_));
+  for (int r = 0; r < rows_; ++r) visible_[static_cast<std::size_t>(r)] = row_limit(hp, r);
+  const double scale = 1.0 / std::sqrt(double(d_));
+  logits_ = (Q.cast<double>() * K.cast<double>().transpose()) * scale;
+  // The exact output in double over the tokens each row sees.
+  MatrixRMd w = MatrixRMd::Zero(rows_, T_);
+  global_max_.assign(static_cast<std::size_t>(rows_), 0.0);
+  global_z_.assign(static_cast<std::size_t>(rows_), 0.0);
+  for (int r = 0; r < rows_; ++r) {
+    const int n = visible_[static_cast<std::size_t>(r)];
+    double m = -std::numeric_limits<double>::infinity();
+    for (int t = 0; t < n; ++t) m = std::max(m, logits_(r, t));
+    double z = 0;
+    for (int t = 0; t < n; ++t) z += (w(r, t) = std::exp(logits_(r, t) - m));
+    global_max_[static_cast<std::size_t>(r)] = m;
+    global_z_[static_cast<std::size_t>(r)] = z;
+    w.row(r) /= z;
+  }
+  out_ = w * hp.values->cast<double>();
+  out_norm2_.resize(static_cast<std::size_t>(rows_));
+  for (int r = 0; r < rows_; ++r) out_norm2_[static_cast<std::size_t>(r)] = out_.row(r).squaredNorm();
+  reset();
+}
+
+void IncrementalKeptSet::reset() {
+  mx_.assign(static_cast<std::size_t>(rows_), -std::numeric_limits<double>::infinity());
+  z_.assign(static_cast<std::size_t>(rows_), 0.0);
+  resid_ = MatrixRMd::Zero(rows_, d_);
+  kept_.assign(static_cast<std::size_t>(prompt_), 0);
+  std::vector<int> always;
+  for (int t = prompt_; t < T_; ++t) always.push_back(t);
+  add_rows(always);
+}
+
+void IncrementalKeptSet::add(const std::vector<int>& tokens) {
+  for (const int t : tokens) {
+    if (t < 0 || t >= prompt_ || kept_[static_cast<std::size_t>(t)])
+      throw std::invalid_argument("IncrementalKeptSet::add: token " + std::to_string(t) +
+                                  " is not an evicted prompt token");
+    kept_[static_cast<std::size_t>(t)] = 1;
+  }
+  add_rows(tokens);
+  updates_ += static_cast<std::int64_t>(tokens.size());
+}
+
+void IncrementalKeptSet::add_rows(const std::vector<int>& tokens) {
+  const MatrixRM& V = *values_;
+  const int d = d_;
+#pragma omp parallel for schedule(static) if (rows_ > 1 && !omp_in_parallel())
+  for (int r = 0; r < rows_; ++r) {
+    const int n = visible_[static_cast<std::size_t>(r)];
+    double mx = mx_[static_cast<std::size_t>(r)], z = z_[static_cast<std::size_t>(r)];
+    double* R = resid_.row(r).data();
+    const double* o = out_.row(r).data();
+    for (const int t : tokens) {
+      if (t >= n) continue;
+      const double s = logits_(r, t);
+      if (s > mx) {  // a new maximum: rescale the running sums
+        const double f = std::exp(mx - s);
+        z *= f;
+#pragma omp simd
+        for (int c = 0; c < d; ++c) R[c] *= f;
+        mx = s;
+      }
+      const double w = std::exp(s - mx);
+      z += w;
+      const float* v = V.row(t).data();
+#pragma omp simd
+      for (int c = 0; c < d; ++c) R[c] += w * (double(v[c]) - o[c]);
+    }
+    mx_[static_cast<std::size_t>(r)] = mx;
+    z_[static_cast<std::size_t>(r)] = z;
+  }
+}
+
+ErrorMetrics IncrementalKeptSet::metrics() const {
+  double rel = 0, abs = 0, tv = 0;
+  for (int r = 0; r < rows_; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (!(z_[i] > 0)) {  // no kept token in sight: o^ = 0
+      abs += out_norm2_[i];
+      rel += 1.0;
+      tv += 0.5;
+      continue;
+    }
+    const double n2 = resid_.row(r).squaredNorm() / (z_[i] * z_[i]);
+    abs += n2;
+    rel += rel_of(n2, out_norm2_[i]);
+    const double kept_mass = z_[i] * std::exp(mx_[i] - global_max_[i]) / global_z_[i];
+    tv += std::max(0.0, 1.0 - kept_mass);
+  }
+  ErrorMetrics m;
+  m.rel_error = rel / rows_;
+  m.abs_error = abs / rows_;
+  m.attn_tv = tv / rows_;
+  m.logit_error = 0.0;
+  return m;
+}
+
 }  // namespace cpu
 
 namespace {
