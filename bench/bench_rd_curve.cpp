@@ -1,9 +1,15 @@
 // Benchmark of the rate-distortion curve (scenarios/pipeline/rd_curve.hpp, issue 18): one
 // T-token head (default 32,768, d = 128, 64 decode rows: group size 1 x 64 decode steps) and
 // H heads (default 8), a 64-point curve (B = 0.25:16:0.25 bits per key element, code bits)
-// for the families Q, E and M, recomputed on the decode rows:
-//   curve         rd_curve: costs once per head, one solve per point, per head the exact part
-//                 of the recomputation prepared once and each distinct allocation evaluated
+// for the families Q, E and M, recomputed on the decode rows, four ways side by side:
+//   curve         rd_curve as it runs by default: costs once per head; every budget's exact
+//                 optimum of each family option from ONE parametric pass (solvers/
+//                 exact_parametric.hpp: one sort of the hull slopes); per head the exact part
+//                 of the recomputation prepared once; the E points updated along their nested
+//                 kept sets (cpu::IncrementalKeptSet: the tokens each point adds, rank-one
+//                 updates); the other distinct allocations evaluated on the prepared head
+//   per-point     rd_curve with those two switched off (RdCurveOptions sweep = incremental =
+//                 false): one exact solve and one evaluation per point (the curve before them)
 //   independent   the same points as `tierlab solve --budget B --recompute` computes them
 //                 one by one: per point the costs' solve (allocate_heads), the materialised
 //                 keys and evaluate_decode_steps through the Recomputer (prepare + evaluate
@@ -15,8 +21,10 @@
 //                 per tier (one logit matrix per tier computed once), random allocations;
 //                 it neither solves nor re-quantizes tier-local groups, so it does less per
 //                 point than either tierlab side.
-// Prints one JSON object per head count; exit status 3 when the curve and the independent
-// errors disagree.
+// The two curve forms run --repeat times (default 3; the median is reported), the
+// independent and NumPy sides once. Prints one JSON object per head count with the times
+// and the ratios; exit status 3 when the curve, the per-point curve and the independent
+// errors disagree beyond 1e-5 relative.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -50,6 +58,7 @@ struct Options {
   std::string numpy = "../shared/bench/numpy_recompute_ref.py";
   bool independent = true;
   std::string queries = "decode";
+  int repeat = 3;
 };
 
 Options parse(int argc, char** argv) {
@@ -75,8 +84,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--numpy") o.numpy = value();
     else if (a == "--no-independent") o.independent = false;
     else if (a == "--queries") o.queries = value();
+    else if (a == "--repeat") o.repeat = std::max(1, std::stoi(value()));
     else throw std::runtime_error("unknown option " + a +
-                                  " (--tokens T --dim D --decode-rows R --heads 1,8 --budgets A:B:STEP --numpy PATH --no-independent)");
+                                  " (--tokens T --dim D --decode-rows R --heads 1,8 --budgets A:B:STEP --numpy PATH --no-independent --repeat N)");
   }
   return o;
 }
@@ -125,20 +135,55 @@ int main(int argc, char** argv) try {
     ro.solve.scope = Scope::Head;
     ro.queries = parse_rd_queries(o.queries);
     ro.decode_step = o.decode_rows;
-    const auto t0 = std::chrono::steady_clock::now();
-    const RdCurve c = rd_curve(heads, meta.rope, ro);
-    const double curve_s = seconds_since(t0);
+    // The median of --repeat runs of one curve form, and its last curve.
+    auto timed = [&](bool fast, RdCurve& last, std::vector<double>& times) {
+      RdCurveOptions x = ro;
+      x.sweep = x.incremental = fast;
+      for (int r = 0; r < o.repeat; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        last = rd_curve(heads, meta.rope, x);
+        times.push_back(seconds_since(t0));
+      }
+      std::vector<double> sorted = times;
+      std::sort(sorted.begin(), sorted.end());
+      return sorted[sorted.size() / 2];
+    };
+    auto curve_json = [](const RdCurve& c, double median, const std::vector<double>& times) {
+      return nlohmann::json{{"median_seconds", median},
+                            {"seconds", times},
+                            {"costs", c.seconds_costs},
+                            {"solves", c.seconds_solve},
+                            {"recompute", c.seconds_recompute},
+                            {"evaluations", c.evaluations},
+                            {"swept_points", c.swept_points},
+                            {"incremental_points", c.incremental_points},
+                            {"incremental_resets", c.incremental_resets},
+                            {"incremental_updates", c.incremental_updates}};
+    };
+    RdCurve c, slow;
+    std::vector<double> t_fast, t_slow;
+    const double curve_s = timed(true, c, t_fast);
+    const double slow_s = timed(false, slow, t_slow);
+    double max_rel_slow = 0;
+    for (std::size_t p = 0; p < c.points.size(); ++p) {
+      if (!c.points[p].feasible) continue;
+      const double a = c.points[p].error.rel_error, b = slow.points[p].error.rel_error;
+      max_rel_slow = std::max(max_rel_slow, std::fabs(a - b) / std::max({std::fabs(a), std::fabs(b), 1e-300}));
+    }
+    if (!(max_rel_slow <= 1e-5)) status = 3;
 
     nlohmann::json j = {{"heads", H},
                         {"tokens", o.tokens},
                         {"dim", o.dim},
                         {"decode_rows", o.decode_rows},
                         {"points", c.points.size()},
-                        {"curve", {{"seconds", curve_s},
-                                   {"costs", c.seconds_costs},
-                                   {"solves", c.seconds_solve},
-                                   {"recompute", c.seconds_recompute},
-                                   {"evaluations", c.evaluations}}}};
+                        {"repeat", o.repeat},
+                        {"curve", curve_json(c, curve_s, t_fast)},
+                        {"per_point", curve_json(slow, slow_s, t_slow)},
+                        {"per_point_max_rel_diff", max_rel_slow},
+                        {"speedup_vs_per_point", slow_s / curve_s},
+                        {"solve_speedup_vs_per_point", slow.seconds_solve / std::max(c.seconds_solve, 1e-9)},
+                        {"recompute_speedup_vs_per_point", slow.seconds_recompute / std::max(c.seconds_recompute, 1e-9)}};
     if (o.independent && ro.queries == RdQueries::Decode) {
       auto backend = make_recomputer(Backend::Cpu);
       const auto t1 = std::chrono::steady_clock::now();
@@ -169,6 +214,7 @@ int main(int argc, char** argv) try {
       const double ind_s = seconds_since(t1);
       j["independent"] = {{"seconds", ind_s}, {"evaluations", evaluated}, {"max_rel_diff", max_rel}};
       j["speedup_vs_independent"] = ind_s / curve_s;
+      j["per_point_speedup_vs_independent"] = ind_s / slow_s;
       if (!(max_rel <= 1e-5)) status = 3;
     }
     std::string impl;
@@ -176,6 +222,7 @@ int main(int argc, char** argv) try {
     if (std::isfinite(np_s)) {
       j["numpy"] = {{"impl", impl}, {"seconds", np_s}, {"allocations", c.points.size()}};
       j["speedup_vs_numpy"] = np_s / curve_s;
+      j["per_point_speedup_vs_numpy"] = np_s / slow_s;
     } else {
       j["numpy"] = "skipped: " + o.numpy + " or /usr/bin/python3 not found, or it failed";
     }

@@ -468,6 +468,168 @@ ErrorMetrics evaluate_selection(const PreparedHead& ph, const Selection& sel, Wo
   return m;
 }
 
+// ---- incremental recomputation along nested kept sets (cpu_recompute.hpp) ------------
+
+IncrementalKeptSet::IncrementalKeptSet(const HeadProblem& hp, int prompt_tokens) {
+  if (!hp.queries || !hp.exact_keys || !hp.values)
+    throw std::invalid_argument("IncrementalKeptSet: queries, exact keys and values are needed");
+  const MatrixRM& Q = *hp.queries;
+  const MatrixRM& K = *hp.exact_keys;
+  rows_ = static_cast<int>(Q.rows());
+  T_ = static_cast<int>(K.rows());
+  d_ = static_cast<int>(K.cols());
+  prompt_ = prompt_tokens;
+  if (prompt_ < 0 || prompt_ > T_ || hp.values->rows() != T_ || Q.cols() != d_)
+    throw std::invalid_argument("IncrementalKeptSet: shapes differ (queries, keys, values, prompt tokens)");
+  values_ = hp.values;
+  visible_.resize(static_cast<std::size_t>(rows_));
+  for (int r = 0; r < rows_; ++r) visible_[static_cast<std::size_t>(r)] = row_limit(hp, r);
+  const double scale = 1.0 / std::sqrt(double(d_));
+  // s_rt in double, token-major (T x rows: an added token's logits are contiguous), by tiles
+  // of tokens in parallel; then the exact softmax weights and o_r = sum_t p_rt v_t in double.
+  constexpr int kTile = 256;
+  const int tiles = (T_ + kTile - 1) / kTile;
+  const MatrixRMd Qd = Q.cast<double>();
+  logits_t_.resize(T_, rows_);
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel())
+  for (int b = 0; b < tiles; ++b) {
+    const int t0 = b * kTile, nt = std::min(kTile, T_ - t0);
+    const MatrixRMd kd = K.middleRows(t0, nt).cast<double>();
+    logits_t_.middleRows(t0, nt).noalias() = kd * Qd.transpose();
+    logits_t_.middleRows(t0, nt) *= scale;
+  }
+  global_max_.assign(static_cast<std::size_t>(rows_), -std::numeric_limits<double>::infinity());
+  global_z_.assign(static_cast<std::size_t>(rows_), 0.0);
+  for (int t = 0; t < T_; ++t)
+    for (int r = 0; r < rows_; ++r)
+      if (t < visible_[static_cast<std::size_t>(r)]) global_max_[static_cast<std::size_t>(r)] = std::max(global_max_[static_cast<std::size_t>(r)], logits_t_(t, r));
+  MatrixRMd w(T_, rows_);  // exp(s_rt - M_r), 0 past a row's limit
+  for (int t = 0; t < T_; ++t)
+    for (int r = 0; r < rows_; ++r) {
+      const double x = t < visible_[static_cast<std::size_t>(r)] ? std::exp(logits_t_(t, r) - global_max_[static_cast<std::size_t>(r)]) : 0.0;
+      w(t, r) = x;
+      global_z_[static_cast<std::size_t>(r)] += x;
+    }
+  const int nthreads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
+  std::vector<MatrixRMd> partial(static_cast<std::size_t>(nthreads), MatrixRMd::Zero(rows_, d_));
+#pragma omp parallel num_threads(nthreads)
+  {
+    MatrixRMd& acc = partial[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < tiles; ++b) {
+      const int t0 = b * kTile, nt = std::min(kTile, T_ - t0);
+      const MatrixRMd vd = hp.values->middleRows(t0, nt).cast<double>();
+      acc.noalias() += w.middleRows(t0, nt).transpose() * vd;
+    }
+  }
+  out_ = MatrixRMd::Zero(rows_, d_);
+  for (const MatrixRMd& a : partial) out_ += a;
+  for (int r = 0; r < rows_; ++r) out_.row(r) /= global_z_[static_cast<std::size_t>(r)];
+  out_norm2_.resize(static_cast<std::size_t>(rows_));
+  for (int r = 0; r < rows_; ++r) out_norm2_[static_cast<std::size_t>(r)] = out_.row(r).squaredNorm();
+  reset();
+}
+
+void IncrementalKeptSet::reset() {
+  mx_.assign(static_cast<std::size_t>(rows_), -std::numeric_limits<double>::infinity());
+  z_.assign(static_cast<std::size_t>(rows_), 0.0);
+  resid_ = MatrixRMd::Zero(rows_, d_);
+  kept_.assign(static_cast<std::size_t>(prompt_), 0);
+  kept_count_ = 0;
+  std::vector<int> always;
+  for (int t = prompt_; t < T_; ++t) always.push_back(t);
+  add_rows(always);
+}
+
+void IncrementalKeptSet::add(const std::vector<int>& tokens) {
+  for (const int t : tokens) {
+    if (t < 0 || t >= prompt_ || kept_[static_cast<std::size_t>(t)])
+      throw std::invalid_argument("IncrementalKeptSet::add: token " + std::to_string(t) +
+                                  " is not an evicted prompt token");
+    kept_[static_cast<std::size_t>(t)] = 1;
+  }
+  kept_count_ += static_cast<int>(tokens.size());
+  add_rows(tokens);
+  updates_ += static_cast<std::int64_t>(tokens.size());
+}
+
+// One batch of tokens B: per row, rescale the running sums to the new running max over B
+// (if any token of B raises it), then the weights w_rt = exp(s_rt - mx_r) of B and
+//   Z_r += sum_B w_rt,   R_r += sum_B w_rt v_t - (sum_B w_rt) o_r
+// (|B| rank-one updates; the cancellation in R is within the batch's own weight, never
+// against the whole kept set).
+void IncrementalKeptSet::add_rows(const std::vector<int>& tokens) {
+  const int nb = static_cast<int>(tokens.size());
+  if (nb == 0) return;
+  const MatrixRM& V = *values_;
+  MatrixRMd vb(nb, d_);
+  for (int j = 0; j < nb; ++j) vb.row(j) = V.row(tokens[static_cast<std::size_t>(j)]).cast<double>();
+  MatrixRMd wb(rows_, nb);
+  std::vector<double> zb(static_cast<std::size_t>(rows_), 0.0);
+  for (int r = 0; r < rows_; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const int lim = visible_[i];
+    double m = mx_[i];
+    for (const int t : tokens)
+      if (t < lim) m = std::max(m, logits_t_(t, r));
+    if (m > mx_[i]) {  // a new maximum: rescale the running sums
+      const double f = std::isfinite(mx_[i]) ? std::exp(mx_[i] - m) : 0.0;
+      z_[i] *= f;
+      resid_.row(r) *= f;
+      mx_[i] = m;
+    }
+    for (int j = 0; j < nb; ++j) {
+      const int t = tokens[static_cast<std::size_t>(j)];
+      const double x = t < lim ? std::exp(logits_t_(t, r) - mx_[i]) : 0.0;
+      wb(r, j) = x;
+      zb[i] += x;
+    }
+    z_[i] += zb[i];
+  }
+  // The rank-one updates, token by token (a plain loop: a GEMM this small costs more in
+  // packing and thread start-up than it saves).
+  const int d = d_;
+  for (int j = 0; j < nb; ++j) {
+    const double* v = vb.row(j).data();
+    for (int r = 0; r < rows_; ++r) {
+      const double x = wb(r, j);
+      if (x == 0.0) continue;
+      double* R = resid_.data() + static_cast<std::size_t>(r) * d;
+#pragma omp simd
+      for (int c = 0; c < d; ++c) R[c] += x * v[c];
+    }
+  }
+  for (int r = 0; r < rows_; ++r) resid_.row(r) -= zb[static_cast<std::size_t>(r)] * out_.row(r);
+}
+
+ErrorMetrics IncrementalKeptSet::metrics() const {
+  // Every prompt token kept (the decode tokens always are): the keys are the exact keys, and
+  // the output is exact by definition (the reference gives 0 exactly; the running sums would
+  // give rounding, about 1e-30).
+  if (kept_count_ == prompt_) return ErrorMetrics{};
+  double rel = 0, abs = 0, tv = 0;
+  for (int r = 0; r < rows_; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (!(z_[i] > 0)) {  // no kept token in sight: o^ = 0
+      abs += out_norm2_[i];
+      rel += 1.0;
+      tv += 0.5;
+      continue;
+    }
+    const double n2 = resid_.row(r).squaredNorm() / (z_[i] * z_[i]);
+    abs += n2;
+    rel += rel_of(n2, out_norm2_[i]);
+    const double kept_mass = z_[i] * std::exp(mx_[i] - global_max_[i]) / global_z_[i];
+    tv += std::max(0.0, 1.0 - kept_mass);
+  }
+  ErrorMetrics m;
+  m.rel_error = rel / rows_;
+  m.abs_error = abs / rows_;
+  m.attn_tv = tv / rows_;
+  m.logit_error = 0.0;
+  return m;
+}
+
 }  // namespace cpu
 
 namespace {

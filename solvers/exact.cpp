@@ -250,7 +250,6 @@ MckpResult solve_exact(const MckpInstance& inst, const ExactOptions& opt) {
   res.items = inst.items();
   const Setup s(inst);
   res.rate_budget = s.units.budget_bits;
-  const double n_items = static_cast<double>(inst.items());
 
   if (s.infeasible()) {
     res.status = SolveStatus::Infeasible;
@@ -271,7 +270,18 @@ MckpResult solve_exact(const MckpInstance& inst, const ExactOptions& opt) {
   // Steps 1-2: lambda* and the base pass.
   const auto t_sel = Clock::now();
   Relaxed bp = relax(s, opt);
-  const double sel_s = seconds_since(t_sel);
+  return exact_detail::prove_relaxed(inst, opt, s, bp, t0, seconds_since(t_sel));
+}
+
+namespace exact_detail {
+
+MckpResult prove_relaxed(const MckpInstance& inst, const ExactOptions& opt, const Setup& s, Relaxed& bp,
+                         std::chrono::steady_clock::time_point t0, double sel_s) {
+  MckpResult res;
+  res.solver = "exact";
+  res.items = inst.items();
+  res.rate_budget = s.units.budget_bits;
+  const double n_items = static_cast<double>(inst.items());
   res.iterations = bp.passes;
   const double lambda = bp.lambda;
   res.lambda = lambda;
@@ -293,5 +303,7 @@ MckpResult solve_exact(const MckpInstance& inst, const ExactOptions& opt) {
                  .rmin_bits = rmin_bits};
   return proof.prove();
 }
+
+}  // namespace exact_detail
 
 }  // namespace tierlab

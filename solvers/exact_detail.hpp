@@ -4,9 +4,13 @@
 //                         lagrangian_relaxation;
 //   exact_core.cpp        step 3's searches: the cheapest single moves and the gcd bound,
 //                         the core Pareto DP;
-//   exact.cpp             the driver: solve_exact tries the certificates a-c in order.
-// Internal to solvers/: nothing outside these three files includes it.
+//   exact.cpp             the driver: solve_exact tries the certificates a-c in order
+//                         (prove_relaxed);
+//   exact_parametric.cpp  the same at many budgets: one sort of every hull slope gives
+//                         each budget's relaxation, then prove_relaxed.
+// Internal to solvers/: nothing outside these files includes it.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -112,6 +116,13 @@ struct Relaxed {
 
 // Steps 1-2 (exact_relaxation.cpp): lambda* and the base choice of every item.
 Relaxed relax(const Setup& s, const ExactOptions& opt);
+
+// Step 3 (exact.cpp) on a relaxation computed for s: the certificates a-c in order, the
+// result with its message and timings (t0: the start of the solve, sel_s: the relaxation's
+// seconds). solve_exact is relax + prove_relaxed; the parametric sweep (exact_parametric.cpp)
+// builds the same Relaxed for each budget from one sort and calls this.
+MckpResult prove_relaxed(const MckpInstance& inst, const ExactOptions& opt, const Setup& s, Relaxed& bp,
+                         std::chrono::steady_clock::time_point t0, double sel_s);
 
 // ---- step 3 (exact_core.cpp) --------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/text.hpp"
+#include "solvers/exact_parametric.hpp"
 
 namespace tierlab {
 
@@ -75,6 +76,9 @@ class PreparedQuerySet {
     }
     base_ = cpu::prepare_head(hp, 0, static_cast<int>(hp.queries->rows()));
   }
+
+  // The query set's problem (queries, exact keys, values, causal limits).
+  const HeadProblem& problem() const { return base_.problem; }
 
   PreparedQuerySet(const PreparedQuerySet&) = delete;
   PreparedQuerySet& operator=(const PreparedQuerySet&) = delete;
@@ -240,6 +244,106 @@ std::vector<std::vector<std::uint8_t>> ladder_point(int j, const RateLadder& lad
 
 using HeadSource = std::function<const HeadData&(int index)>;
 
+// ---- the surrogate curve by one parametric pass per head and option (issue 18) --------
+//
+// Scope head, solver exact: each head's optimum of a family at B is, per family option
+// (Q:tau, E, M: solvers/families.hpp), the exact knapsack optimum on the option's restricted
+// costs at B, and the head takes the option of least objective (routed: an endpoint instead of
+// M within route_tolerance). solve_exact_budgets gives every budget's optimum of one option in
+// one pass (one sort of its hull slopes), equal to solve_exact at each budget; the option
+// choice below is the one of solve_families_per_head, so a point equals what allocate_heads
+// returns at its budget. A point is left to allocate_heads (one solve per budget, as before)
+// when some head has no feasible option at B (its message) or when some head's materialised
+// allocation measures more than B (the equal-memory repair re-solves at a smaller B').
+class SweptOptions {
+ public:
+  SweptOptions(const std::vector<HeadCosts>& costs, const RdCurveOptions& opt) : costs_(costs), opt_(opt) {
+    // The rates the budget counts: as allocate_heads (every head's ladder_rates; the mean over
+    // the heads for a tier whose rate depends on the head's data).
+    rates_ = costs.front().rates;
+    bool differ = false;
+    for (const HeadCosts& k : costs) differ = differ || k.rates != rates_;
+    if (differ)
+      for (std::size_t j = 0; j < rates_.size(); ++j) {
+        double sum = 0.0;
+        for (const HeadCosts& k : costs) sum += k.rates[j];
+        rates_[j] = sum / static_cast<double>(costs.size());
+      }
+  }
+  static bool applies(const RdCurveOptions& o) {
+    return o.sweep && o.solve.scope == Scope::Head && o.solve.solver == AllocSolver::Exact;
+  }
+
+  // Head i's allocation of `options` at budget index k, or false when no option is feasible.
+  bool choose(int i, const std::vector<TierOption>& options, int k, Family& family, const std::vector<std::uint8_t>*& tiers) {
+    int best = -1, best_end = -1;
+    std::vector<const Solved*> sol(options.size());
+    for (std::size_t o = 0; o < options.size(); ++o) {
+      sol[o] = &solved(i, options[o]);
+      if (!sol[o]->feasible[static_cast<std::size_t>(k)]) continue;
+      const double v = sol[o]->objective[static_cast<std::size_t>(k)];
+      if (best < 0 || v < sol[static_cast<std::size_t>(best)]->objective[static_cast<std::size_t>(k)]) best = static_cast<int>(o);
+      if (options[o].family != Family::Mixed &&
+          (best_end < 0 || v < sol[static_cast<std::size_t>(best_end)]->objective[static_cast<std::size_t>(k)]))
+        best_end = static_cast<int>(o);
+    }
+    if (best < 0) return false;
+    if (best_end >= 0 && options[static_cast<std::size_t>(best)].family == Family::Mixed) {
+      const double vm = sol[static_cast<std::size_t>(best)]->objective[static_cast<std::size_t>(k)];
+      const double ve = sol[static_cast<std::size_t>(best_end)]->objective[static_cast<std::size_t>(k)];
+      if (ve <= vm + opt_.solve.route_tolerance * std::fabs(vm) + 1e-12 * std::fabs(vm)) best = best_end;
+    }
+    family = options[static_cast<std::size_t>(best)].family;
+    tiers = &sol[static_cast<std::size_t>(best)]->tiers[static_cast<std::size_t>(k)];
+    return true;
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  struct Solved {
+    std::vector<std::vector<std::uint8_t>> tiers;  // per budget, ladder tier per token
+    std::vector<double> objective;                 // per budget, sum_t c_t(tiers_t)
+    std::vector<bool> feasible;
+  };
+  const Solved& solved(int i, const TierOption& option) {
+    auto& per_head = cache_[option.name];
+    if (per_head.empty()) per_head.resize(costs_.size());
+    Solved& s = per_head[static_cast<std::size_t>(i)];
+    if (!s.feasible.empty()) return s;
+    const auto t0 = std::chrono::steady_clock::now();
+    const HeadCosts& hc = costs_[static_cast<std::size_t>(i)];
+    FamilyProblem p;
+    p.rates = rates_;
+    p.heads.push_back(FamilyHead{&hc.cost, &hc.a, hc.noise});
+    const RestrictedCosts rc = restrict_costs(p, {0}, {&option});
+    const std::vector<MckpResult> res = solve_exact_budgets(rc.instance(0.0), opt_.budgets, opt_.solve.exact);
+    const std::size_t nb = opt_.budgets.size();
+    s.tiers.resize(nb);
+    s.objective.assign(nb, 0.0);
+    s.feasible.assign(nb, false);
+    const auto T = static_cast<std::size_t>(hc.cost.cols());
+    for (std::size_t k = 0; k < nb; ++k) {
+      if (!res[k].has_solution()) continue;
+      std::vector<std::uint8_t>& t = s.tiers[k];
+      t.resize(T);
+      long double obj = 0.0L;  // as the family solvers score a head
+      for (std::size_t j = 0; j < T; ++j) {
+        t[j] = rc.ladder_tier(static_cast<std::int64_t>(j), res[k].choice[j]);
+        obj += hc.cost(t[j], static_cast<Eigen::Index>(j));
+      }
+      s.objective[k] = static_cast<double>(obj);
+      s.feasible[k] = true;
+    }
+    seconds_ += seconds_since(t0);
+    return s;
+  }
+  const std::vector<HeadCosts>& costs_;
+  const RdCurveOptions& opt_;
+  std::vector<double> rates_;
+  std::map<std::string, std::vector<Solved>> cache_;
+  double seconds_ = 0;
+};
+
 RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const RdCurveOptions& opt,
                       const Progress& progress, const std::atomic<bool>* cancel, std::vector<HeadCosts> costs) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -294,8 +398,63 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
   };
   // tiers[p][i]: the allocation of head i at point p (curve points, then ladder points).
   std::vector<std::vector<std::vector<std::uint8_t>>> tiers;
+  std::unique_ptr<SweptOptions> swept;
+  if (SweptOptions::applies(opt) && H > 0) swept = std::make_unique<SweptOptions>(costs, opt);
+  // A point from the sweep: false when it is left to allocate_heads (see SweptOptions).
+  auto from_sweep = [&](FamilyChoice family, int k, RdPoint& pt, std::vector<std::vector<std::uint8_t>>& point_tiers) {
+    std::vector<TierOption> options;
+    try {
+      options = family_options(ladder, family);
+    } catch (const InputError&) {
+      return false;
+    }
+    const double B = opt.budgets[static_cast<std::size_t>(k)];
+    const double tol = 1e-12 * std::max(1.0, B);
+    point_tiers.assign(static_cast<std::size_t>(H), {});
+    std::vector<Rate> rates(static_cast<std::size_t>(H));
+    std::vector<Family> fams(static_cast<std::size_t>(H));
+    for (int i = 0; i < H; ++i) {
+      const std::vector<std::uint8_t>* t = nullptr;
+      if (!swept->choose(i, options, k, fams[static_cast<std::size_t>(i)], t)) return false;
+      rates[static_cast<std::size_t>(i)] = head_rate(i, *t);
+      const double n = static_cast<double>(t->size());
+      if ((rate_of(rates[static_cast<std::size_t>(i)], kind) * n) / n > B + tol) return false;  // repair: allocate_heads
+      point_tiers[static_cast<std::size_t>(i)] = *t;
+    }
+    long double rel = 0.0L;
+    for (int i = 0; i < H; ++i) {
+      const HeadCosts& c = costs[static_cast<std::size_t>(i)];
+      const Rate& r = rates[static_cast<std::size_t>(i)];
+      pt.rate.code_bits += r.code_bits / H;
+      pt.rate.total_bits += r.total_bits / H;
+      long double obj = 0.0L;
+      const std::vector<std::uint8_t>& t = point_tiers[static_cast<std::size_t>(i)];
+      for (std::size_t j = 0; j < t.size(); ++j) obj += c.cost(t[j], static_cast<Eigen::Index>(j));
+      const double rel_i = c.output_norm2 > 0 ? static_cast<double>(obj) / c.output_norm2 : 0.0;
+      rel += rel_i / H;
+      pt.head_surrogate.push_back(rel_i);
+      pt.family_share[static_cast<std::size_t>(fams[static_cast<std::size_t>(i)])] += 1.0 / H;
+    }
+    pt.feasible = true;
+    pt.x = rate_of(pt.rate, kind);
+    pt.surrogate = static_cast<double>(rel);
+    return true;
+  };
   for (int f = 0; f < nf; ++f)
     for (int k = 0; k < nb; ++k) {
+      if (swept) {
+        RdPoint pt;
+        pt.family = opt.families[static_cast<std::size_t>(f)];
+        pt.budget = opt.budgets[static_cast<std::size_t>(k)];
+        std::vector<std::vector<std::uint8_t>> point_tiers;
+        if (from_sweep(pt.family, k, pt, point_tiers)) {
+          tiers.push_back(std::move(point_tiers));
+          out.points.push_back(std::move(pt));
+          ++out.swept_points;
+          step();
+          continue;
+        }
+      }
       AllocateOptions o = opt.solve;
       o.family = opt.families[static_cast<std::size_t>(f)];
       o.budget = opt.budgets[static_cast<std::size_t>(k)];
@@ -343,8 +502,26 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
       std::map<std::vector<std::uint8_t>, int> index;
       std::vector<const std::vector<std::uint8_t>*> distinct;
       std::vector<int> which(tiers.size(), -1);
+      // The E points of the curve (tiers evict and exact only), in increasing budget: their kept
+      // sets are nested as the budget grows (the LP base keeps every token whose upgrade is more
+      // efficient than lambda*, and lambda* falls with B), so each updates the previous one by
+      // the tokens it adds (cpu::IncrementalKeptSet). Where the integer optimum's repair makes a
+      // kept set not contain the previous one, that step resets and adds the whole set (a full
+      // pass), counted in incremental_resets.
+      std::vector<std::size_t> incremental;
+      if (opt.incremental)
+        for (std::size_t p = 0; p < np; ++p) {
+          if (tiers[p].empty() || out.points[p].family != FamilyChoice::Evict) continue;
+          const std::vector<std::uint8_t>& t = tiers[p][static_cast<std::size_t>(i)];
+          if (std::all_of(t.begin(), t.end(), [&](std::uint8_t j) { return j == 0 || j == ladder.exact_index(); }))
+            incremental.push_back(p);
+        }
+      std::stable_sort(incremental.begin(), incremental.end(),
+                       [&](std::size_t a, std::size_t b) { return out.points[a].budget < out.points[b].budget; });
+      std::vector<bool> is_incremental(tiers.size(), false);
+      for (const std::size_t p : incremental) is_incremental[p] = true;
       for (std::size_t p = 0; p < tiers.size(); ++p) {
-        if (tiers[p].empty()) continue;
+        if (tiers[p].empty() || is_incremental[p]) continue;
         const auto [it, inserted] = index.emplace(tiers[p][static_cast<std::size_t>(i)], static_cast<int>(distinct.size()));
         if (inserted) distinct.push_back(&it->first);
         which[p] = it->second;
@@ -354,9 +531,44 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
           recompute_allocations(head, meta.rope, ladder, out.queries, opt.decode_step, distinct, cancel);
       throw_if_cancelled(cancel);
       out.evaluations += nd;
+      std::vector<ErrorMetrics> inc_errors(tiers.size());
+      if (!incremental.empty()) {
+        cpu::IncrementalKeptSet inc(qs.problem(), meta.prompt_len);
+        const std::vector<std::uint8_t>* previous = nullptr;
+        for (const std::size_t p : incremental) {
+          const std::vector<std::uint8_t>& t = tiers[p][static_cast<std::size_t>(i)];
+          if (previous && *previous == t) {  // the same kept set: the same errors
+            inc_errors[p] = inc.metrics();
+            ++out.incremental_points;
+            continue;
+          }
+          std::vector<int> add;
+          bool nested = true;
+          for (int j = 0; j < meta.prompt_len; ++j) {
+            const bool keep = t[static_cast<std::size_t>(j)] != 0;
+            const bool had = inc.kept()[static_cast<std::size_t>(j)] != 0;
+            if (had && !keep) nested = false;
+            if (keep && !had) add.push_back(j);
+          }
+          if (!nested) {  // not nested in the previous kept set: a full pass for this step
+            inc.reset();
+            add.clear();
+            for (int j = 0; j < meta.prompt_len; ++j)
+              if (t[static_cast<std::size_t>(j)] != 0) add.push_back(j);
+            ++out.incremental_resets;
+          }
+          inc.add(add);
+          inc_errors[p] = inc.metrics();
+          previous = &t;
+          ++out.incremental_points;
+          ++out.evaluations;
+          throw_if_cancelled(cancel);
+        }
+        out.incremental_updates += inc.updates();
+      }
       for (std::size_t p = 0; p < tiers.size(); ++p) {
-        if (which[p] < 0) continue;
-        const ErrorMetrics& e = errors[static_cast<std::size_t>(which[p])];
+        if (which[p] < 0 && !is_incremental[p]) continue;
+        const ErrorMetrics& e = is_incremental[p] ? inc_errors[p] : errors[static_cast<std::size_t>(which[p])];
         sum[p].rel_error += e.rel_error / H;
         sum[p].abs_error += e.abs_error / H;
         sum[p].attn_tv += e.attn_tv / H;
@@ -533,6 +745,8 @@ nlohmann::json to_json(const RdCurve& c) {
   j["hull"] = hull_json(c.hull);
   j["surrogate_hull"] = hull_json(c.surrogate_hull);
   j["evaluations"] = c.evaluations;
+  j["swept_points"] = c.swept_points;
+  j["incremental"] = {{"points", c.incremental_points}, {"resets", c.incremental_resets}, {"updates", c.incremental_updates}};
   j["seconds"] = {{"costs", c.seconds_costs}, {"solve", c.seconds_solve}, {"recompute", c.seconds_recompute}, {"total", c.seconds}};
   return j;
 }
@@ -577,6 +791,10 @@ std::string text_report(const RdCurve& c) {
   hull_text("lower convex hull of the surrogate", c.surrogate_hull);
   std::snprintf(buf, sizeof buf, "time: costs %.3f s, solves %.3f s, recompute %.3f s (%d evaluations), total %.3f s\n",
                 c.seconds_costs, c.seconds_solve, c.seconds_recompute, c.evaluations, c.seconds);
+  s << buf;
+  std::snprintf(buf, sizeof buf, "      %d of %zu points from the parametric sweep; %d E evaluations incremental (%d not nested: full pass), %lld tokens added\n",
+                c.swept_points, c.points.size(), c.incremental_points, c.incremental_resets,
+                static_cast<long long>(c.incremental_updates));
   s << buf;
   return s.str();
 }

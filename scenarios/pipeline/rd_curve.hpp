@@ -22,16 +22,25 @@
 // hull-dominated on the curve when its point lies above the hull (no budget makes any family's
 // optimum sit at it: the curve passes below it).
 //
-// Speed, exact: the surrogate costs are computed once per head (head_costs); each point is one
-// solve on them; per head the exact part of the recomputation (softmax, reference output) is
-// prepared once (cpu::prepare_head) and each distinct allocation only sets its key variant
-// (cpu::set_variants: token blocks whose keys are exact cost nothing) and evaluates its
-// selection (cpu::evaluate_selection; the head's distinct allocations are materialised and
-// evaluated in parallel, one copy of the prepared head per OpenMP thread), so a point equals
-// the independent evaluation
-// (evaluate_trace on the `tierlab solve` allocation) within the CPU reference's precision. Two
-// points with the same allocation of a head (routed = its chosen family; E at nested budgets
-// that keep the same set) are evaluated once.
+// Speed, exact: the surrogate costs are computed once per head (head_costs). In head scope with
+// the exact solver, every budget's optimum of each family option comes from one parametric pass
+// (solvers/exact_parametric.hpp: one sort of the hull slopes, then the exact solver's own
+// integer step per budget; equal to solve_exact at each budget) and the option is chosen as
+// solve_families_per_head chooses it; a point where some head has no feasible option or needs
+// the equal-memory repair, and every point of the other scopes and solvers, is one solve
+// (allocate_heads). The E points of a head, in increasing budget, keep nested sets of exact
+// tokens: each updates the previous one's errors by the tokens it adds
+// (cpu::IncrementalKeptSet; a step whose set is not nested resets: a full pass), equal to the
+// full evaluation within 1e-5 relative. For the other points, per head the exact part of the
+// recomputation (softmax, reference output) is prepared once (cpu::prepare_head) and each
+// distinct allocation only sets its key variant (cpu::set_variants: token blocks whose keys
+// are exact cost nothing) and evaluates its selection (cpu::evaluate_selection; the head's
+// distinct allocations are materialised and evaluated in parallel, one copy of the prepared
+// head per OpenMP thread), so a point equals the independent evaluation (evaluate_trace on the
+// `tierlab solve` allocation) within the CPU reference's precision. Two points with the same
+// allocation of a head (routed = its chosen family; ladder points) are evaluated once. A
+// token-grouped tier's keys (KIVI) depend on which tokens share the tier, so they are
+// materialised per distinct allocation, not once per curve.
 #include <array>
 #include <atomic>
 #include <limits>
@@ -73,6 +82,13 @@ struct RdCurveOptions {
   std::vector<FamilyChoice> families{FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed,
                                      FamilyChoice::Routed};
   bool recompute = true;  // false: the surrogate only (error fields NaN)
+  // Speed switches that leave the numbers as they are (the benchmark turns them off to compare):
+  // sweep: head scope, exact solver: every budget's optimum from one parametric pass per head
+  // and family option (solvers/exact_parametric.hpp) instead of one solve per point;
+  // incremental: the E points' errors updated along their nested kept sets
+  // (cpu::IncrementalKeptSet) instead of one evaluation each (equal within 1e-5 relative).
+  bool sweep = true;
+  bool incremental = true;
   RdQueries queries = RdQueries::Decode;  // Decode or Step on a trace without decode steps uses Obs (RdCurve::queries)
   int decode_step = 1;                    // s of RdQueries::Step, 1 <= s <= S (checked against the trace)
   void validate() const;  // InputError naming the option and value
@@ -115,7 +131,11 @@ struct RdCurve {
   std::vector<RdPoint> points;            // family-major: points[f * budgets + k]
   std::vector<RdLadderPoint> ladder;
   RdHull hull, surrogate_hull;
-  int evaluations = 0;  // distinct (head, allocation) recomputations
+  int evaluations = 0;  // distinct (head, allocation) recomputations (incremental ones included)
+  int swept_points = 0;  // points whose surrogate optimum came from the parametric sweep (the rest: one solve each)
+  int incremental_points = 0;  // (head, E point) errors updated from the previous E point's kept set
+  int incremental_resets = 0;  // ... of which the kept set was not nested in the previous one (full pass)
+  std::int64_t incremental_updates = 0;  // tokens added by the incremental E evaluations
   double seconds_costs = 0, seconds_solve = 0, seconds_recompute = 0, seconds = 0;
 
   const RdPoint& at(int family_index, int budget_index) const;
