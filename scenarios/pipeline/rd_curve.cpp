@@ -164,11 +164,10 @@ std::string family_code(FamilyChoice f) {
 
 // The errors of one head's distinct allocations (3. below); a worker's exception is rethrown.
 std::vector<ErrorMetrics> recompute_allocations(const HeadData& head, const RopeParams& rope, const RateLadder& ladder,
-                                                RdQueries queries, int decode_step,
+                                                const PreparedQuerySet& qs,
                                                 const std::vector<const std::vector<std::uint8_t>*>& distinct,
                                                 const std::atomic<bool>* cancel) {
   const int max_threads = std::max(1, omp_get_max_threads());
-  const PreparedQuerySet qs(head, queries, decode_step);
   const int nd = static_cast<int>(distinct.size());
   const int nthreads = std::min(max_threads, std::max(nd, 1));
   std::vector<std::unique_ptr<PreparedQuerySet::Evaluator>> evaluators(static_cast<std::size_t>(nthreads));
@@ -526,9 +525,9 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
         if (inserted) distinct.push_back(&it->first);
         which[p] = it->second;
       }
+      const PreparedQuerySet qs(head, out.queries, opt.decode_step);
       const int nd = static_cast<int>(distinct.size());
-      const std::vector<ErrorMetrics> errors =
-          recompute_allocations(head, meta.rope, ladder, out.queries, opt.decode_step, distinct, cancel);
+      const std::vector<ErrorMetrics> errors = recompute_allocations(head, meta.rope, ladder, qs, distinct, cancel);
       throw_if_cancelled(cancel);
       out.evaluations += nd;
       std::vector<ErrorMetrics> inc_errors(tiers.size());
