@@ -25,6 +25,7 @@
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
+#include "scenarios/scenario/rd_methods.hpp"
 #include "support.hpp"
 
 using namespace tierlab;
@@ -452,4 +453,71 @@ TEST_CASE("Named methods of the scenario are points beside the curves, recompute
   CHECK(ms[0]["kind"] == "quantizer");
   CHECK(ms[0]["error"].get<double>() == Approx(ev.model.decode.rel_error).epsilon(1e-5));
   CHECK(ms[0]["code_bits"].get<double>() == Approx(2.0));
+}
+
+TEST_CASE("tierlab solve --budgets --method places a named method beside the curve as tierlab eval measures it") {
+  const tierlab::testing::TempDir tmp("rd_cli_methods");
+  // More prompt tokens than KIVI's default fp16 residual window, so that kivi:2 quantizes some.
+  SynthParams sp = synth_preset("tiny");
+  sp.seed = 5;
+  sp.prompt_len = 256;
+  const std::string trace = tmp.file("t.safetensors");
+  write_synthetic_trace(sp, trace);
+  const std::string bin = std::string(TIERLAB_BINARY_DIR) + "/tierlab";
+  const std::string out = tmp.file("out.json"), err = tmp.file("err.txt");
+  auto run = [&](const std::string& args) {
+    const std::string cmd = "'" + bin + "' " + args + " > '" + out + "' 2> '" + err + "'";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  REQUIRE(run("solve '" + trace + "' --budgets 0:8:2 --recompute --method kivi:2 --method '{scorer: snapkv, window: 8}' "
+              "--method '{family: M, budget: 2}' --json") == 0);
+  const nlohmann::json j = nlohmann::json::parse(tierlab::testing::slurp(out));
+  // kivi:2, snapkv at the keep ratios B/16 of the budgets 2, 4, 6, 8, then M* at B = 2
+  REQUIRE(j["methods"].size() == 6);
+  const nlohmann::json& kivi = j["methods"][0];
+  CHECK(kivi["label"] == "kivi:2");
+  CHECK(kivi["kind"] == "policy");
+  for (int k = 1; k <= 4; ++k) CHECK(j["methods"][static_cast<std::size_t>(k)]["rate"].get<double>() == Approx(2.0 * k));
+  // The mixed family's optimum named as a method is the curve's M point (recomputed by another
+  // path), so it is not above the hull.
+  const nlohmann::json& mstar = j["methods"][5];
+  CHECK(mstar["label"] == "M* B=2");
+  CHECK(close(mstar["error"].get<double>(), j["families"]["mixed"]["error"][1].get<double>(), 1e-6));
+  CHECK_FALSE(mstar["above_hull"].get<bool>());
+  // Independently: the same policy through tierlab eval (another process, evaluate_trace).
+  REQUIRE(run("eval '" + trace + "' --policy kivi:2 --json") == 0);
+  const nlohmann::json ev = nlohmann::json::parse(tierlab::testing::slurp(out));
+  const nlohmann::json& model = ev["model"];
+  CHECK(kivi["code_bits"].get<double>() == Approx(model["rate"]["code_bits"].get<double>()).epsilon(1e-12));
+  CHECK(kivi["total_bits"].get<double>() == Approx(model["rate"]["total_bits"].get<double>()).epsilon(1e-12));
+  CHECK(kivi["rate"].get<double>() == Approx(model["rate"]["code_bits"].get<double>()).epsilon(1e-12));
+  CHECK(kivi["code_bits"].get<double>() < 16.0);  // the residual window did not keep every token exact
+  CHECK(close(kivi["error"].get<double>(), model["decode"]["rel_error"].get<double>(), 1e-9));
+  CHECK(close(kivi["surrogate"].get<double>(), model["surrogate"]["predicted_rel"].get<double>(), 1e-9));
+  CHECK(kivi["error"].get<double>() > 0);
+  // Above the hull exactly when the recomputed error exceeds the families' hull at its rate.
+  RdHull hull;
+  for (std::size_t i = 0; i < j["hull"]["rate"].size(); ++i) {
+    hull.x.push_back(j["hull"]["rate"][i].get<double>());
+    hull.y.push_back(j["hull"]["value"][i].get<double>());
+    hull.label.push_back(j["hull"]["label"][i].get<std::string>());
+  }
+  CHECK(kivi["above_hull"].get<bool>() == (kivi["error"].get<double>() > hull.at(kivi["rate"].get<double>()) * (1 + kRdMethodHullTolerance)));
+  // Without --recompute: the surrogate only.
+  REQUIRE(run("solve '" + trace + "' --budgets 0:8:2 --method kivi:2 --json") == 0);
+  const nlohmann::json s = nlohmann::json::parse(tierlab::testing::slurp(out));
+  CHECK(s["methods"][0]["error"].is_null());
+  CHECK(s["methods"][0]["surrogate"].get<double>() == Approx(kivi["surrogate"].get<double>()).epsilon(1e-12));
+  // A bad method names the option and the value.
+  CHECK(run("solve '" + trace + "' --budgets 0:8:2 --method kivi:9") != 0);
+  std::string e = tierlab::testing::slurp(err);
+  CHECK(e.find("--method") != std::string::npos);
+  CHECK(e.find("kivi:9") != std::string::npos);
+  CHECK(run("solve '" + trace + "' --budgets 0:8:2 --method '{quantizer: bogus}'") != 0);
+  e = tierlab::testing::slurp(err);
+  CHECK(e.find("--method") != std::string::npos);
+  CHECK(e.find("bogus") != std::string::npos);
+  CHECK(run("solve '" + trace + "' --budget 2 --method kivi:2") != 0);
+  CHECK(tierlab::testing::slurp(err).find("--budgets") != std::string::npos);
 }

@@ -4,7 +4,9 @@
 #include <limits>
 
 #include "common.hpp"
+#include "gpu/recompute.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
+#include "scenarios/scenario/rd_methods.hpp"
 
 namespace tierlab::python {
 
@@ -76,12 +78,31 @@ py::dict curve_dict(const RdCurve& c) {
   return d;
 }
 
+// The named methods' points: a list of dicts (NaN where not recomputed).
+py::list methods_list(const std::vector<RdMethodPoint>& points) {
+  py::list out;
+  for (const RdMethodPoint& p : points) {
+    py::dict d;
+    d["label"] = p.label;
+    d["kind"] = to_string(p.kind);
+    d["code_bits"] = p.rate.code_bits;
+    d["total_bits"] = p.rate.total_bits;
+    d["rate"] = p.x;
+    d["surrogate"] = p.surrogate;
+    d["error"] = p.error;
+    d["above_hull"] = p.above_hull;
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_rdcurve(py::module_& m) {
   m.def("rd_curve", [](const PyTrace& trace, const py::object& budgets, const std::vector<std::string>& families,
                        const std::string& scope, const std::string& rate, const py::object& ladder,
-                       const std::string& solver, const std::string& queries, bool recompute, py::object progress) {
+                       const std::string& solver, const std::string& queries, bool recompute,
+                       const std::vector<std::string>& methods, py::object progress) {
     RdCurveOptions o;
     if (py::isinstance<py::str>(budgets)) {
       o.budgets = parse_budget_grid(budgets.cast<std::string>(), "budgets");
@@ -97,15 +118,26 @@ void bind_rdcurve(py::module_& m) {
     o.queries = parse_rd_queries(queries);
     o.recompute = recompute;
     o.validate();
+    const std::vector<MethodSpec> specs = parse_rd_methods(methods, "methods", o);
     WorkContext ctx;
     ctx.progress = progress;
     const Progress report = ctx.reporter();
     const RdCurve c = call_released(ctx, [&] { return rd_curve(*trace.reader, o, report); });
-    return curve_dict(c);
+    py::dict d = curve_dict(c);
+    if (!specs.empty()) {
+      // Recomputed on the CPU reference, as the curve's points are (tierlab solve --method).
+      std::unique_ptr<Recomputer> cpu = recompute ? make_recomputer(Backend::Cpu) : nullptr;
+      const std::vector<RdMethodPoint> points = call_released(ctx, [&] {
+        return rd_method_points(*trace.reader, c, specs, cpu.get(), report, &ctx.stop);
+      });
+      d["methods"] = methods_list(points);
+    }
+    return d;
   }, py::arg("trace"), py::arg("budgets"),
      py::arg("families") = std::vector<std::string>{"quantize", "evict", "mixed", "routed"}, py::arg("scope") = "head",
      py::arg("rate") = "code", py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("solver") = "exact",
-     py::arg("queries") = "decode", py::arg("recompute") = true, py::arg("progress") = py::none(),
+     py::arg("queries") = "decode", py::arg("recompute") = true,
+     py::arg("methods") = std::vector<std::string>{}, py::arg("progress") = py::none(),
      R"doc(The rate-distortion curve of a trace (what `tierlab solve TRACE --budgets A:B:STEP --recompute
 --json` computes; scenarios/pipeline/rd_curve.hpp).
 
@@ -116,7 +148,11 @@ NumPy arrays: budgets; families[name] with feasible, rate (measured, mean over h
 code_bits, total_bits, surrogate (predicted relative error), error (recomputed relative
 error), attn_tv, one entry per budget (NaN where infeasible); ladder (every token at one
 tier: tier, rate, surrogate, error, above_hull); hull and surrogate_hull (lower convex hull
-vertices: rate, value, label). The GIL is released; Ctrl-C raises KeyboardInterrupt.)doc");
+vertices: rate, value, label). methods: named methods as points beside the curves, each a
+`tierlab solve --method` SPEC (a uniform policy "kivi:2" or a scenario methods entry in YAML
+flow form "{quantizer: kivi, bits: 2}"; a scorer without keep: keep ratios B/16 of the
+budgets); then methods is a list of dicts (label, kind, code_bits, total_bits, rate,
+surrogate, error (NaN unless recompute), above_hull). The GIL is released; Ctrl-C raises KeyboardInterrupt.)doc");
 }
 
 }  // namespace tierlab::python

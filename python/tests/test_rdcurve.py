@@ -47,3 +47,31 @@ def test_wrong_curve_arguments_are_input_errors_naming_them(tiny_trace):
         tierlab.rd_curve(tiny_trace, "0:4:1", families=["bogus"])
     with pytest.raises(tierlab.InputError, match="query set"):
         tierlab.rd_curve(tiny_trace, "0:4:1", queries="later")
+
+
+def test_named_methods_are_the_points_of_tierlab_solve_method(tiny_trace, tiny_trace_path):
+    specs = ["kivi:4", "{quantizer: kivi, bits: 2, residual: 0}", "{scorer: snapkv, window: 8}"]
+    args = ["solve", tiny_trace_path, "--budgets", "0:8:4", "--recompute"]
+    for s in specs:
+        args += ["--method", s]
+    cli = cli_json(*args)
+    c = tierlab.rd_curve(tiny_trace, "0:8:4", methods=specs)
+    # kivi:4, the KIVI quantizer, then snapkv at the keep ratios 4/16 and 8/16 of the budgets
+    assert [m["label"] for m in c["methods"]] == [m["label"] for m in cli["methods"]]
+    assert len(c["methods"]) == 4
+    for m, j in zip(c["methods"], cli["methods"]):
+        assert m["kind"] == j["kind"]
+        assert m["above_hull"] == j["above_hull"]
+        for key in ("code_bits", "total_bits", "rate", "surrogate", "error"):
+            np.testing.assert_allclose(m[key], j[key], rtol=1e-12, atol=0)
+    np.testing.assert_allclose([m["rate"] for m in c["methods"][2:]], [4.0, 8.0], rtol=1e-9)
+    s = tierlab.rd_curve(tiny_trace, "0:8:4", methods=["kivi:4"], recompute=False)
+    assert np.isnan(s["methods"][0]["error"])
+    assert "methods" not in tierlab.rd_curve(tiny_trace, "0:8:4", recompute=False)
+
+
+def test_a_bad_named_method_is_an_input_error_naming_it(tiny_trace):
+    with pytest.raises(tierlab.InputError, match="kivi:9"):
+        tierlab.rd_curve(tiny_trace, "0:4:2", methods=["kivi:9"])
+    with pytest.raises(tierlab.InputError, match="bogus"):
+        tierlab.rd_curve(tiny_trace, "0:4:2", methods=["{quantizer: bogus}"])

@@ -11,6 +11,7 @@
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/scenario/methods_spec.hpp"
+#include "scenarios/scenario/rd_methods.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
@@ -148,44 +149,9 @@ void RdCurveAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) co
   const RdCurve c = rd_curve(ctx.trace, o, {}, ctx.stop);
   j["rd_curve"] = to_json(c);
   if (ctx.scenario.methods.empty() || c.queries == RdQueries::Step) return;
-  // The scenario's named methods (`methods`) as single operating points beside the curves:
-  // every head compressed by the method, its measured rate, the surrogate prediction and the
-  // recomputed error on the curve's query set (means over the heads), and whether it lies
-  // above the families' hull.
-  const TraceMeta& meta = ctx.trace.meta();
-  std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
-  for (int l = 0; l < meta.n_layers; ++l)
-    for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(ctx.trace.head(l, h));
-  MethodContext mc;
-  mc.rope = meta.rope;
-  mc.group_size = meta.group_size;
-  mc.rate_kind = ctx.scenario.rate_kind;
-  nlohmann::json methods = nlohmann::json::array();
-  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  for (const MethodSpec& m : ctx.scenario.methods) {
-    ctx.check_stop();
-    const std::vector<std::vector<CompressedHead>> comp = make_model_compressor(m, mc)(heads);
-    double sur = 0, err = 0, cb = 0, tb = 0;
-    const double H = meta.n_heads();
-    for (std::size_t l = 0; l < heads.size(); ++l)
-      for (std::size_t h = 0; h < heads[l].size(); ++h) {
-        const HeadData& hd = heads[l][h];
-        const CompressedHead& ch = comp.at(l).at(h);
-        double on2 = 0;
-        const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), ch.keys, ch.kept, &on2);
-        sur += (on2 > 0 ? abs / on2 : 0.0) / H;
-        err += (c.queries == RdQueries::Decode ? evaluate_decode_steps(hd, ch.keys, ch.kept, ctx.backend)
-                                               : evaluate_obs_queries(hd, ch.keys, ch.kept, ctx.backend))
-                   .rel_error / H;
-        cb += ch.rate.code_bits / H, tb += ch.rate.total_bits / H;
-      }
-    const double x = ctx.scenario.rate_kind == RateKind::Code ? cb : tb;
-    const double at = c.hull.at(x);
-    methods.push_back({{"label", m.label}, {"kind", to_string(m.kind)}, {"code_bits", cb}, {"total_bits", tb},
-                       {"rate", x}, {"surrogate", finite(sur)}, {"error", finite(err)},
-                       {"above_hull", std::isfinite(at) && err > at * (1 + 1e-9)}});
-  }
-  j["rd_curve"]["methods"] = methods;
+  // The scenario's named methods (`methods`) as single operating points beside the curves
+  // (scenarios/scenario/rd_methods.hpp).
+  j["rd_curve"]["methods"] = to_json(rd_method_points(ctx.trace, c, ctx.scenario.methods, &ctx.backend, {}, ctx.stop));
 }
 
 std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,

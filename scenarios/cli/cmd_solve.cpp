@@ -2,8 +2,9 @@
 //   [--ladder L] [--smooth avg|max --kernel K --padding P] [--json] [--summary]
 //   [--write-allocation FILE] [--recompute [--backend B]] [--advantage]
 // tierlab solve TRACE --budgets A:B:STEP [--recompute] [--families LIST] [--queries decode|obs|step [--decode-step S]]
-//   [--rate code|total] [--scope head|layer|model] [--ladder L] [--json]: the rate-distortion
-//   curve (scenarios/pipeline/rd_curve.hpp)
+//   [--rate code|total] [--scope head|layer|model] [--ladder L] [--method SPEC]... [--json]: the
+//   rate-distortion curve (scenarios/pipeline/rd_curve.hpp), with named methods as points beside
+//   it (scenarios/scenario/rd_methods.hpp)
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -17,6 +18,8 @@
 #include "scenarios/run/progress.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 #include "scenarios/pipeline/report.hpp"
+#include "scenarios/scenario/methods_spec.hpp"
+#include "scenarios/scenario/rd_methods.hpp"
 
 namespace tierlab::cli {
 
@@ -29,6 +32,7 @@ void add_solve(CLI::App& app) {
     double budget = 0.0, route_tolerance = 0.0;
     int kernel = 5, decode_step = 1;
     bool json = false, summary = false, recompute = false, advantage = false;
+    std::vector<std::string> methods;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -45,6 +49,11 @@ void add_solve(CLI::App& app) {
   cmd->add_option("--queries", args->queries, "--budgets: recompute on the decode, obs or step (one decode step's) queries")
       ->capture_default_str();
   cmd->add_option("--decode-step", args->decode_step, "--budgets --queries step: the decode step s")->capture_default_str();
+  CLI::Option* method = cmd->add_option(
+      "--method", args->methods,
+      "--budgets: a named method as a point beside the curves, repeatable: a uniform policy (kivi:2) or an entry of "
+      "a scenario's methods list ({quantizer: kivi, bits: 2}; a scorer without keep: keep ratios B/16 of the grid)");
+  method->allow_extra_args(false);
   cmd->add_option("--rate", args->rate, "How the budget counts bits: code or total")->capture_default_str();
   cmd->add_option("--solver", args->solver, "exact, greedy, greedy-raw, waterfill or smoothed")->capture_default_str();
   cmd->add_option("--family", args->family, "mixed, quantize, evict or routed")->capture_default_str();
@@ -63,7 +72,7 @@ void add_solve(CLI::App& app) {
   cmd->add_flag("--advantage", args->advantage,
                 "Also recompute the interior advantage A = 1 - err(M*)/min(err(Q*), err(E*)) (implied by routed with --recompute)");
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
-  cmd->callback([args, budget, budgets]() {
+  cmd->callback([args, budget, budgets, method]() {
     if (budget->count() == 0 && budgets->count() == 0)
       throw InputError("solve needs --budget B (one allocation) or --budgets A:B:STEP (the rate-distortion curve).");
     AllocateOptions opt;
@@ -77,6 +86,9 @@ void add_solve(CLI::App& app) {
     opt.smoothing.kernel = args->kernel;
     opt.smoothing.padding = parse_padding(args->padding);
     opt.route_tolerance = args->route_tolerance;
+    if (method->count() > 0 && budgets->count() == 0)
+      throw InputError("--method places named methods beside a rate-distortion curve; it takes --budgets A:B:STEP, "
+                       "not --budget (evaluate one method with tierlab eval).");
     if (budgets->count() > 0) {
       if (!args->write_allocation.empty() || args->advantage)
         throw InputError("--budgets computes a curve; --write-allocation and --advantage take one --budget.");
@@ -94,6 +106,7 @@ void add_solve(CLI::App& app) {
       ro.queries = parse_rd_queries(args->queries);
       ro.decode_step = args->decode_step;
       ro.validate();
+      const std::vector<MethodSpec> methods = parse_rd_methods(args->methods, "--method", ro);
       if (args->recompute && parse_backend(args->backend) == Backend::Cuda)
         throw InputError("--budgets recomputes on the CPU reference (each head's exact part shared by its points); "
                          "--backend cuda is not used here, leave --backend at auto or cpu.");
@@ -101,10 +114,22 @@ void add_solve(CLI::App& app) {
       TerminalProgress bar("curve");
       const RdCurve curve = rd_curve(trace, ro, [&](int d, int t) { bar.update(d, t); });
       bar.finish();
+      nlohmann::json j = to_json(curve);
+      std::string text = text_report(curve);
+      if (!methods.empty()) {
+        // Recomputed on the CPU reference, as the curve's points are.
+        std::unique_ptr<Recomputer> cpu = args->recompute ? backend_or_throw("cpu") : nullptr;
+        TerminalProgress mb("methods");
+        const std::vector<RdMethodPoint> points =
+            rd_method_points(trace, curve, methods, cpu.get(), [&](int d, int t) { mb.update(d, t); });
+        mb.finish();
+        j["methods"] = to_json(points);
+        text += text_report(points, ro.solve.rate_kind);
+      }
       if (args->json)
-        std::printf("%s\n", to_json(curve).dump(2).c_str());
+        std::printf("%s\n", j.dump(2).c_str());
       else
-        std::printf("%s", text_report(curve).c_str());
+        std::printf("%s", text.c_str());
       return;
     }
     opt.validate();

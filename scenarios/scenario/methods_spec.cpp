@@ -275,6 +275,48 @@ std::vector<MethodSpec> parse_method_specs(const YAML::Node& list, const std::st
   return out;
 }
 
+std::vector<MethodSpec> parse_method_spec_text(const std::string& text, const std::string& option,
+                                               const RateLadder& default_ladder,
+                                               const std::vector<std::string>& default_keep) {
+  const std::string named = option + " '" + text + "'";
+  YAML::Node entry;
+  try {
+    entry = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(named + ": not a method (" + e.msg + "); give a uniform policy (kivi:2) or an entry of a " +
+                     "scenario's methods list ({quantizer: kivi, bits: 2}).");
+  }
+  if (entry.IsScalar()) {
+    YAML::Node policy(YAML::NodeType::Map);
+    policy["policy"] = text;
+    entry = policy;
+  }
+  if (entry.IsMap() && entry["scorer"] && !entry["keep"] && !default_keep.empty()) {
+    YAML::Node keep(YAML::NodeType::Sequence);
+    for (const std::string& k : default_keep) keep.push_back(k);
+    entry["keep"] = keep;
+  }
+  YAML::Node list(YAML::NodeType::Sequence);
+  list.push_back(entry);
+  std::vector<MethodSpec> out;
+  try {
+    out = parse_method_specs(list, option, option, default_ladder);
+  } catch (const InputError& e) {
+    // "OPTION:LINE: key 'OPTION'...": the text has no lines worth naming.
+    std::string what = e.what();
+    const std::string prefix = option + ":";
+    if (what.rfind(prefix, 0) == 0) {
+      const std::size_t colon = what.find(": ", prefix.size());
+      if (colon != std::string::npos) what = what.substr(colon + 2);
+    }
+    for (const std::string key : {"key '" + option + "', ", "key '" + option + "': "})
+      if (what.rfind(key, 0) == 0) what = what.substr(key.size());
+    throw InputError(named + ": " + what);
+  }
+  for (MethodSpec& m : out) m.where = named;
+  return out;
+}
+
 ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& ctx) {
   auto wrap = [m](auto&& body) -> ModelCompressor {
     return [m, body](const std::vector<std::vector<HeadData>>& heads) {

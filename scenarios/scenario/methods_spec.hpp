@@ -85,4 +85,14 @@ ModelCompressor make_model_compressor(const MethodSpec&, const MethodContext&);
 std::vector<MethodSpec> parse_method_specs(const YAML::Node& list, const std::string& file, const std::string& key,
                                            const RateLadder& default_ladder, bool quantizers_only = false);
 
+// One entry given as text on a command line (`tierlab solve --budgets ... --method SPEC`): a
+// uniform policy text ("kivi:2", "evict:0.25", "exact": the entry {policy: TEXT}) or an entry of
+// the `methods` list in YAML flow form ("{quantizer: kivi, bits: 2}", "{scorer: snapkv, keep:
+// ratio:0.25}", "{seed: ratequant, budget: 2}"), read by parse_method_specs (list values expand).
+// A scorer entry without `keep` takes `default_keep` (e.g. keep ratios matching a budget grid),
+// when it is not empty. InputError "OPTION 'TEXT': ..." naming the option and the text.
+std::vector<MethodSpec> parse_method_spec_text(const std::string& text, const std::string& option,
+                                               const RateLadder& default_ladder,
+                                               const std::vector<std::string>& default_keep = {});
+
 }  // namespace tierlab

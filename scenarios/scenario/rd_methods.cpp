@@ -1,0 +1,103 @@
+// Named methods as operating points beside a rate-distortion curve (rd_methods.hpp).
+#include "scenarios/scenario/rd_methods.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "model/error.hpp"
+#include "model/text.hpp"
+#include "scenarios/pipeline/evaluation.hpp"
+
+namespace tierlab {
+
+std::vector<MethodSpec> parse_rd_methods(const std::vector<std::string>& texts, const std::string& option,
+                                         const RdCurveOptions& curve) {
+  std::vector<std::string> grid_keep;
+  for (const double b : curve.budgets)
+    if (b > 0 && b <= 16) grid_keep.push_back("ratio:" + format_number(b / 16, 12));
+  std::vector<MethodSpec> methods;
+  for (const std::string& text : texts)
+    for (MethodSpec& m : parse_method_spec_text(text, option, curve.solve.ladder, grid_keep)) {
+      for (const MethodSpec& seen : methods)
+        if (seen.label == m.label)
+          throw InputError(option + " '" + text + "': the method '" + m.label + "' is given twice.");
+      methods.push_back(std::move(m));
+    }
+  if (!methods.empty() && curve.queries == RdQueries::Step)
+    throw InputError(option + ": named methods are recomputed on the decode or obs queries; one decode step's queries "
+                     "(queries step) are for the curve only.");
+  return methods;
+}
+
+std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCurve& curve,
+                                            const std::vector<MethodSpec>& methods, Recomputer* backend,
+                                            const Progress& progress, const std::atomic<bool>* cancel) {
+  if (curve.queries == RdQueries::Step)
+    throw InputError("named methods are recomputed on the decode or the observation queries, not on one decode step's.");
+  const TraceMeta& meta = trace.meta();
+  std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(trace.head(l, h));
+  MethodContext mc;
+  mc.rope = meta.rope;
+  mc.group_size = meta.group_size;
+  mc.rate_kind = curve.options.solve.rate_kind;
+  std::vector<RdMethodPoint> out;
+  for (const MethodSpec& m : methods) {
+    throw_if_cancelled(cancel);
+    const std::vector<std::vector<CompressedHead>> comp = make_model_compressor(m, mc)(heads);
+    double sur = 0, err = backend ? 0.0 : std::numeric_limits<double>::quiet_NaN(), cb = 0, tb = 0;
+    const double H = meta.n_heads();
+    for (std::size_t l = 0; l < heads.size(); ++l)
+      for (std::size_t h = 0; h < heads[l].size(); ++h) {
+        const HeadData& hd = heads[l][h];
+        const CompressedHead& ch = comp.at(l).at(h);
+        double on2 = 0;
+        const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), ch.keys, ch.kept, &on2);
+        sur += (on2 > 0 ? abs / on2 : 0.0) / H;
+        if (backend)
+          err += (curve.queries == RdQueries::Decode ? evaluate_decode_steps(hd, ch.keys, ch.kept, *backend)
+                                                     : evaluate_obs_queries(hd, ch.keys, ch.kept, *backend))
+                     .rel_error / H;
+        cb += ch.rate.code_bits / H, tb += ch.rate.total_bits / H;
+      }
+    RdMethodPoint p;
+    p.label = m.label;
+    p.kind = m.kind;
+    p.rate = Rate{cb, tb};
+    p.x = mc.rate_kind == RateKind::Code ? cb : tb;
+    p.surrogate = sur;
+    p.error = err;
+    const double at = curve.hull.at(p.x);
+    p.above_hull = std::isfinite(at) && err > at * (1 + kRdMethodHullTolerance);
+    out.push_back(std::move(p));
+    if (progress) progress(static_cast<int>(out.size()), static_cast<int>(methods.size()));
+  }
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<RdMethodPoint>& points) {
+  auto finite = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json out = nlohmann::json::array();
+  for (const RdMethodPoint& p : points)
+    out.push_back({{"label", p.label}, {"kind", to_string(p.kind)}, {"code_bits", p.rate.code_bits},
+                   {"total_bits", p.rate.total_bits}, {"rate", p.x}, {"surrogate", finite(p.surrogate)},
+                   {"error", finite(p.error)}, {"above_hull", p.above_hull}});
+  return out;
+}
+
+std::string text_report(const std::vector<RdMethodPoint>& points, RateKind kind) {
+  std::ostringstream s;
+  char buf[512];
+  s << "named methods (operating points; rate in " << to_string(kind) << " bits):\n";
+  for (const RdMethodPoint& p : points) {
+    std::snprintf(buf, sizeof buf, "  %-34s %-9s code %7.4f  total %7.4f  surrogate %12.5g  recomputed %12.5g%s\n",
+                  p.label.c_str(), to_string(p.kind).c_str(), p.rate.code_bits, p.rate.total_bits, p.surrogate, p.error,
+                  p.above_hull ? "  above the hull" : "");
+    s << buf;
+  }
+  return s.str();
+}
+
+}  // namespace tierlab
