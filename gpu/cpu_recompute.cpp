@@ -510,13 +510,15 @@ IncrementalKeptSet::IncrementalKeptSet(const HeadProblem& hp, int prompt_tokens)
       w(t, r) = x;
       global_z_[static_cast<std::size_t>(r)] += x;
     }
-  const int nthreads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
-  std::vector<MatrixRMd> partial(static_cast<std::size_t>(nthreads), MatrixRMd::Zero(rows_, d_));
-#pragma omp parallel num_threads(nthreads)
-  {
-    MatrixRMd& acc = partial[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < tiles; ++b) {
+  // Partial sums over a fixed split of the tiles (not one per thread, not in the order threads
+  // take them): the same sums in the same order whatever the thread count and scheduling.
+  constexpr int kGroups = 16;
+  const int groups = std::min(kGroups, tiles);
+  std::vector<MatrixRMd> partial(static_cast<std::size_t>(groups), MatrixRMd::Zero(rows_, d_));
+#pragma omp parallel for schedule(dynamic, 1) if (!omp_in_parallel())
+  for (int g = 0; g < groups; ++g) {
+    MatrixRMd& acc = partial[static_cast<std::size_t>(g)];
+    for (int b = g * tiles / groups; b < (g + 1) * tiles / groups; ++b) {
       const int t0 = b * kTile, nt = std::min(kTile, T_ - t0);
       const MatrixRMd vd = hp.values->middleRows(t0, nt).cast<double>();
       acc.noalias() += w.middleRows(t0, nt).transpose() * vd;

@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include <omp.h>
+
 #include "gpu/cpu_recompute.hpp"
 #include "gpu/recompute.hpp"
 #include "model/synthetic.hpp"
@@ -182,4 +184,46 @@ TEST_CASE("The curve's sweep and incremental paths equal the point-by-point curv
     for (std::size_t i = 0; i < a.head_error.size(); ++i) CHECK(close(a.head_error[i], b.head_error[i]));
   }
   CHECK(differ == 0);  // the same allocations (the same measured rates)
+}
+
+TEST_CASE("The CPU backend's and the incremental kept set's numbers do not depend on the number of OpenMP threads: "
+          "1, 2 and 3 threads give the same bits",
+          "[rd_curve][incremental][threads]") {
+  // An MPI rank on a share of a node (1 thread) must compute what a whole-node process does
+  // (docs/cluster.md): sums are split by fixed blocks, never by thread.
+  SynthParams sp = synth_preset("tiny");
+  sp.seed = 8;
+  sp.prompt_len = 3000;  // 12 tiles of 256 tokens: more than one group per thread
+  const HeadData head = synth_head(sp, 0, 1);
+  const DecodeProblem dp(head);
+  std::vector<std::uint8_t> kept(static_cast<std::size_t>(dp.T), 0);
+  std::vector<int> add;
+  for (int t = 0; t < dp.T; t += 3) kept[static_cast<std::size_t>(t)] = 1, add.push_back(t);
+  const int before = omp_get_max_threads();
+  std::vector<ErrorMetrics> fulls, incs;
+  for (const int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    // The backend every scenario cell and CLI command recomputes on (its sums are split by
+    // fixed row blocks; the GEMMs inside run on one thread each).
+    HeadBatch batch;
+    batch.problem = dp.hp;
+    Selection sel(static_cast<std::size_t>(dp.keys.rows()), 1);
+    for (std::size_t t = 0; t < kept.size(); ++t) sel[t] = kept[t];
+    batch.selections = {sel};
+    const auto backend = make_cpu_recomputer();
+    fulls.push_back(recompute(*backend, {batch})[0][0]);
+    cpu::IncrementalKeptSet inc(dp.hp, dp.T);
+    inc.add(add);
+    incs.push_back(inc.metrics());
+  }
+  omp_set_num_threads(before);
+  for (std::size_t k = 1; k < fulls.size(); ++k) {
+    INFO((k + 1) << " threads against 1");
+    CHECK(fulls[k].rel_error == fulls[0].rel_error);
+    CHECK(fulls[k].abs_error == fulls[0].abs_error);
+    CHECK(fulls[k].attn_tv == fulls[0].attn_tv);
+    CHECK(incs[k].rel_error == incs[0].rel_error);
+    CHECK(incs[k].abs_error == incs[0].abs_error);
+    CHECK(incs[k].attn_tv == incs[0].attn_tv);
+  }
 }

@@ -145,10 +145,10 @@ TEST_CASE("the entropy phase table of hand-made cells") {
   CHECK(t["rows"][0]["R2_median"].get<double>() == Approx(1.75));
   CHECK(t["rows"][0]["winner"] == "E");
   CHECK(t["rows"][0]["share_E"].get<double>() == Approx(1.0));
-  CHECK(t["rows"][1]["winner"] == "E");  // B = 4: E and M tie, the endpoint wins
+  CHECK(t["rows"][1]["winner"] == "tie");  // B = 4: E and M win one head each
   CHECK(t["rows"][1]["share_M"].get<double>() == Approx(0.5));
   CHECK(t["rows"][2]["winner"] == "M");
-  CHECK(t["rows"][3]["winner"] == "Q");  // Q and M tie: Q first
+  CHECK(t["rows"][3]["winner"] == "tie");  // Q and M win one head each
   CHECK(t["rows"][3]["R2_median"].get<double>() == Approx(0.375));
   // Median R2 crosses 1 between (1.5, 1.75) and (3.5, 0.375): 1.5 + 0.75 * 2 / 1.375.
   CHECK(t["boundary_entropy"].get<double>() == Approx(1.5 + 0.75 * 2 / 1.375));

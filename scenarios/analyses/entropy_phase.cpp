@@ -221,11 +221,7 @@ std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vec
     for (std::size_t k = 0; k < budgets.size(); ++k) {
       const auto& w = wins[{b, k}];
       const int tot = w[0] + w[1] + w[2];
-      std::string win = "Q";
-      int best = w[0];
-      if (w[1] > best) win = "E", best = w[1];
-      if (w[2] > best) win = "M", best = w[2];
-      if (tot == 0) win.clear();
+      const std::string win = plurality_winner(w[0], w[1], w[2]);  // "tie" when two win as many heads
       auto share = [&](int i) { return tot ? static_cast<double>(w[static_cast<std::size_t>(i)]) / tot : kNaN; };
       e_curve[k].push_back({md, share(1)});
       pc << b << ',' << format_or_nan(elo) << ',' << format_or_nan(ehi) << ',' << format_or_nan(md) << ','

@@ -59,7 +59,7 @@ Figure phase_map_figure(const nlohmann::json& ph) {
   return f;
 }
 
-std::string PhaseMapAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
+std::string PhaseMapAnalysis::write_tables(const Scenario& /*sc*/, const std::vector<nlohmann::json>& cells,
                                            const std::string& dir) const {
   nlohmann::json phase;
   std::ostringstream pc;
@@ -84,10 +84,7 @@ std::string PhaseMapAnalysis::write_tables(const Scenario& sc, const std::vector
   for (const auto& [ls, v] : r2_by_scale) r2med.push_back({ls, quantile_or_nan(v, 0.5)});
   for (const auto& [key, w] : cellwins) {
     const int tot = w[0] + w[1] + w[2];
-    std::string win = "Q";
-    int best = w[0];
-    if (w[1] > best) win = "E", best = w[1];
-    if (w[2] > best) win = "M", best = w[2];
+    const std::string win = plurality_winner(w[0], w[1], w[2]);  // "tie" as the figures draw it
     double r2 = kNaN;
     for (const auto& [s, m] : r2med)
       if (s == key.first) r2 = m;
@@ -122,7 +119,7 @@ std::string PhaseMapAnalysis::write_tables(const Scenario& sc, const std::vector
   write_file_atomically(dir + "/phase.csv", pc.str());
   write_file_atomically(dir + "/phase.json", phase.dump(1) + "\n");
   std::ostringstream s;
-  s << "\n## Dominance phase map (logit scale x budget)\n\nWinner by exact recomputation (most heads), share of heads won by M:\n\n";
+  s << "\n## Dominance phase map (logit scale x budget)\n\nWinner by exact recomputation (the family that wins the most heads; tie when two win as many), shares of heads won:\n\n";
   s << "| logit scale | B | winner | Q | E | M | median R(2) |\n|---|---|---|---|---|---|---|\n";
   for (const auto& r : phase["rows"])
     s << "| " << format_or_nan(r["logit_scale"].get<double>()) << " | " << format_or_nan(r["budget"].get<double>())

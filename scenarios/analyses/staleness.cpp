@@ -155,97 +155,11 @@ void StalenessAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) 
   j["staleness"] = {{"budget", so.budget}, {"window", so.window}, {"horizon", so.horizon}, {"heads", heads}};
 }
 
-std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
-                                            const std::string& dir) const {
-  std::ostringstream hc, pc;
-  hc << "cell,layer,kv_head,step,scored_steps,err_stale,err_fresh,err_insample,ratio,aging,ratio_insample,jaccard,"
-        "agreement,err_Q,err_E,err_M,family_prefill,family,same_family,family_surrogate\n";
-  pc << "step,heads,median_ratio,mean_ratio,share_fresh_better,median_aging,mean_aging,median_ratio_insample,"
-        "median_jaccard,mean_jaccard,median_agreement,mean_agreement,share_Q,share_E,share_M,share_same_family\n";
-  struct Acc {
-    std::vector<double> ratio, aging, bound, jaccard, agreement;
-    int heads = 0, same = 0, fresh_better = 0, compared = 0;
-    std::map<std::string, int> family;
-  };
-  std::map<int, Acc> by_step;
-  std::set<int> windows;
-  int horizon = spec.horizon;
-  for (const auto& c : cells) {
-    if (!c.contains("staleness")) continue;
-    const nlohmann::json& cs = c["staleness"];
-    if (!cs.contains("window"))
-      throw InputError(sc.file + ": cell '" + c["id"].get<std::string>() +
-                       "' holds staleness results of an older definition (in-sample fresh allocation); rerun the "
-                       "scenario with --force.");
-    windows.insert(cs["window"].get<int>());
-    horizon = cs.value("horizon", horizon);
-    for (const auto& h : cs["heads"])
-      for (const auto& st : h["steps"]) {
-        const int step = st["step"].get<int>();
-        const double r = double_or_nan(st, "ratio"), ag = double_or_nan(st, "aging"),
-                     b = double_or_nan(st, "ratio_insample"), jac = double_or_nan(st, "jaccard"),
-                     agr = double_or_nan(st, "agreement");
-        const double es = double_or_nan(st, "err_stale"), ef = double_or_nan(st, "err_fresh");
-        const bool same = st["same_family"].get<bool>();
-        const std::string fam = st["family"].get<std::string>();
-        hc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << step << ','
-           << st["scored_steps"] << ',' << format_or_nan(es) << ',' << format_or_nan(ef) << ','
-           << format_or_nan(double_or_nan(st, "err_insample")) << ',' << format_or_nan(r) << ','
-           << format_or_nan(ag) << ',' << format_or_nan(b) << ',' << format_or_nan(jac) << ','
-           << format_or_nan(agr) << ',' << format_or_nan(double_or_nan(st, "err_Q")) << ','
-           << format_or_nan(double_or_nan(st, "err_E")) << ',' << format_or_nan(double_or_nan(st, "err_M")) << ','
-           << h["family_prefill"].get<std::string>() << ',' << fam << ',' << (same ? 1 : 0) << ','
-           << st["family_surrogate"].get<std::string>() << '\n';
-        Acc& a = by_step[step];
-        if (std::isfinite(r)) a.ratio.push_back(r);
-        if (std::isfinite(ag)) a.aging.push_back(ag);
-        if (std::isfinite(b)) a.bound.push_back(b);
-        if (std::isfinite(jac)) a.jaccard.push_back(jac);
-        if (std::isfinite(agr)) a.agreement.push_back(agr);
-        if (std::isfinite(es) && std::isfinite(ef) && es != ef) ++a.compared, a.fresh_better += ef < es ? 1 : 0;
-        ++a.heads;
-        a.same += same ? 1 : 0;
-        if (!fam.empty()) ++a.family[fam];
-      }
-  }
-  nlohmann::json rows = nlohmann::json::array();
-  const auto share_of = [](int n, int d) { return d ? static_cast<double>(n) / d : kNaN; };
-  for (auto& [step, a] : by_step) {
-    const nlohmann::json r = {{"step", step},
-                              {"heads", a.heads},
-                              {"median_ratio", finite_or_null(quantile_or_nan(a.ratio, 0.5))},
-                              {"mean_ratio", finite_or_null(mean_or_nan(a.ratio))},
-                              {"share_fresh_better", finite_or_null(share_of(a.fresh_better, a.compared))},
-                              {"median_aging", finite_or_null(quantile_or_nan(a.aging, 0.5))},
-                              {"mean_aging", finite_or_null(mean_or_nan(a.aging))},
-                              {"median_ratio_insample", finite_or_null(quantile_or_nan(a.bound, 0.5))},
-                              {"median_jaccard", finite_or_null(quantile_or_nan(a.jaccard, 0.5))},
-                              {"mean_jaccard", finite_or_null(mean_or_nan(a.jaccard))},
-                              {"median_agreement", finite_or_null(quantile_or_nan(a.agreement, 0.5))},
-                              {"mean_agreement", finite_or_null(mean_or_nan(a.agreement))},
-                              {"share_Q", finite_or_null(share_of(a.family["Q"], a.heads))},
-                              {"share_E", finite_or_null(share_of(a.family["E"], a.heads))},
-                              {"share_M", finite_or_null(share_of(a.family["M"], a.heads))},
-                              {"share_same_family", finite_or_null(share_of(a.same, a.heads))}};
-    pc << step << ',' << a.heads;
-    for (const char* k : {"median_ratio", "mean_ratio", "share_fresh_better", "median_aging", "mean_aging",
-                          "median_ratio_insample", "median_jaccard", "mean_jaccard", "median_agreement",
-                          "mean_agreement", "share_Q", "share_E", "share_M", "share_same_family"})
-      pc << ',' << format_or_nan(double_or_nan(r, k));
-    pc << '\n';
-    rows.push_back(r);
-  }
-  std::string window_text;
-  for (const int w : windows) window_text += (window_text.empty() ? "" : ", ") + std::to_string(w);
-  const nlohmann::json stale = {{"budget", spec.budget},
-                                {"window", spec.window > 0 ? nlohmann::json(spec.window) : nlohmann::json("trace")},
-                                {"windows", std::vector<int>(windows.begin(), windows.end())},
-                                {"horizon", horizon},
-                                {"rows", rows}};
-  write_file_atomically(dir + "/staleness_heads.csv", hc.str());
-  write_file_atomically(dir + "/staleness.csv", pc.str());
-  write_file_atomically(dir + "/staleness.json", stale.dump(1) + "\n");
-  if (rows.empty()) return "";
+namespace {
+
+// The summary.md section: the per-step table and the verdict, from the per-step rows.
+std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& rows, const std::string& window_text,
+                              int horizon) {
   std::ostringstream s;
   s << "\n## Allocation staleness over decode steps (B = " << format_or_nan(spec.budget) << ", W = " << window_text
     << (spec.window > 0 ? "" : " (the observation window)") << ", k = " << horizon << ")\n\n"
@@ -344,6 +258,102 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
          "`staleness.horizon` > 1 scores steps s..s+k-1 together)";
   s << ".\n";
   return s.str();
+}
+
+}  // namespace
+
+std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
+                                            const std::string& dir) const {
+  std::ostringstream hc, pc;
+  hc << "cell,layer,kv_head,step,scored_steps,err_stale,err_fresh,err_insample,ratio,aging,ratio_insample,jaccard,"
+        "agreement,err_Q,err_E,err_M,family_prefill,family,same_family,family_surrogate\n";
+  pc << "step,heads,median_ratio,mean_ratio,share_fresh_better,median_aging,mean_aging,median_ratio_insample,"
+        "median_jaccard,mean_jaccard,median_agreement,mean_agreement,share_Q,share_E,share_M,share_same_family\n";
+  struct Acc {
+    std::vector<double> ratio, aging, bound, jaccard, agreement;
+    int heads = 0, same = 0, fresh_better = 0, compared = 0;
+    std::map<std::string, int> family;
+  };
+  std::map<int, Acc> by_step;
+  std::set<int> windows;
+  int horizon = spec.horizon;
+  for (const auto& c : cells) {
+    if (!c.contains("staleness")) continue;
+    const nlohmann::json& cs = c["staleness"];
+    if (!cs.contains("window"))
+      throw InputError(sc.file + ": cell '" + c["id"].get<std::string>() +
+                       "' holds staleness results of an older definition (in-sample fresh allocation); rerun the "
+                       "scenario with --force.");
+    windows.insert(cs["window"].get<int>());
+    horizon = cs.value("horizon", horizon);
+    for (const auto& h : cs["heads"])
+      for (const auto& st : h["steps"]) {
+        const int step = st["step"].get<int>();
+        const double r = double_or_nan(st, "ratio"), ag = double_or_nan(st, "aging"),
+                     b = double_or_nan(st, "ratio_insample"), jac = double_or_nan(st, "jaccard"),
+                     agr = double_or_nan(st, "agreement");
+        const double es = double_or_nan(st, "err_stale"), ef = double_or_nan(st, "err_fresh");
+        const bool same = st["same_family"].get<bool>();
+        const std::string fam = st["family"].get<std::string>();
+        hc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << step << ','
+           << st["scored_steps"] << ',' << format_or_nan(es) << ',' << format_or_nan(ef) << ','
+           << format_or_nan(double_or_nan(st, "err_insample")) << ',' << format_or_nan(r) << ','
+           << format_or_nan(ag) << ',' << format_or_nan(b) << ',' << format_or_nan(jac) << ','
+           << format_or_nan(agr) << ',' << format_or_nan(double_or_nan(st, "err_Q")) << ','
+           << format_or_nan(double_or_nan(st, "err_E")) << ',' << format_or_nan(double_or_nan(st, "err_M")) << ','
+           << h["family_prefill"].get<std::string>() << ',' << fam << ',' << (same ? 1 : 0) << ','
+           << st["family_surrogate"].get<std::string>() << '\n';
+        Acc& a = by_step[step];
+        if (std::isfinite(r)) a.ratio.push_back(r);
+        if (std::isfinite(ag)) a.aging.push_back(ag);
+        if (std::isfinite(b)) a.bound.push_back(b);
+        if (std::isfinite(jac)) a.jaccard.push_back(jac);
+        if (std::isfinite(agr)) a.agreement.push_back(agr);
+        if (std::isfinite(es) && std::isfinite(ef) && es != ef) ++a.compared, a.fresh_better += ef < es ? 1 : 0;
+        ++a.heads;
+        a.same += same ? 1 : 0;
+        if (!fam.empty()) ++a.family[fam];
+      }
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  const auto share_of = [](int n, int d) { return d ? static_cast<double>(n) / d : kNaN; };
+  for (auto& [step, a] : by_step) {
+    const nlohmann::json r = {{"step", step},
+                              {"heads", a.heads},
+                              {"median_ratio", finite_or_null(quantile_or_nan(a.ratio, 0.5))},
+                              {"mean_ratio", finite_or_null(mean_or_nan(a.ratio))},
+                              {"share_fresh_better", finite_or_null(share_of(a.fresh_better, a.compared))},
+                              {"median_aging", finite_or_null(quantile_or_nan(a.aging, 0.5))},
+                              {"mean_aging", finite_or_null(mean_or_nan(a.aging))},
+                              {"median_ratio_insample", finite_or_null(quantile_or_nan(a.bound, 0.5))},
+                              {"median_jaccard", finite_or_null(quantile_or_nan(a.jaccard, 0.5))},
+                              {"mean_jaccard", finite_or_null(mean_or_nan(a.jaccard))},
+                              {"median_agreement", finite_or_null(quantile_or_nan(a.agreement, 0.5))},
+                              {"mean_agreement", finite_or_null(mean_or_nan(a.agreement))},
+                              {"share_Q", finite_or_null(share_of(a.family["Q"], a.heads))},
+                              {"share_E", finite_or_null(share_of(a.family["E"], a.heads))},
+                              {"share_M", finite_or_null(share_of(a.family["M"], a.heads))},
+                              {"share_same_family", finite_or_null(share_of(a.same, a.heads))}};
+    pc << step << ',' << a.heads;
+    for (const char* k : {"median_ratio", "mean_ratio", "share_fresh_better", "median_aging", "mean_aging",
+                          "median_ratio_insample", "median_jaccard", "mean_jaccard", "median_agreement",
+                          "mean_agreement", "share_Q", "share_E", "share_M", "share_same_family"})
+      pc << ',' << format_or_nan(double_or_nan(r, k));
+    pc << '\n';
+    rows.push_back(r);
+  }
+  std::string window_text;
+  for (const int w : windows) window_text += (window_text.empty() ? "" : ", ") + std::to_string(w);
+  const nlohmann::json stale = {{"budget", spec.budget},
+                                {"window", spec.window > 0 ? nlohmann::json(spec.window) : nlohmann::json("trace")},
+                                {"windows", std::vector<int>(windows.begin(), windows.end())},
+                                {"horizon", horizon},
+                                {"rows", rows}};
+  write_file_atomically(dir + "/staleness_heads.csv", hc.str());
+  write_file_atomically(dir + "/staleness.csv", pc.str());
+  write_file_atomically(dir + "/staleness.json", stale.dump(1) + "\n");
+  if (rows.empty()) return "";
+  return staleness_summary(spec, rows, window_text, horizon);
 }
 
 AnalysisType StalenessAnalysis::type() {

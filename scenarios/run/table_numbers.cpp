@@ -42,4 +42,14 @@ double quantile_or_nan(std::vector<double> v, double q) {
   return i + 1 < v.size() ? v[i] * (1 - t) + v[i + 1] * t : v[i];
 }
 
+std::string plurality_winner(int q, int e, int m) {
+  const int w[3] = {q, e, m};
+  const int best = std::max({q, e, m});
+  if (best <= 0) return "";
+  std::string win;
+  for (int k = 0; k < 3; ++k)
+    if (w[k] == best) win = win.empty() ? std::string(1, "QEM"[k]) : "tie";
+  return win;
+}
+
 }  // namespace tierlab

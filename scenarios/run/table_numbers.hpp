@@ -28,4 +28,9 @@ double mean_or_nan(const std::vector<double>& v);
 // (v_(n-1) when i = n - 1); NaN when empty.
 double quantile_or_nan(std::vector<double> v, double q);
 
+// The family that won the most heads of a cell of a phase table, from the heads won by Q, E
+// and M: "Q", "E" or "M"; "tie" when two or three won equally many (never one of them by
+// their order); "" when no head was won.
+std::string plurality_winner(int q, int e, int m);
+
 }  // namespace tierlab
