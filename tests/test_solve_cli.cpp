@@ -185,8 +185,7 @@ TEST_CASE("a budget that only nominal rates meet (partial groups' metadata over 
   // T = 48: KIVI's 32-token groups leave a partial group, so all-kivi2 measures 2 + 4/3 = 3.33
   // total bits while its nominal (dense) rate is 3.0; at B = 3 the repair to the measured budget
   // finds no allocation. Found by the cluster tests' rd_curve (it once read an empty result).
-  TempDir tmp;
-  const std::string p = (tmp.path / "t48.safetensors").string();
+  const std::string p = temp_file("t48.safetensors");
   SynthParams params = synth_preset("tiny");
   params.prompt_len = 48, params.n_layers = 1, params.n_kv_heads = 2, params.head_dim = 16;
   params.obs_window = 8, params.decode_steps = 8;

@@ -351,7 +351,10 @@ PyProblem make_problem(const py::object& queries, const py::object& keys, const 
 
 }  // namespace
 
-void bind_solve(py::module_& m) {
+namespace {
+
+// The trace-level solve: tierlab.cuda_available, Solution, solve.
+void bind_trace_solve(py::module_& m) {
   m.def("cuda_available", [] {
     std::string reason;
     const bool ok = cuda_available(&reason);
@@ -442,6 +445,10 @@ evict | routed; scope: head | layer | model; rate: code | total; smooth/kernel/p
 the smoothed solver's pooling. progress(done, total) is called per head. The GIL is
 released; Ctrl-C raises KeyboardInterrupt.)doc");
 
+}
+
+// One head's optimum: HeadSolution, solve_head.
+void bind_head_solve(py::module_& m) {
   py::class_<HeadSolution>(m, "HeadSolution", "One family's optimum for one head (scenarios/pipeline/head.hpp solve_head).")
       .def_readonly("feasible", &HeadSolution::feasible)
       .def_readonly("option", &HeadSolution::option, "\"Q:kivi4\", \"E\", \"M\".")
@@ -486,6 +493,10 @@ released; Ctrl-C raises KeyboardInterrupt.)doc");
      "routed and solver exact | greedy | greedy-raw | waterfill; costs: its tierlab.Costs on the same ladder (else "
      "computed on the observation queries).");
 
+}
+
+// The exact errors of E allocations of one head: HeadErrors, recompute_head.
+void bind_head_errors(py::module_& m) {
   py::class_<HeadErrors>(m, "HeadErrors", R"doc(Exactly recomputed errors (MODEL.md section 2) of E allocations of
 one head: the means over the query rows as arrays [E] (rel_error, abs_error, attn_tv,
 logit_error) and, when asked (per_row=True), each row's errors as arrays [E, rows], each row
@@ -594,6 +605,10 @@ allocations: integer array [T] or [E, T] of tier indices into ladder; each is ma
 queries, as `tierlab eval` does; backend: "auto" | "cpu" | "cuda". per_row: also each query
 row's errors [E, rows].)doc");
 
+}
+
+// The backends' recomputation problem: RecomputeProblem, recompute_variants.
+void bind_recompute_problem(py::module_& m) {
   py::class_<PyProblem>(m, "RecomputeProblem", R"doc(One head's recomputation problem as the backends take it
 (gpu/recompute.hpp HeadProblem), built once and evaluated for many selections: exact keys
 [T, d], values [T, d], queries [rows, d], candidate key matrices `variants` (each [T, d], at
@@ -657,6 +672,10 @@ arrays are copied (float32) at construction; evaluate() then does only the recom
      "tierlab.RecomputeProblem(queries, keys, values, variants, visible).evaluate(selections, backend, per_row) in one "
      "call (tierlab.HeadErrors).");
 
+}
+
+// A whole trace's exact errors and interior advantage: Evaluation, Interior, interior, recompute.
+void bind_trace_evaluation(py::module_& m) {
   py::class_<PyEvaluation>(m, "Evaluation", R"doc(The exact errors of one allocation of a whole trace (`tierlab eval`):
 per head (a dict of arrays, `heads`), per layer and for the model (means over heads),
 next to the surrogate's prediction; obs = observation queries, decode = decode steps.)doc")
@@ -785,6 +804,16 @@ allocation: a tierlab.Solution, or an integer array [n_layers, n_kv_heads, T] of
 indices into ladder (default: tierlab solve's default ladder); backend: "auto" | "cpu" |
 "cuda" (tierlab.InputError when the one asked for is not there; tierlab.RecomputeError
 when it fails). progress(done, total) per head; Ctrl-C raises KeyboardInterrupt.)doc");
+}
+
+}  // namespace
+
+void bind_solve(py::module_& m) {
+  bind_trace_solve(m);
+  bind_head_solve(m);
+  bind_head_errors(m);
+  bind_recompute_problem(m);
+  bind_trace_evaluation(m);
 }
 
 }  // namespace tierlab::python

@@ -258,7 +258,10 @@ PyTrace write_trace(const std::string& path, const std::vector<PyHead>& heads, c
 
 }  // namespace
 
-void bind_trace(py::module_& m) {
+namespace {
+
+// The memory map's owner and one KV head: _MappedTensor, Head.
+void bind_head_type(py::module_& m) {
   py::class_<MappedTensor>(m, "_MappedTensor",
                            "The owner of a read-only view of a trace file's memory map (the array's base): it keeps "
                            "the trace open, and drops the tensor's pages from memory when the last view goes.")
@@ -342,6 +345,10 @@ finite.)doc")
                (h.reader ? ", view of " + h.reader->path() : std::string(", in memory")) + ">";
       });
 
+}
+
+// Trace files: Trace, open_trace, write_trace.
+void bind_trace_type(py::module_& m) {
   py::class_<PyTrace>(m, "Trace", R"doc(An open trace file (docs/trace-format.md), read head by head
 through its memory map. tierlab.open_trace(path) or tierlab.Trace(path); the constructor
 checks the metadata and every tensor's presence, shape and dtype (tierlab.FormatError).)doc")
@@ -399,6 +406,10 @@ grid exactly once, all of one shape; storage: "F32", "F16" or "BF16"; provenance
 text; token_ids: integer array [T + S] or None. The writer checks each head against the
 trace's metadata and the reader then checks the file, with the C++ messages.)doc");
 
+}
+
+// Synthetic traces: SynthParams, presets, synthetic_head, write_synthetic.
+void bind_synthetic(py::module_& m) {
   py::class_<SynthParams>(m, "SynthParams", "Parameters of a synthetic trace (model/synthetic.hpp, docs/synthetic.md).")
       .def(py::init<>())
       .def_static("preset", &synth_preset, py::arg("name"), "The parameters of a preset (tierlab.presets()).")
@@ -473,6 +484,14 @@ trace's metadata and the reader then checks the file, with the C++ messages.)doc
   }, py::arg("path"), py::arg("params"), py::arg("progress") = py::none(),
      "Writes the synthetic trace of the parameters (byte-identical for the same parameters) and returns it "
      "opened; progress(done, total) is called per head. Ctrl-C stops it (KeyboardInterrupt, no file left).");
+}
+
+}  // namespace
+
+void bind_trace(py::module_& m) {
+  bind_head_type(m);
+  bind_trace_type(m);
+  bind_synthetic(m);
 }
 
 }  // namespace tierlab::python

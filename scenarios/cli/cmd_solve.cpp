@@ -23,18 +23,67 @@
 
 namespace tierlab::cli {
 
+namespace {
+
+struct SolveArgs {
+  std::string trace, rate = "code", solver = "exact", family = "mixed", scope = "head";
+  std::string ladder{kDefaultSolveLadder};
+  std::string smooth = "avg", padding = "reflect", write_allocation, backend = "auto";
+  std::string budgets, families = "quantize,evict,mixed,routed", queries = "decode";
+  double budget = 0.0, route_tolerance = 0.0;
+  int kernel = 5, decode_step = 1;
+  bool json = false, summary = false, recompute = false, advantage = false;
+  std::vector<std::string> methods;
+};
+
+// `tierlab solve --budgets A:B:STEP`: the rate-distortion curves, their hulls and the named methods beside them.
+void run_solve_curve(const SolveArgs& args, AllocateOptions opt) {
+  if (!args.write_allocation.empty() || args.advantage)
+    throw InputError("--budgets computes a curve; --write-allocation and --advantage take one --budget.");
+  RdCurveOptions ro;
+  ro.budgets = parse_budget_grid(args.budgets, "--budgets");
+  opt.budget = ro.budgets.front();
+  ro.solve = opt;
+  ro.families.clear();
+  for (std::size_t pos = 0; pos <= args.families.size();) {
+    const std::size_t end = std::min(args.families.find(',', pos), args.families.size());
+    ro.families.push_back(parse_family_choice(args.families.substr(pos, end - pos)));
+    pos = end + 1;
+  }
+  ro.recompute = args.recompute;
+  ro.queries = parse_rd_queries(args.queries);
+  ro.decode_step = args.decode_step;
+  ro.validate();
+  const std::vector<MethodSpec> methods = parse_rd_methods(args.methods, "--method", ro);
+  if (args.recompute && parse_backend(args.backend) == Backend::Cuda)
+    throw InputError("--budgets recomputes on the CPU reference (each head's exact part shared by its points); "
+                     "--backend cuda is not used here, leave --backend at auto or cpu.");
+  TraceReader trace(args.trace);
+  TerminalProgress bar("curve");
+  const RdCurve curve = rd_curve(trace, ro, [&](int d, int t) { bar.update(d, t); });
+  bar.finish();
+  nlohmann::json j = to_json(curve);
+  std::string text = text_report(curve);
+  if (!methods.empty()) {
+    // Recomputed on the CPU reference, as the curve's points are.
+    std::unique_ptr<Recomputer> cpu = args.recompute ? backend_or_throw("cpu") : nullptr;
+    TerminalProgress mb("methods");
+    const std::vector<RdMethodPoint> points =
+        rd_method_points(trace, curve, methods, cpu.get(), [&](int d, int t) { mb.update(d, t); });
+    mb.finish();
+    j["methods"] = to_json(points);
+    text += text_report(points, ro.solve.rate_kind);
+  }
+  if (args.json)
+    std::printf("%s\n", j.dump(2).c_str());
+  else
+    std::printf("%s", text.c_str());
+}
+
+}  // namespace
+
 void add_solve(CLI::App& app) {
-  struct Args {
-    std::string trace, rate = "code", solver = "exact", family = "mixed", scope = "head";
-    std::string ladder{kDefaultSolveLadder};
-    std::string smooth = "avg", padding = "reflect", write_allocation, backend = "auto";
-    std::string budgets, families = "quantize,evict,mixed,routed", queries = "decode";
-    double budget = 0.0, route_tolerance = 0.0;
-    int kernel = 5, decode_step = 1;
-    bool json = false, summary = false, recompute = false, advantage = false;
-    std::vector<std::string> methods;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<SolveArgs>();
   CLI::App* cmd = app.add_subcommand(
       "solve", "Allocate tiers to every token of a trace for a key budget (families, routing, scopes, solvers)");
   cmd->add_option("trace", args->trace, "Trace file (safetensors)")->required();
@@ -89,49 +138,7 @@ void add_solve(CLI::App& app) {
     if (method->count() > 0 && budgets->count() == 0)
       throw InputError("--method places named methods beside a rate-distortion curve; it takes --budgets A:B:STEP, "
                        "not --budget (evaluate one method with tierlab eval).");
-    if (budgets->count() > 0) {
-      if (!args->write_allocation.empty() || args->advantage)
-        throw InputError("--budgets computes a curve; --write-allocation and --advantage take one --budget.");
-      RdCurveOptions ro;
-      ro.budgets = parse_budget_grid(args->budgets, "--budgets");
-      opt.budget = ro.budgets.front();
-      ro.solve = opt;
-      ro.families.clear();
-      for (std::size_t pos = 0; pos <= args->families.size();) {
-        const std::size_t end = std::min(args->families.find(',', pos), args->families.size());
-        ro.families.push_back(parse_family_choice(args->families.substr(pos, end - pos)));
-        pos = end + 1;
-      }
-      ro.recompute = args->recompute;
-      ro.queries = parse_rd_queries(args->queries);
-      ro.decode_step = args->decode_step;
-      ro.validate();
-      const std::vector<MethodSpec> methods = parse_rd_methods(args->methods, "--method", ro);
-      if (args->recompute && parse_backend(args->backend) == Backend::Cuda)
-        throw InputError("--budgets recomputes on the CPU reference (each head's exact part shared by its points); "
-                         "--backend cuda is not used here, leave --backend at auto or cpu.");
-      TraceReader trace(args->trace);
-      TerminalProgress bar("curve");
-      const RdCurve curve = rd_curve(trace, ro, [&](int d, int t) { bar.update(d, t); });
-      bar.finish();
-      nlohmann::json j = to_json(curve);
-      std::string text = text_report(curve);
-      if (!methods.empty()) {
-        // Recomputed on the CPU reference, as the curve's points are.
-        std::unique_ptr<Recomputer> cpu = args->recompute ? backend_or_throw("cpu") : nullptr;
-        TerminalProgress mb("methods");
-        const std::vector<RdMethodPoint> points =
-            rd_method_points(trace, curve, methods, cpu.get(), [&](int d, int t) { mb.update(d, t); });
-        mb.finish();
-        j["methods"] = to_json(points);
-        text += text_report(points, ro.solve.rate_kind);
-      }
-      if (args->json)
-        std::printf("%s\n", j.dump(2).c_str());
-      else
-        std::printf("%s", text.c_str());
-      return;
-    }
+    if (budgets->count() > 0) return run_solve_curve(*args, opt);
     opt.validate();
     const bool advantage = args->advantage || (args->recompute && opt.family == FamilyChoice::Routed);
     std::unique_ptr<Recomputer> backend;
