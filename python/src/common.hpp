@@ -18,10 +18,14 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "gpu/recompute.hpp"
 #include "model/cancel.hpp"
 #include "model/error.hpp"
 #include "model/linalg.hpp"
@@ -30,6 +34,10 @@
 #include "model/trace.hpp"
 
 namespace py = pybind11;
+
+namespace tierlab {
+struct AllocationReport;  // scenarios/pipeline/allocate.hpp
+}  // namespace tierlab
 
 namespace tierlab::python {
 
@@ -162,9 +170,20 @@ RateLadder ladder_arg(const py::object& obj);
 // The head's surrogate costs on its "obs" (causal) or "decode" queries.
 SurrogateCosts head_costs(const HeadData& d, const RopeParams& rope, const RateLadder& ladder, const std::string& queries);
 
+// tierlab.Solution (py_solve.cpp), also an allocation argument of tierlab.recompute (py_evaluate.cpp).
+struct PySolution {
+  std::shared_ptr<const AllocationReport> rep;
+};
+
+// A JSON value as Python objects (json.loads of its text).
+py::object json_to_python(const nlohmann::json& j);
+// The backend named "auto", "cpu" or "cuda"; InputError when it is not available here.
+std::unique_ptr<Recomputer> backend_for(const std::string& name);
+
 void bind_trace(py::module_& m);
 void bind_model(py::module_& m);
 void bind_solve(py::module_& m);
+void bind_evaluate(py::module_& m);
 void bind_scenarios(py::module_& m);
 void bind_rdcurve(py::module_& m);
 

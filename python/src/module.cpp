@@ -198,6 +198,7 @@ PYBIND11_MODULE(_tierlab, m) {
   bind_trace(m);
   bind_model(m);
   bind_solve(m);
+  bind_evaluate(m);
   bind_scenarios(m);
   bind_rdcurve(m);
 }
