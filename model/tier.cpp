@@ -2,6 +2,7 @@
 #include "model/tier.hpp"
 
 #include <charconv>
+#include <cstdio>
 #include <string>
 
 #include "model/enum_names.hpp"
@@ -78,6 +79,24 @@ QuantizerKind parse_quantizer_kind(std::string_view s) { return parse_enum(kQuan
 std::string_view to_string(RateKind k) { return enum_name(kRateKinds, k); }
 
 RateKind parse_rate_kind(std::string_view s) { return parse_enum(kRateKinds, s); }
+
+std::string measured_rate_legend() {
+  return "rates in bits per key element, measured on the materialised keys: code = the code bits; total = code bits "
+         "+ the metadata this allocation forms (scales, zero points, partial groups)";
+}
+
+std::string budget_rate_legend(RateKind budget_kind, double budget) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", budget);
+  const std::string B = b;
+  if (budget_kind == RateKind::Total)
+    return "nominal = the total rate the solver counted against B = " + B +
+           " (every tier's dense rate, partial groups not counted); B holds the measured total: where the groups "
+           "actually formed exceed B, the scope (a head, a layer or the model) is re-solved at a nominal B' < B (equal memory)";
+  return "nominal = the code rate the solver counted against B = " + B +
+         " (the tiers' code bits); B counts code bits only: metadata is not held to B, so the total memory of "
+         "two allocations at one B can differ (the code-bit variant; --rate total compares at equal memory)";
+}
 
 std::string Tier::name() const {
   const TierForm* f = find_form(*this);

@@ -42,6 +42,17 @@ std::string_view to_string(RateKind);
 RateKind parse_rate_kind(std::string_view);  // "code" | "total"
 inline double rate_of(const Rate& r, RateKind k) { return k == RateKind::Code ? r.code_bits : r.total_bits; }
 
+// The sentences every report prints beside its rate columns, so that a reader sees inline
+// what "code", "total" and "nominal" mean (one wording for the CLI, the scenarios and the
+// explorer):
+//   measured_rate_legend()     code and total as measured on the materialised keys
+//   budget_rate_legend(k, B)   what a budget B of kind k held: the nominal rate the solver
+//                              counted (dense tier rates, no partial groups) and, for total
+//                              bits, that the measured total is held to B (a head over B is
+//                              re-solved at B' < B); for code bits, that metadata is not held
+std::string measured_rate_legend();
+std::string budget_rate_legend(RateKind budget_kind, double budget);
+
 struct Tier {
   QuantizerKind kind = QuantizerKind::Exact;
   int bits = 16;   // code bits per element (0 for evict, 16 for exact; kvcobra: its code budget B)

@@ -360,3 +360,22 @@ TEST_CASE("explorer window: the head map is drawn head by head before its final 
   CHECK(drawn.back().second);
   CHECK(w.infoText().contains("so far") == false);
 }
+
+TEST_CASE("explorer core: the water-filling view states the measured and the nominal rate, and says when the measured total "
+          "exceeds B") {
+  SourceSpec spec = parse_source(small_trace());
+  Engine engine(Source::open(spec));
+  Settings s;
+  s.rate_kind = RateKind::Total;
+  s.budget = 2;
+  WaterfillNumbers num;
+  const ViewResult v = engine.waterfill(s, &num);
+  CHECK(v.info.find("total bits measured") != std::string::npos);
+  CHECK(v.info.find(" nominal (total)") != std::string::npos);
+  CHECK(v.info.find("nominal = the total rate the solver counted against B = 2") != std::string::npos);
+  // The note on a measured total over B appears exactly when the measured total exceeds B.
+  const bool over = num.rate.total_bits > 2 * (1 + 1e-9);
+  CHECK((v.info.find("exceeds B = 2 by the partial groups") != std::string::npos) == over);
+  s.rate_kind = RateKind::Code;
+  CHECK(engine.waterfill(s, &num).info.find("B counts code bits only") != std::string::npos);
+}

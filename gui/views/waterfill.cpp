@@ -310,6 +310,18 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
   return v;
 }
 
+namespace {
+
+// The nominal rate of an allocation: the mean of the ladder's per-tier rates r_j (in the
+// rate kind of the head's ladder entry), as the solver counted it against B.
+double nominal_rate(const std::vector<double>& rates, const std::vector<std::uint8_t>& tiers) {
+  double sum = 0;
+  for (auto t : tiers) sum += rates[t];
+  return tiers.empty() ? 0.0 : sum / static_cast<double>(tiers.size());
+}
+
+}  // namespace
+
 // The view's numbers as text (ViewResult::info).
 std::string Engine::waterfill_info_(const LadderEntry& e, const HeadData& hd, const RateLadder& ladder,
                                     const Settings& s, const std::string& head, const HeadSolution& hr,
@@ -330,8 +342,15 @@ std::string Engine::waterfill_info_(const LadderEntry& e, const HeadData& hd, co
     std::vector<int> count(static_cast<std::size_t>(ladder.size()), 0);
     for (auto t : hr.tiers) ++count[t];
     info << "allocation " << num.option << " (" << to_string(s.solver) << "): rate " << format_label(num.rate.code_bits, "%.3f")
-         << " code / " << format_label(num.rate.total_bits, "%.3f") << " total bits; evicted "
-         << format_label(100 * num.evicted_fraction, "%.1f") << "%\n  tokens per tier:";
+         << " code / " << format_label(num.rate.total_bits, "%.3f") << " total bits measured, "
+         << format_label(nominal_rate(e.rates, hr.tiers), "%.3f") << " nominal (" << to_string(s.rate_kind)
+         << "); evicted " << format_label(100 * num.evicted_fraction, "%.1f") << "%\n";
+    const double measured = rate_of(num.rate, s.rate_kind);
+    if (measured > s.budget * (1 + 1e-9))
+      info << "  the measured " << to_string(s.rate_kind) << " rate exceeds B = " << format_label(s.budget)
+           << " by the partial groups this allocation forms; the view solves at B itself, tierlab solve re-solves "
+              "at B' < B until the measured rate meets B\n";
+    info << "  (" << measured_rate_legend() << "; " << budget_rate_legend(s.rate_kind, s.budget) << ")\n  tokens per tier:";
     for (int j = 0; j < ladder.size(); ++j) info << " " << ladder.tiers[static_cast<std::size_t>(j)].name() << " " << count[static_cast<std::size_t>(j)];
     info << "\nrelative output error e = ||o^ - o||^2 / ||o||^2:\n"
          << "  surrogate prediction (obs)   " << format_label(num.surrogate_rel, "%.4g") << "\n";

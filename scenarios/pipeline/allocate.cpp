@@ -547,7 +547,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
     std::snprintf(buf, sizeof buf, "%7s", t.name().c_str());
     head += buf;
   }
-  head += "   code  total budget   objective   rel obj       bound         gap  spans";
+  head += "   code  total nominal   objective   rel obj       bound         gap  spans";
   os << head << "\n";
   auto row = [&](const std::string& label, const std::string& family, const RowSum& s, double bound, double gap) {
     std::string line;
@@ -558,7 +558,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
       line += buf;
     }
     const double n = std::max(1, s.n);
-    std::snprintf(buf, sizeof buf, " %6.3f %6.3f %6.3f %11.4e %9.3e %11s %11s", s.rate.code_bits / n,
+    std::snprintf(buf, sizeof buf, " %6.3f %6.3f %7.3f %11.4e %9.3e %11s %11s", s.rate.code_bits / n,
                   s.rate.total_bits / n, s.budget_rate / n, s.objective, s.rel / n, fmt(bound, "%.4e").c_str(),
                   fmt(gap, "%.3e").c_str());
     line += buf;
@@ -599,9 +599,8 @@ std::string text_report(const AllocationReport& r, bool per_head) {
   RowSum all;
   for (const auto& h : r.heads) all.add(h);
   os << row("model", fam_label(all), all, r.lower_bound, r.gap);
-  os << "family column: heads routed Q/E/M. rates: bits per key element (code, total with the groups formed, "
-        "and the nominal "
-     << to_string(o.rate_kind) << " rate the budget " << o.budget << " counted)\n";
+  os << "family column: heads routed Q/E/M.\n" << measured_rate_legend() << ";\n"
+     << budget_rate_legend(o.rate_kind, o.budget) << ".\n";
   std::snprintf(buf, sizeof buf, "family shares: Q %.3f  E %.3f  M %.3f   (", r.family_share[0], r.family_share[1],
                 r.family_share[2]);
   os << buf;

@@ -68,6 +68,7 @@ std::string text_report(const TraceEvaluation& ev, bool per_head) {
   const Aggregate& m = ev.model;
   os << row("model", m.rate, m.obs, m.decode, m.predicted_rel, m.predicted_abs, ev.has_decode);
   char buf[96];
+  os << measured_rate_legend() << ".\n";
   std::snprintf(buf, sizeof buf, "(%.2f s)\n", ev.seconds);
   os << buf;
   return os.str();
