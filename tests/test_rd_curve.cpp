@@ -521,3 +521,56 @@ TEST_CASE("tierlab solve --budgets --method places a named method beside the cur
   CHECK(run("solve '" + trace + "' --budget 2 --method kivi:2") != 0);
   CHECK(tierlab::testing::slurp(err).find("--budgets") != std::string::npos);
 }
+
+TEST_CASE("With the curve on one decode step's queries, a named method is recomputed on that step alone") {
+  TraceReader trace(tiny_trace());
+  const int S = trace.meta().decode_steps, step = std::min(3, S);
+  REQUIRE(step >= 1);
+  RdCurveOptions o = options(RateKind::Code, Scope::Head, {0.0, 2.0, 4.0, 8.0});
+  o.families = {FamilyChoice::Mixed};
+  o.queries = RdQueries::Step;
+  o.decode_step = step;
+  const RdCurve c = rd_curve(trace, o);
+  REQUIRE(c.queries == RdQueries::Step);
+  const std::vector<MethodSpec> methods =
+      parse_rd_methods({"{quantizer: kivi, bits: 2, residual: 0}", "{family: M, budget: 2}"}, "--method", c.options);
+  auto backend = make_recomputer(Backend::Cpu);
+  const std::vector<RdMethodPoint> pts = rd_method_points(trace, c, methods, backend.get());
+  REQUIRE(pts.size() == 2);
+  // M* at B = 2 named as a method is the curve's M point at B = 2 (the curve's own, prepared path).
+  CHECK(close(pts[1].error, c.at(0, 1).error.rel_error, 1e-6));
+  CHECK_FALSE(pts[1].above_hull);
+  // KIVI-2 without its residual window: every prompt key quantized per channel (the dense kivi2
+  // tier); independently, step s's g query rows over the T + s tokens, in double precision.
+  double want = 0;
+  const double H = trace.meta().n_heads();
+  for (int l = 0; l < trace.meta().n_layers; ++l)
+    for (int h = 0; h < trace.meta().n_kv_heads; ++h) {
+      const HeadData hd = trace.head(l, h);
+      const MatrixRM kq = dense_tier_keys(hd.keys, Tier::parse("kivi2"));
+      const int T = static_cast<int>(hd.keys.rows()), d = static_cast<int>(hd.keys.cols());
+      const int g = static_cast<int>(hd.decode_queries.rows() / S);
+      double e = 0;
+      for (int j = 0; j < g; ++j) {
+        const auto q = hd.decode_queries.row(j * S + (step - 1)).cast<double>();
+        auto output = [&](const MatrixRM& prompt_keys) {
+          std::vector<double> s(static_cast<std::size_t>(T + step));
+          for (int t = 0; t < T + step; ++t)
+            s[static_cast<std::size_t>(t)] =
+                q.dot((t < T ? prompt_keys.row(t) : hd.decode_keys.row(t - T)).cast<double>()) / std::sqrt(double(d));
+          const double mx = *std::max_element(s.begin(), s.end());
+          double z = 0;
+          for (double& x : s) z += (x = std::exp(x - mx));
+          Eigen::VectorXd o = Eigen::VectorXd::Zero(d);
+          for (int t = 0; t < T + step; ++t)
+            o += s[static_cast<std::size_t>(t)] / z * (t < T ? hd.values.row(t) : hd.decode_values.row(t - T)).cast<double>().transpose();
+          return o;
+        };
+        const Eigen::VectorXd exact = output(hd.keys), approx = output(kq);
+        e += (approx - exact).squaredNorm() / exact.squaredNorm() / g;
+      }
+      want += e / H;
+    }
+  CHECK(close(pts[0].error, want, 1e-4));
+  CHECK(pts[0].error > 0);
+}

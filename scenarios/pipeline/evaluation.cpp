@@ -63,6 +63,35 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   return single(backend, std::move(b));
 }
 
+ErrorMetrics evaluate_decode_step(const HeadData& head, const MatrixRM& allocated_keys,
+                                  const std::vector<std::uint8_t>& kept, int step, Recomputer& backend) {
+  const int S = static_cast<int>(head.decode_keys.rows());
+  const int T = static_cast<int>(head.keys.rows());
+  const int d = static_cast<int>(head.keys.cols());
+  if (step < 1 || step > S)
+    throw InputError("decode step s = " + std::to_string(step) + " is out of range: the trace has " + std::to_string(S) +
+                     " decode steps (1 <= s <= " + std::to_string(S) + ").");
+  const int g = static_cast<int>(head.decode_queries.rows() / S);
+  MatrixRM exact(T + step, d), approx(T + step, d), values(T + step, d), queries(g, d);
+  exact.topRows(T) = head.keys;
+  exact.bottomRows(step) = head.decode_keys.topRows(step);
+  approx.topRows(T) = allocated_keys;
+  approx.bottomRows(step) = head.decode_keys.topRows(step);
+  values.topRows(T) = head.values;
+  values.bottomRows(step) = head.decode_values.topRows(step);
+  for (int j = 0; j < g; ++j) queries.row(j) = head.decode_queries.row(j * S + (step - 1));
+  HeadBatch b;
+  b.problem.queries = &queries;
+  b.problem.exact_keys = &exact;
+  b.problem.values = &values;
+  b.problem.variants = {&approx};
+  b.problem.visible.assign(static_cast<std::size_t>(g), T + step);
+  Selection sel(static_cast<std::size_t>(T + step), 1);
+  std::copy(kept.begin(), kept.end(), sel.begin());
+  b.selections.push_back(std::move(sel));
+  return single(backend, std::move(b));
+}
+
 ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, const std::vector<std::uint8_t>& kept,
                                   Recomputer& backend) {
   HeadBatch obs;

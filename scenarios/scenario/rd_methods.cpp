@@ -24,31 +24,44 @@ std::vector<MethodSpec> parse_rd_methods(const std::vector<std::string>& texts, 
           throw InputError(option + " '" + text + "': the method '" + m.label + "' is given twice.");
       methods.push_back(std::move(m));
     }
-  if (!methods.empty() && curve.queries == RdQueries::Step)
-    throw InputError(option + ": named methods are recomputed on the decode or obs queries; one decode step's queries "
-                     "(queries step) are for the curve only.");
   return methods;
 }
 
 std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCurve& curve,
                                             const std::vector<MethodSpec>& methods, Recomputer* backend,
                                             const Progress& progress, const std::atomic<bool>* cancel) {
-  if (curve.queries == RdQueries::Step)
-    throw InputError("named methods are recomputed on the decode or the observation queries, not on one decode step's.");
   const TraceMeta& meta = trace.meta();
   std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
   for (int l = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(trace.head(l, h));
+  return rd_method_points(heads, meta.rope, meta.group_size, curve, methods, backend, progress, cancel);
+}
+
+std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, const RopeParams& rope,
+                                            int group_size, const RdCurve& curve,
+                                            const std::vector<MethodSpec>& methods, Recomputer* backend,
+                                            const Progress& progress, const std::atomic<bool>* cancel) {
   MethodContext mc;
-  mc.rope = meta.rope;
-  mc.group_size = meta.group_size;
+  mc.rope = rope;
+  mc.group_size = group_size;
   mc.rate_kind = curve.options.solve.rate_kind;
+  const int step = curve.options.decode_step;
+  auto recompute = [&](const HeadData& hd, const CompressedHead& ch) {
+    switch (curve.queries) {
+      case RdQueries::Decode: return evaluate_decode_steps(hd, ch.keys, ch.kept, *backend);
+      case RdQueries::Step: return evaluate_decode_step(hd, ch.keys, ch.kept, step, *backend);
+      case RdQueries::Obs: break;
+    }
+    return evaluate_obs_queries(hd, ch.keys, ch.kept, *backend);
+  };
+  std::size_t n_heads = 0;
+  for (const auto& layer : heads) n_heads += layer.size();
   std::vector<RdMethodPoint> out;
   for (const MethodSpec& m : methods) {
     throw_if_cancelled(cancel);
     const std::vector<std::vector<CompressedHead>> comp = make_model_compressor(m, mc)(heads);
     double sur = 0, err = backend ? 0.0 : std::numeric_limits<double>::quiet_NaN(), cb = 0, tb = 0;
-    const double H = meta.n_heads();
+    const double H = static_cast<double>(n_heads);
     for (std::size_t l = 0; l < heads.size(); ++l)
       for (std::size_t h = 0; h < heads[l].size(); ++h) {
         const HeadData& hd = heads[l][h];
@@ -56,10 +69,7 @@ std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCu
         double on2 = 0;
         const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), ch.keys, ch.kept, &on2);
         sur += (on2 > 0 ? abs / on2 : 0.0) / H;
-        if (backend)
-          err += (curve.queries == RdQueries::Decode ? evaluate_decode_steps(hd, ch.keys, ch.kept, *backend)
-                                                     : evaluate_obs_queries(hd, ch.keys, ch.kept, *backend))
-                     .rel_error / H;
+        if (backend) err += recompute(hd, ch).rel_error / H;
         cb += ch.rate.code_bits / H, tb += ch.rate.total_bits / H;
       }
     RdMethodPoint p;

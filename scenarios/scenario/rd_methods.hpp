@@ -49,14 +49,21 @@ struct RdMethodPoint {
 // The methods given as text (`tierlab solve --method SPEC`, tierlab.rd_curve(methods=...)), each
 // read by parse_method_spec_text on the curve's ladder; a scorer without `keep` is placed at the
 // keep ratios B/16 of the curve's budgets B in (0, 16] (its rate 16 x kept fraction = B). Labels
-// must be unique; with RdQueries::Step there must be none. InputError naming `option` and the text.
+// must be unique. InputError naming `option` and the text.
 std::vector<MethodSpec> parse_rd_methods(const std::vector<std::string>& texts, const std::string& option,
                                          const RdCurveOptions& curve);
 
-// The methods' points beside `curve` (computed on `trace`; its queries Decode or Obs: one decode
-// step's queries are not a method's query set, an InputError). `backend` null: the surrogate only.
-// `progress` is told after each method; `cancel` set: throws Cancelled between methods.
+// The methods' points beside `curve` (computed on `trace`), recomputed on the curve's query set
+// (RdCurve::queries: the decode steps, the observation queries, or decode step s =
+// curve.options.decode_step alone). `backend` null: the surrogate only. `progress` is told after
+// each method; `cancel` set: throws Cancelled between methods.
 std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCurve& curve,
+                                            const std::vector<MethodSpec>& methods, Recomputer* backend,
+                                            const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr);
+// The same on heads already in memory (heads[l][h]; one head: a 1 x 1 grid, as the explorer's
+// per-head curve has it), with the trace's rope and group size g.
+std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, const RopeParams& rope,
+                                            int group_size, const RdCurve& curve,
                                             const std::vector<MethodSpec>& methods, Recomputer* backend,
                                             const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr);
 
