@@ -178,9 +178,7 @@ CaptureResult capture(const Llama2cModel& model, const CaptureOptions& options) 
   m.obs_window = W;
   m.decode_steps = S;
   m.has_pre_rope = true;
-  m.rope.theta = 10000.0;
-  m.rope.rotary_dim = 0;
-  m.rope.style = "interleaved";
+  m.rope = llama2c_rope();
   m.storage = DType::F32;
   m.token_ids = tokens;
   nlohmann::ordered_json prov = {

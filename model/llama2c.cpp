@@ -139,6 +139,14 @@ std::uint64_t Llama2cConfig::expected_floats() const {
   return n;
 }
 
+RopeParams llama2c_rope() {
+  RopeParams r;
+  r.theta = 10000.0;
+  r.rotary_dim = 0;
+  r.style = "interleaved";
+  return r;
+}
+
 std::string Llama2cConfig::describe() const {
   return "dim=" + std::to_string(dim) + " hidden_dim=" + std::to_string(hidden_dim) +
          " n_layers=" + std::to_string(n_layers) + " n_heads=" + std::to_string(n_heads) +

@@ -31,6 +31,8 @@
 
 #include <Eigen/Core>
 
+#include "model/trace.hpp"
+
 namespace tierlab {
 
 // Float buffers aligned for Eigen's vector instructions. Alignment also fixes how Eigen
@@ -49,6 +51,10 @@ struct Llama2cConfig {
   std::uint64_t expected_bytes() const { return 28 + 4 * expected_floats(); }
   std::string describe() const;  // "dim=64 hidden_dim=172 ... (shared classifier)"
 };
+
+// llama2.c's RoPE as a trace records it (TraceMeta::rope): theta = 10000 on every channel
+// (rotary_dim 0 = the whole head), interleaved pairs (2i, 2i + 1).
+RopeParams llama2c_rope();
 
 // The first token of every llama2.c sequence.
 inline constexpr std::int32_t kLlama2cBos = 1;

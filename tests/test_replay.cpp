@@ -2,6 +2,7 @@
 // the full cache bit for bit; a cache that keeps only the last prompt token must not.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -11,7 +12,9 @@
 
 #include "model/allocation.hpp"
 #include "model/error.hpp"
+#include "model/capture.hpp"
 #include "model/llama2c.hpp"
+#include "model/quantizer.hpp"
 #include "scenarios/pipeline/replay.hpp"
 #include "solvers/policy.hpp"
 
@@ -179,4 +182,40 @@ TEST_CASE("an allocation solved for another prompt is refused by replay, naming 
   o.prompt.generate = 0;
   o.prompt.ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   CHECK_NOTHROW(replay(stories(), o, KeyCompression::from_allocation(a, "allocation a.st")));
+}
+
+TEST_CASE("an allocation on a ladder with kvquant and kvcobra tiers replays, at the key rate measured on the captured trace",
+          "[replay]") {
+  // The tiers that need the head (pre-RoPE keys, observation queries, RoPE) were refused by
+  // replay's key-only materialisation; now it gives them the head as a trace has it.
+  const int T = 48, S = 4;
+  const RateLadder ladder = RateLadder::parse("evict,kvquant2,kvcobra3,exact");
+  Allocation a;
+  a.ladder = ladder;
+  a.n_layers = 5;
+  a.n_kv_heads = 4;
+  a.prompt_len = T;
+  a.tiers.assign(20, std::vector<std::uint8_t>(static_cast<std::size_t>(T), 0));
+  for (auto& head : a.tiers)
+    for (int t = 0; t < T; ++t) head[static_cast<std::size_t>(t)] = static_cast<std::uint8_t>((t * 7 + 3) % 4);
+  const ReplayOptions o = options(T, S);
+  const ReplayResult r = replay(stories(), o, KeyCompression::from_allocation(a, "allocation a.st"));
+  // Independently: the capture of the same prompt (its heads, pre-RoPE keys and RoPE as a
+  // trace records them), each head's allocation materialised there.
+  CaptureOptions co;
+  co.prompt = o.prompt;
+  co.decode_steps = S;
+  co.obs_window = o.obs_window;
+  const CaptureResult cap = capture(stories(), co);
+  REQUIRE(cap.heads.size() == 20);
+  Rate want;
+  for (const HeadData& h : cap.heads) {
+    const MaterializedKeys mk = materialize(h, cap.meta.rope, ladder, a.head(h.layer, h.kv_head));
+    want.code_bits += mk.rate.code_bits / 20;
+    want.total_bits += mk.rate.total_bits / 20;
+  }
+  CHECK(r.key_rate.code_bits == Approx(want.code_bits).epsilon(1e-9));
+  CHECK(r.key_rate.total_bits == Approx(want.total_bits).epsilon(1e-9));
+  CHECK(r.mean_kl > 0);
+  CHECK(std::isfinite(r.max_kl));
 }

@@ -217,6 +217,7 @@ void CompressedReplay::decide_all(int end) {
 // per head, the allocation of the compression's policy materialized on its ladder.
 void CompressedReplay::decide(int end) {
   if (comp.compress) return decide_all(end);
+  const bool needs_head = ladder_needs_head(comp.ladder);
   for (int l = 0; l < c.n_layers; ++l) {
     for (int h = 0; h < c.n_kv_heads; ++h) {
       HeadData hd;
@@ -227,13 +228,16 @@ void CompressedReplay::decide(int end) {
       hd.obs_queries = gather_head_queries(comp_rec.queries(l), h, g, hs, end - W, W);
       hd.group_size = g;
       hd.obs_first_position = end - W;
+      if (needs_head) hd.keys_pre_rope = full_rec.keys_pre_rope(l).topRows(T).middleCols(h * hs, hs);
       const TokenWeights w = token_weights(hd.keys, hd.values, observation_queries(hd));
       const std::vector<std::uint8_t> tiers = comp.allocate(hd, w);
       if (static_cast<int>(tiers.size()) != T) {
         throw InputError("replay: " + comp.label + " gave " + std::to_string(tiers.size()) + " tiers for head (" +
                          std::to_string(l) + ", " + std::to_string(h) + "), expected T = " + std::to_string(T) + ".");
       }
-      const MaterializedKeys mk = materialize(hd.keys, comp.ladder, tiers);
+      // The head-aware form for every ladder (kvquant and kvcobra tiers need the pre-RoPE
+      // keys, the observation queries and llama2.c's RoPE; the other tiers read the keys).
+      const MaterializedKeys mk = materialize(hd, llama2c_rope(), comp.ladder, tiers);
       store_head(l, h, mk.keys, mk.kept, mk.rate);
     }
   }
@@ -355,7 +359,8 @@ ReplayResult replay(const Llama2cModel& model, const ReplayOptions& options, con
   // Prefill with the full cache, recording the queries (observation queries).
   ActivationRecorder::Fields qonly;
   qonly.keys = qonly.keys_pre_rope = qonly.values = false;
-  qonly.keys_pre_rope = static_cast<bool>(comp.compress);  // pre-RoPE quantizers (KVQuant)
+  // Pre-RoPE keys for the quantizers that work before RoPE (KVQuant; KV-COBRA's basis).
+  qonly.keys_pre_rope = static_cast<bool>(comp.compress) || (!comp.compress && ladder_needs_head(comp.ladder));
   ActivationRecorder full_rec(c, T + S, qonly);
   Llama2cSession full(model);
   const float* logits = nullptr;
