@@ -63,7 +63,7 @@ TEST_CASE("Every point of the curve equals an independent solve at its budget an
   TraceReader trace(tiny_trace());
   auto backend = make_recomputer(Backend::Cpu);
   const auto kind = GENERATE(RateKind::Code, RateKind::Total);
-  const auto scope = GENERATE(Scope::Head, Scope::Model);
+  const auto scope = GENERATE(Scope::Head, Scope::Layer, Scope::Model);
   const auto queries = GENERATE(RdQueries::Decode, RdQueries::Obs);
   RdCurveOptions o = options(kind, scope, {0.0, 0.5, 1.7, 2.0, 3.25, 4.0, 6.0, 9.5, 16.0});
   o.queries = queries;
@@ -97,6 +97,7 @@ TEST_CASE("Every point of the curve equals an independent solve at its budget an
       ++compared;
     }
   CHECK(compared >= 20);
+  CHECK(c.swept_points > 0);  // pooled too: E and M are one knapsack per scope, swept
 }
 
 TEST_CASE("The lower hull is convex, made of operating points, and below every point and ladder tier") {

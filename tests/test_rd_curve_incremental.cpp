@@ -149,16 +149,19 @@ TEST_CASE("The curve's sweep and incremental paths equal the point-by-point curv
   const std::vector<const HeadData*> heads{&h0, &h1};
   const auto kind = GENERATE(RateKind::Code, RateKind::Total);
   const auto queries = GENERATE(RdQueries::Decode, RdQueries::Obs);
+  // Pooled (the two heads share B): E and M are one knapsack each, swept too.
+  const auto scope = GENERATE(Scope::Head, Scope::Model);
   RdCurveOptions o;
   o.budgets = parse_budget_grid("0:16:0.125");
   o.solve.rate_kind = kind;
+  o.solve.scope = scope;
   o.queries = queries;
   const RdCurve fast = rd_curve(heads, meta.rope, o);
   o.sweep = false;
   o.incremental = false;
   const RdCurve slow = rd_curve(heads, meta.rope, o);
-  INFO(to_string(kind) << " " << to_string(queries));
-  CHECK(fast.swept_points > 0);
+  INFO(to_string(kind) << " " << to_string(queries) << " " << to_string(scope));
+  CHECK(fast.swept_points > (scope == Scope::Head ? 0 : static_cast<int>(o.budgets.size())));
   CHECK(slow.swept_points == 0);
   CHECK(fast.incremental_points > 0);
   CHECK(slow.incremental_points == 0);

@@ -269,8 +269,20 @@ class SweptOptions {
         rates_[j] = sum / static_cast<double>(costs.size());
       }
   }
-  static bool applies(const RdCurveOptions& o) {
-    return o.sweep && o.solve.scope == Scope::Head && o.solve.solver == AllocSolver::Exact;
+  static bool applies(const RdCurveOptions& o) { return o.sweep && o.solve.solver == AllocSolver::Exact; }
+
+  // Pooled scope (a layer's heads, or the model's), a family of one option (E, M, Q with one
+  // finite tier): the scope's optimum at B is one exact knapsack over its heads' concatenated
+  // tokens (solve_families_pooled), so one parametric pass of that instance gives every
+  // budget's. The tiers of each member head at budget index k, or false when the knapsack is
+  // not proven optimal there (solve_families_pooled may then take a per-head incumbent).
+  bool choose_pooled(int group, const std::vector<int>& members, const TierOption& option, int k,
+                     std::vector<const std::vector<std::uint8_t>*>& tiers) {
+    const Pooled& s = pooled(group, members, option);
+    if (!s.proven[static_cast<std::size_t>(k)]) return false;
+    tiers.clear();
+    for (const auto& t : s.tiers[static_cast<std::size_t>(k)]) tiers.push_back(&t);
+    return true;
   }
 
   // Head i's allocation of `options` at budget index k, or false when no option is feasible.
@@ -336,10 +348,53 @@ class SweptOptions {
     seconds_ += seconds_since(t0);
     return s;
   }
+  struct Pooled {
+    std::vector<std::vector<std::vector<std::uint8_t>>> tiers;  // per budget, per member head
+    std::vector<bool> proven;                                   // per budget: optimal or trivial
+  };
+  const Pooled& pooled(int group, const std::vector<int>& members, const TierOption& option) {
+    Pooled& s = pooled_[option.name + "|" + std::to_string(group)];
+    if (!s.proven.empty()) return s;
+    const auto t0 = std::chrono::steady_clock::now();
+    FamilyProblem p;
+    p.rates = rates_;
+    std::vector<int> all;
+    for (int i : members) {
+      const HeadCosts& hc = costs_[static_cast<std::size_t>(i)];
+      all.push_back(static_cast<int>(p.heads.size()));
+      p.heads.push_back(FamilyHead{&hc.cost, &hc.a, hc.noise});
+    }
+    const RestrictedCosts rc = restrict_costs(p, all, std::vector<const TierOption*>(all.size(), &option));
+    const std::vector<MckpResult> res = solve_exact_budgets(rc.instance(0.0), opt_.budgets, opt_.solve.exact);
+    const std::size_t nb = opt_.budgets.size();
+    s.tiers.assign(nb, {});
+    s.proven.assign(nb, false);
+    for (std::size_t k = 0; k < nb; ++k) {
+      if (res[k].status != SolveStatus::Optimal && res[k].status != SolveStatus::Trivial) continue;
+      std::vector<std::vector<std::uint8_t>>& out = s.tiers[k];
+      out.assign(members.size(), {});
+      std::int64_t base = 0;
+      bool valid = true;
+      for (std::size_t h = 0; h < members.size() && valid; ++h) {
+        const auto T = costs_[static_cast<std::size_t>(members[h])].cost.cols();
+        out[h].resize(static_cast<std::size_t>(T));
+        for (Eigen::Index t = 0; t < T; ++t) {
+          const std::uint8_t j = rc.ladder_tier(base + t, res[k].choice[static_cast<std::size_t>(base + t)]);
+          if (j == 255) valid = false;
+          out[h][static_cast<std::size_t>(t)] = j;
+        }
+        base += T;
+      }
+      s.proven[k] = valid;
+    }
+    seconds_ += seconds_since(t0);
+    return s;
+  }
   const std::vector<HeadCosts>& costs_;
   const RdCurveOptions& opt_;
   std::vector<double> rates_;
   std::map<std::string, std::vector<Solved>> cache_;
+  std::map<std::string, Pooled> pooled_;
   double seconds_ = 0;
 };
 
@@ -399,6 +454,13 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
   std::vector<std::vector<std::vector<std::uint8_t>>> tiers;
   std::unique_ptr<SweptOptions> swept;
   if (SweptOptions::applies(opt) && H > 0) swept = std::make_unique<SweptOptions>(costs, opt);
+  // The scopes' heads, as allocate_heads groups them: one head, a layer's heads, or all.
+  std::vector<std::vector<int>> groups;
+  for (int i = 0; i < H; ++i) {
+    const bool next = opt.solve.scope == Scope::Head || (opt.solve.scope == Scope::Layer && i % meta.n_kv_heads == 0);
+    if (groups.empty() || next) groups.emplace_back();
+    groups.back().push_back(i);
+  }
   // A point from the sweep: false when it is left to allocate_heads (see SweptOptions).
   auto from_sweep = [&](FamilyChoice family, int k, RdPoint& pt, std::vector<std::vector<std::uint8_t>>& point_tiers) {
     std::vector<TierOption> options;
@@ -412,13 +474,26 @@ RdCurve rd_curve_core(const TraceMeta& meta, const HeadSource& head_at, const Rd
     point_tiers.assign(static_cast<std::size_t>(H), {});
     std::vector<Rate> rates(static_cast<std::size_t>(H));
     std::vector<Family> fams(static_cast<std::size_t>(H));
-    for (int i = 0; i < H; ++i) {
-      const std::vector<std::uint8_t>* t = nullptr;
-      if (!swept->choose(i, options, k, fams[static_cast<std::size_t>(i)], t)) return false;
-      rates[static_cast<std::size_t>(i)] = head_rate(i, *t);
-      const double n = static_cast<double>(t->size());
-      if ((rate_of(rates[static_cast<std::size_t>(i)], kind) * n) / n > B + tol) return false;  // repair: allocate_heads
-      point_tiers[static_cast<std::size_t>(i)] = *t;
+    // Each scope's heads (one head each in head scope) and the scope's measured rate: above B,
+    // the point is left to allocate_heads (its equal-memory repair).
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<int>& members = groups[g];
+      std::vector<const std::vector<std::uint8_t>*> ts(members.size(), nullptr);
+      if (opt.solve.scope == Scope::Head) {
+        if (!swept->choose(members[0], options, k, fams[static_cast<std::size_t>(members[0])], ts[0])) return false;
+      } else {
+        if (options.size() != 1 || !swept->choose_pooled(static_cast<int>(g), members, options[0], k, ts)) return false;
+        for (int i : members) fams[static_cast<std::size_t>(i)] = options[0].family;
+      }
+      double sum = 0, tokens = 0;
+      for (std::size_t j = 0; j < members.size(); ++j) {
+        const auto i = static_cast<std::size_t>(members[j]);
+        rates[i] = head_rate(members[j], *ts[j]);
+        const double n = static_cast<double>(ts[j]->size());
+        sum += rate_of(rates[i], kind) * n, tokens += n;
+        point_tiers[i] = *ts[j];
+      }
+      if (tokens > 0 && sum / tokens > B + tol) return false;  // repair: allocate_heads
     }
     long double rel = 0.0L;
     for (int i = 0; i < H; ++i) {

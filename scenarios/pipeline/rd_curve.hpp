@@ -26,9 +26,11 @@
 // the exact solver, every budget's optimum of each family option comes from one parametric pass
 // (solvers/exact_parametric.hpp: one sort of the hull slopes, then the exact solver's own
 // integer step per budget; equal to solve_exact at each budget) and the option is chosen as
-// solve_families_per_head chooses it; a point where some head has no feasible option or needs
-// the equal-memory repair, and every point of the other scopes and solvers, is one solve
-// (allocate_heads). The E points of a head, in increasing budget, keep nested sets of exact
+// solve_families_per_head chooses it. In the layer and model scopes a family of one option (E,
+// M, Q with one finite tier) is one knapsack over the scope's tokens, swept the same way. A
+// point where some head has no feasible option, the knapsack is not proven optimal or the
+// scope needs the equal-memory repair, and every point of the pooled families of several
+// options (Q, routed) and of the other solvers, is one solve (allocate_heads). The E points of a head, in increasing budget, keep nested sets of exact
 // tokens: each updates the previous one's errors by the tokens it adds
 // (cpu::IncrementalKeptSet; a step whose set is not nested resets: a full pass), equal to the
 // full evaluation within 1e-5 relative. For the other points, per head the exact part of the
@@ -83,8 +85,9 @@ struct RdCurveOptions {
                                      FamilyChoice::Routed};
   bool recompute = true;  // false: the surrogate only (error fields NaN)
   // Speed switches that leave the numbers as they are (the benchmark turns them off to compare):
-  // sweep: head scope, exact solver: every budget's optimum from one parametric pass per head
-  // and family option (solvers/exact_parametric.hpp) instead of one solve per point;
+  // sweep: exact solver: every budget's optimum from one parametric pass per head and family
+  // option, or per pooled scope and single-option family (solvers/exact_parametric.hpp),
+  // instead of one solve per point;
   // incremental: the E points' errors updated along their nested kept sets
   // (cpu::IncrementalKeptSet) instead of one evaluation each (equal within 1e-5 relative).
   bool sweep = true;
