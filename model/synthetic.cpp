@@ -58,8 +58,9 @@ std::string invalid(const std::string& name, const std::string& value, const std
 
 bool finite(double x) { return std::isfinite(x); }
 
+}  // namespace
 
-nlohmann::json params_json(const SynthParams& p) {
+nlohmann::json synth_params_json(const SynthParams& p) {
   return nlohmann::json{
       {"preset", p.preset},
       {"seed", p.seed},
@@ -94,8 +95,6 @@ nlohmann::json params_json(const SynthParams& p) {
       {"storage", std::string(dtype_name(p.storage))},
   };
 }
-
-}  // namespace
 
 namespace synthetic_detail {
 
@@ -396,7 +395,7 @@ TraceMeta synth_meta(const SynthParams& p) {
     }
   }
   nlohmann::json prov = {{"source", "synthetic"}, {"generator", kGeneratorVersion}, {"preset", p.preset},
-                         {"seed", p.seed},        {"params", params_json(p)},       {"heads", heads}};
+                         {"seed", p.seed},        {"params", synth_params_json(p)},       {"heads", heads}};
   meta.provenance = prov.dump();
   return meta;
 }

@@ -68,6 +68,10 @@ SynthParams synth_preset(const std::string& name);  // throws InputError listing
 // "llama-3.1-8b", "mistral-7b", "qwen3-8b".
 std::vector<std::string> synth_preset_names();
 
+// Every parameter by its SynthParams name (a flat object), as a synthetic trace's provenance
+// records it ("params"); the scenario runner's cell identity is built from it, so a parameter
+// added here is part of both.
+nlohmann::json synth_params_json(const SynthParams&);
 TraceMeta synth_meta(const SynthParams&);
 HeadData synth_head(const SynthParams&, int layer, int kv_head);
 // progress(heads done, heads total): model/cancel.hpp's one progress type.

@@ -60,32 +60,20 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-// Every parameter of a synthetic trace (model/synthetic.hpp SynthParams), by name.
+// Every parameter of a synthetic trace (model/synthetic.hpp synth_params_json), by name, with
+// the ranges as [min, max] pairs and the head-kind mixture as one list (the cell identity's
+// form since the first results: changing it would change every cell's hash).
 nlohmann::json synth_json(const SynthParams& p) {
-  return {{"preset", p.preset},
-          {"seed", p.seed},
-          {"n_layers", p.n_layers},
-          {"n_kv_heads", p.n_kv_heads},
-          {"group_size", p.group_size},
-          {"head_dim", p.head_dim},
-          {"prompt_len", p.prompt_len},
-          {"obs_window", p.obs_window},
-          {"decode_steps", p.decode_steps},
-          {"mix", {p.mix_sink, p.mix_local, p.mix_retrieval, p.mix_diffuse}},
-          {"logit_scale", {p.logit_scale_min, p.logit_scale_max}},
-          {"sink_mass", {p.sink_mass_min, p.sink_mass_max}},
-          {"local_mass", {p.local_mass_min, p.local_mass_max}},
-          {"span_mass", {p.span_mass_min, p.span_mass_max}},
-          {"background", p.background},
-          {"outlier_channels", p.outlier_channels},
-          {"outlier_strength", p.outlier_strength},
-          {"query_outlier_strength", p.query_outlier_strength},
-          {"outlier_token_rate", p.outlier_token_rate},
-          {"spans_per_head", p.spans_per_head},
-          {"span_len", p.span_len},
-          {"query_drift", p.query_drift},
-          {"rope_theta", p.rope_theta},
-          {"storage", std::string(dtype_name(p.storage))}};
+  nlohmann::json j = synth_params_json(p);
+  auto take = [&j](const std::string& key) {
+    nlohmann::json v = j.at(key);
+    j.erase(key);
+    return v;
+  };
+  j["mix"] = {take("mix_sink"), take("mix_local"), take("mix_retrieval"), take("mix_diffuse")};
+  for (const char* range : {"logit_scale", "sink_mass", "local_mass", "span_mass"})
+    j[range] = {take(std::string(range) + "_min"), take(std::string(range) + "_max")};
+  return j;
 }
 
 const std::string& content_hash(ContentHashes& cache, const std::string& path, const std::string& what) {
