@@ -114,6 +114,25 @@ struct Relaxed {
   std::int64_t window_items = 0;  // items decided after lambda*
 };
 
+// The relaxation when the budget affords every item's cheapest vertex (lambda* = 0): item i
+// at the last vertex kb of its lower hull, cost c_i(kb); `last_vertex(i)` returns {kb, c}
+// (the solver computes the hull per item, the parametric sweep reads the hulls it kept).
+template <class LastVertex>
+void fill_trivial(const Setup& s, Relaxed& r, LastVertex last_vertex) {
+  CompensatedSum obj;
+  double rate = 0;
+  for (std::int64_t i = 0; i < s.inst.items(); ++i) {
+    const auto [kb, c] = last_vertex(i);
+    obj.add(c);
+    rate += s.cap_rate[kb];
+    r.choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(s.geom.order[kb]);
+  }
+  r.trivial = true;
+  r.lambda = 0;
+  r.lagr_sum = r.base_obj = obj.value_extended();
+  r.base_rate = rate;
+}
+
 // Steps 1-2 (exact_relaxation.cpp): lambda* and the base choice of every item.
 Relaxed relax(const Setup& s, const ExactOptions& opt);
 

@@ -71,18 +71,10 @@ struct HullTable {
     r.window_items = items_with_upgrades;
     const double T = s.capacity;
     if (prefix.back() <= T) {  // every item at its cheapest vertex
-      CompensatedSum obj;
-      double rate = 0;
-      for (std::int64_t i = 0; i < N; ++i) {
+      fill_trivial(s, r, [&](std::int64_t i) {
         const int kb = hull[static_cast<std::size_t>(i * m + n_hull[static_cast<std::size_t>(i)] - 1)];
-        obj.add(cost[static_cast<std::size_t>(i * m + kb)]);
-        rate += s.cap_rate[kb];
-        r.choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(s.geom.order[kb]);
-      }
-      r.trivial = true;
-      r.lambda = 0;
-      r.lagr_sum = r.base_obj = obj.value_extended();
-      r.base_rate = rate;
+        return std::pair<int, double>(kb, cost[static_cast<std::size_t>(i * m + kb)]);
+      });
       return r;
     }
     // lambda* = e of the first sorted upgrade whose prefix passes T.

@@ -326,20 +326,11 @@ void trivial_pass(const Setup& s, Relaxed& r) {
   const int m = s.geom.m;
   std::vector<double> c(m), eff(m);
   std::vector<int> hull(m);
-  CompensatedSum obj;
-  double rate = 0;
-  for (std::int64_t i = 0; i < s.inst.items(); ++i) {
+  fill_trivial(s, r, [&](std::int64_t i) {
     s.gather(i, c.data());
-    const int n = lower_hull_kernel(s.geom, c.data(), hull.data(), eff.data());
-    const int kb = hull[n - 1];
-    obj.add(c[kb]);
-    rate += s.cap_rate[kb];
-    r.choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(s.geom.order[kb]);
-  }
-  r.trivial = true;
-  r.lambda = 0;
-  r.lagr_sum = r.base_obj = obj.value_extended();
-  r.base_rate = rate;
+    const int kb = hull[lower_hull_kernel(s.geom, c.data(), hull.data(), eff.data()) - 1];
+    return std::pair<int, double>(kb, c[kb]);
+  });
 }
 
 }  // namespace
