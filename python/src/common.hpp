@@ -131,6 +131,23 @@ py::array_t<double> to_array(const MatrixRMd& m);
 py::array_t<double> to_array(const std::vector<double>& v);
 py::array_t<float> to_array(const MatrixRM& m);
 py::array_t<std::uint8_t> to_array(const std::vector<std::uint8_t>& v);
+
+// One column of a per-head table: f(row) for each row, as a NumPy array of T (double, int or
+// bool), and the table's first two columns, "layer" and "kv_head" (rows with those fields).
+template <class T, class Row, class F>
+py::array_t<T> column(const std::vector<Row>& rows, F f) {
+  py::array_t<T> a(static_cast<py::ssize_t>(rows.size()));
+  T* out = a.mutable_data();
+  for (std::size_t i = 0; i < rows.size(); ++i) out[i] = static_cast<T>(f(rows[i]));
+  return a;
+}
+template <class Row>
+py::dict head_table(const std::vector<Row>& rows) {
+  py::dict d;
+  d["layer"] = column<int>(rows, [](const Row& r) { return r.layer; });
+  d["kv_head"] = column<int>(rows, [](const Row& r) { return r.kv_head; });
+  return d;
+}
 py::array_t<bool> to_bool_array(const std::vector<bool>& v);
 
 // A read-only NumPy view of memory owned by `owner` (kept alive as the array's base).

@@ -32,23 +32,12 @@ struct PyInterior {
 // each family's option, measured rates and recomputed relative errors.
 py::dict interior_table(const InteriorReport& r) {
   const auto& hs = r.heads;
-  const std::size_t n = hs.size();
-  auto col = [&](auto f) {
-    std::vector<double> v(n);
-    for (std::size_t i = 0; i < n; ++i) v[i] = f(hs[i]);
-    return to_array(v);
-  };
-  py::dict d;
-  py::array_t<int> layer(static_cast<py::ssize_t>(n)), kv(static_cast<py::ssize_t>(n));
-  py::array_t<bool> dom(static_cast<py::ssize_t>(n));
-  for (std::size_t i = 0; i < n; ++i)
-    layer.mutable_data()[i] = hs[i].layer, kv.mutable_data()[i] = hs[i].kv_head, dom.mutable_data()[i] = hs[i].dominated_2bit;
-  d["layer"] = layer;
-  d["kv_head"] = kv;
+  auto col = [&](auto f) { return column<double>(hs, f); };
+  py::dict d = head_table(hs);
   d["A_decode"] = col([](const HeadInterior& h) { return h.advantage_decode; });
   d["A_obs"] = col([](const HeadInterior& h) { return h.advantage_obs; });
   d["A_surrogate"] = col([](const HeadInterior& h) { return h.advantage_surrogate; });
-  d["dominated_2bit"] = dom;
+  d["dominated_2bit"] = column<bool>(hs, [](const HeadInterior& h) { return h.dominated_2bit; });
   const std::pair<const char*, FamilyOutcome HeadInterior::*> fams[] = {
       {"Q", &HeadInterior::Q}, {"E", &HeadInterior::E}, {"M", &HeadInterior::M}};
   for (const auto& [name, f] : fams) {
@@ -60,9 +49,7 @@ py::dict interior_table(const InteriorReport& r) {
     auto value = [f = f](double FamilyOutcome::*inner) {
       return [f, inner](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).*inner : kNaN; };
     };
-    py::array_t<bool> feasible(static_cast<py::ssize_t>(n));
-    for (std::size_t i = 0; i < n; ++i) feasible.mutable_data()[i] = (hs[i].*f).feasible;
-    d[py::str(p + "_feasible")] = feasible;
+    d[py::str(p + "_feasible")] = column<bool>(hs, [f = f](const HeadInterior& h) { return (h.*f).feasible; });
     d[py::str(p + "_decode_rel_error")] = col([f = f](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).decode.rel_error : kNaN; });
     d[py::str(p + "_obs_rel_error")] = col([f = f](const HeadInterior& h) { return (h.*f).feasible ? (h.*f).obs.rel_error : kNaN; });
     d[py::str(p + "_surrogate")] = col(value(&FamilyOutcome::surrogate));
@@ -143,17 +130,8 @@ next to the surrogate's prediction; obs = observation queries, decode = decode s
       }, "Means over each layer's heads.")
       .def_property_readonly("heads", [](const PyEvaluation& e) {
         const auto& hs = e.ev->heads;
-        const std::size_t n = hs.size();
-        auto col = [&](auto f) {
-          std::vector<double> v(n);
-          for (std::size_t i = 0; i < n; ++i) v[i] = f(hs[i]);
-          return to_array(v);
-        };
-        py::dict d;
-        py::array_t<int> layer(static_cast<py::ssize_t>(n)), kv(static_cast<py::ssize_t>(n));
-        for (std::size_t i = 0; i < n; ++i) layer.mutable_data()[i] = hs[i].layer, kv.mutable_data()[i] = hs[i].kv_head;
-        d["layer"] = layer;
-        d["kv_head"] = kv;
+        auto col = [&](auto f) { return column<double>(hs, f); };
+        py::dict d = head_table(hs);
         d["code_rate"] = col([](const HeadEvaluation& h) { return h.rate.code_bits; });
         d["total_rate"] = col([](const HeadEvaluation& h) { return h.rate.total_bits; });
         d["evicted_fraction"] = col([](const HeadEvaluation& h) { return h.evicted_fraction; });
