@@ -101,6 +101,35 @@ RowSums direct_row_double(const HeadProblem& hp, const Selection& sel, int row) 
   return r;
 }
 
+// The (query rows) x (tokens) tiles of prepare_head and set_variants: blocks of
+// kPrepareRowBlock rows and kPrepareTokenBlock tokens, tile = rb * token_blocks + tb.
+struct TileGrid {
+  int rows, T, row_blocks, token_blocks;
+  TileGrid(int rows_, int T_)
+      : rows(rows_), T(T_), row_blocks((rows_ + kPrepareRowBlock - 1) / kPrepareRowBlock),
+        token_blocks((T_ + kPrepareTokenBlock - 1) / kPrepareTokenBlock) {}
+  int count() const { return row_blocks * token_blocks; }
+  struct Tile {
+    int rb, tb, r0, nr, t0, nt;  // block indices, first row / token and their counts
+  };
+  Tile at(int tile) const {
+    const int rb = tile / token_blocks, tb = tile % token_blocks;
+    const int r0 = rb * kPrepareRowBlock, t0 = tb * kPrepareTokenBlock;
+    return {rb, tb, r0, std::min(kPrepareRowBlock, rows - r0), t0, std::min(kPrepareTokenBlock, T - t0)};
+  }
+};
+
+// The threads of the next parallel region (1 inside another one), each with its own scratch
+// `make()` gives (a tile's results never depend on which thread computed it).
+template <class Make>
+auto thread_scratch(int& nthreads, Make make) {
+  nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  std::vector<decltype(make())> scratch;
+  scratch.reserve(static_cast<std::size_t>(nthreads));
+  for (int i = 0; i < nthreads; ++i) scratch.push_back(make());
+  return scratch;
+}
+
 void grow(std::vector<float>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
 }
@@ -128,28 +157,23 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
 
   // Tiles of (query rows) x (tokens): the exact logits in double (p's precision sets the
   // errors': float logits of sharp heads would cost 1e-6 relative).
-  const int row_blocks = (rows + kPrepareRowBlock - 1) / kPrepareRowBlock;
-  const int token_blocks = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
+  const TileGrid grid(rows, T);
   const MatrixRMd Qd = Q.middleRows(row_begin, rows).cast<double>();
   MatrixRMd logits(rows, T);  // the exact logits in double until the softmax
-  const int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
   struct TileScratch {
     MatrixRMd kd, sd;
   };
-  std::vector<TileScratch> scratch(nthreads);
-  for (TileScratch& s : scratch) {
-    s.kd.resize(kPrepareTokenBlock, d);
-    s.sd.resize(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock);
-  }
+  int nthreads = 1;
+  std::vector<TileScratch> scratch = thread_scratch(nthreads, [&] {
+    return TileScratch{MatrixRMd(kPrepareTokenBlock, d), MatrixRMd(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock)};
+  });
 
 #pragma omp parallel num_threads(nthreads)
   {
     TileScratch& sc = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
-    for (int tile = 0; tile < row_blocks * token_blocks; ++tile) {
-      const int rb = tile / token_blocks, tb = tile % token_blocks;
-      const int r0 = rb * kPrepareRowBlock, nr = std::min(kPrepareRowBlock, rows - r0);
-      const int t0 = tb * kPrepareTokenBlock, nt = std::min(kPrepareTokenBlock, T - t0);
+    for (int tile = 0; tile < grid.count(); ++tile) {
+      const auto [rb, tb, r0, nr, t0, nt] = grid.at(tile);
       auto kd = sc.kd.topRows(nt);
       kd = K.middleRows(t0, nt).cast<double>();
       auto sd = sc.sd.topLeftCorner(nr, nt);
@@ -200,12 +224,13 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   if (differ && static_cast<int>(differ->size()) != T)
     throw std::invalid_argument("set_variants: differ has " + std::to_string(differ->size()) + " entries, not T = " +
                                 std::to_string(T));
-  const int token_blocks_ = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
+  const TileGrid grid(rows, T);
+  const int row_blocks = grid.row_blocks, token_blocks = grid.token_blocks;
   // With `differ`: the token blocks holding a flagged token (the others equal the exact keys).
   std::vector<std::uint8_t> block_differs;
   bool any_differs = true;
   if (differ) {
-    block_differs.assign(static_cast<std::size_t>(token_blocks_), 0);
+    block_differs.assign(static_cast<std::size_t>(token_blocks), 0);
     any_differs = false;
     for (int t = 0; t < T; ++t)
       if ((*differ)[static_cast<std::size_t>(t)]) block_differs[static_cast<std::size_t>(t / kPrepareTokenBlock)] = 1, any_differs = true;
@@ -226,8 +251,6 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   // Per tile and variant: ds from the key difference (exact in float when k^ and k are
   // within a factor 2), u = expm1(ds). A tile whose keys equal the exact ones has ds = 0
   // (no product needed).
-  const int row_blocks = (rows + kPrepareRowBlock - 1) / kPrepareRowBlock;
-  const int token_blocks = (T + kPrepareTokenBlock - 1) / kPrepareTokenBlock;
   // Partial results reduced after the tiles: sum over a row block of ds^2 per token,
   // and max over a token block of ds per row.
   std::vector<std::vector<VectorD>> logit_part(nv);
@@ -237,24 +260,20 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
     logit_part[v].assign(row_blocks, VectorD(T));
     max_part[v].assign(token_blocks, std::vector<float>(rows));
   }
-  const int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
   struct TileScratch {
     MatrixRM kdiff, ds;
   };
-  std::vector<TileScratch> scratch(nthreads);
-  for (TileScratch& s : scratch) {
-    s.kdiff.resize(kPrepareTokenBlock, d);
-    s.ds.resize(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock);
-  }
+  int nthreads = 1;
+  std::vector<TileScratch> scratch = thread_scratch(nthreads, [&] {
+    return TileScratch{MatrixRM(kPrepareTokenBlock, d), MatrixRM(std::min(rows, kPrepareRowBlock), kPrepareTokenBlock)};
+  });
 
 #pragma omp parallel num_threads(nthreads)
   {
     TileScratch& sc = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
-    for (int tile = 0; tile < row_blocks * token_blocks; ++tile) {
-      const int rb = tile / token_blocks, tb = tile % token_blocks;
-      const int r0 = rb * kPrepareRowBlock, nr = std::min(kPrepareRowBlock, rows - r0);
-      const int t0 = tb * kPrepareTokenBlock, nt = std::min(kPrepareTokenBlock, T - t0);
+    for (int tile = 0; tile < grid.count(); ++tile) {
+      const auto [rb, tb, r0, nr, t0, nt] = grid.at(tile);
       const auto kblk = K.middleRows(t0, nt);
       for (int v = 0; v < nv; ++v) {
         if (ph.identical[v]) continue;
