@@ -429,6 +429,25 @@ using exact_detail::relax;
 using exact_detail::Relaxed;
 using exact_detail::Setup;
 
+LagrangianRelaxation finish_heuristic(const MckpInstance& inst, std::vector<std::uint8_t> choice, long long iterations,
+                                      bool bound, MckpResult& res) {
+  res.choice = std::move(choice);
+  const Evaluation ev = evaluate(inst, res.choice);
+  res.objective = ev.objective;
+  res.rate_used = ev.rate_used;
+  res.iterations = iterations;
+  res.status = SolveStatus::Feasible;
+  LagrangianRelaxation lr;
+  if (!bound) return lr;
+  lr = lagrangian_relaxation(inst);
+  res.lp_bound = lr.bound;
+  res.lambda = lr.lambda;
+  res.lower_bound = std::min(lr.bound, res.objective);
+  res.gap = res.objective - res.lower_bound;
+  res.relative_gap = res.gap / std::max(std::fabs(res.objective), 1e-300);
+  return lr;
+}
+
 LagrangianRelaxation lagrangian_relaxation(const MckpInstance& inst, const ExactOptions& opt) {
   inst.validate();
   opt.validate();

@@ -113,22 +113,12 @@ MckpResult solve_greedy(const MckpInstance& inst, const GreedyOptions& opt) {
       std::push_heap(heap.begin(), heap.end());
     }
   }
-  res.choice.resize(static_cast<std::size_t>(N));
+  std::vector<std::uint8_t> choice(static_cast<std::size_t>(N));
   for (std::int64_t i = 0; i < N; ++i)
-    res.choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(g.order[pos[static_cast<std::size_t>(i)]]);
-  const Evaluation ev = evaluate(inst, res.choice);
-  res.objective = ev.objective;
-  res.rate_used = ev.rate_used;
-  res.iterations = pops;
-  res.status = SolveStatus::Feasible;
+    choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(g.order[pos[static_cast<std::size_t>(i)]]);
+  const LagrangianRelaxation lr = finish_heuristic(inst, std::move(choice), pops, opt.compute_bound, res);
   res.message = std::string(what) + ": a feasible allocation, no optimality claim.";
   if (opt.compute_bound) {
-    const LagrangianRelaxation lr = lagrangian_relaxation(inst);
-    res.lp_bound = lr.bound;
-    res.lambda = lr.lambda;
-    res.lower_bound = std::min(lr.bound, res.objective);
-    res.gap = res.objective - res.lower_bound;
-    res.relative_gap = res.gap / std::max(std::fabs(res.objective), 1e-300);
     if (res.gap <= 1e-12 * (std::fabs(res.objective) + std::fabs(lr.bound))) {
       res.status = SolveStatus::Optimal;
       res.lower_bound = res.objective;

@@ -253,24 +253,12 @@ MckpResult project_to_ladder(const std::vector<double>& bits, const MckpInstance
       push_up(mv.item);
     }
   }
-  res.choice.resize(static_cast<std::size_t>(N));
+  std::vector<std::uint8_t> choice(static_cast<std::size_t>(N));
   for (std::int64_t i = 0; i < N; ++i)
-    res.choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(g.order[pos[static_cast<std::size_t>(i)]]);
-  const Evaluation ev = evaluate(inst, res.choice);
-  res.objective = ev.objective;
-  res.rate_used = ev.rate_used;
-  res.iterations = moves;
-  res.status = SolveStatus::Feasible;
+    choice[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(g.order[pos[static_cast<std::size_t>(i)]]);
+  finish_heuristic(inst, std::move(choice), moves, opt.compute_bound, res);
   res.message = "Water-filling rounded to the nearest tiers, budget repaired by " + std::to_string(moves) +
                 " greedy move(s); no optimality claim.";
-  if (opt.compute_bound) {
-    const LagrangianRelaxation lr = lagrangian_relaxation(inst);
-    res.lp_bound = lr.bound;
-    res.lambda = lr.lambda;
-    res.lower_bound = std::min(lr.bound, res.objective);
-    res.gap = res.objective - res.lower_bound;
-    res.relative_gap = res.gap / std::max(std::fabs(res.objective), 1e-300);
-  }
   res.seconds = elapsed();
   return res;
 }

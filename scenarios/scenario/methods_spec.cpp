@@ -309,7 +309,7 @@ std::vector<MethodSpec> parse_method_spec_text(const std::string& text, const st
       const std::size_t colon = what.find(": ", prefix.size());
       if (colon != std::string::npos) what = what.substr(colon + 2);
     }
-    for (const std::string key : {"key '" + option + "', ", "key '" + option + "': "})
+    for (const std::string& key : {"key '" + option + "', ", "key '" + option + "': "})
       if (what.rfind(key, 0) == 0) what = what.substr(key.size());
     throw InputError(named + ": " + what);
   }
