@@ -161,12 +161,9 @@ Llama2cModel::Llama2cModel(const std::string& path) : path_(path) {
   // A regular file only (a FIFO or a device would be read forever), and no more than the
   // largest checkpoint the header bounds allow: the size is checked against the header
   // before the weights are read.
-  std::uint64_t file_size = 0;
-  const int fd = open_regular_file(path, "llama2.c checkpoint", file_size);
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_fd{fd};
+  const OpenRegularFile opened(path, "llama2.c checkpoint");
+  const int fd = opened.fd();
+  const std::uint64_t file_size = opened.size();
   auto read_exact = [&](char* dst, std::size_t n, std::size_t offset) {
     std::size_t at = 0;
     while (at < n) {

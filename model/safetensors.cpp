@@ -299,13 +299,14 @@ int open_regular_file(const std::string& path, const std::string& what, std::uin
   return fd;
 }
 
+OpenRegularFile::~OpenRegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 std::string read_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes) {
-  std::uint64_t size = 0;
-  const int fd = open_regular_file(path, what, size);
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_fd{fd};
+  const OpenRegularFile opened(path, what);
+  const int fd = opened.fd();
+  const std::uint64_t size = opened.size();
   auto too_large = [&](std::uint64_t n) {
     throw InputError("Cannot read " + what + " '" + path + "': it is " + std::to_string(n) +
                      " bytes long, more than the limit of " + std::to_string(max_bytes) + " bytes.");

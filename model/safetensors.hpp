@@ -45,6 +45,20 @@ std::string non_regular_kind(unsigned mode);
 // `what` and the path ("Cannot read trace 'p': it is a FIFO (named pipe), not a regular
 // file."). Returns the descriptor (the caller closes it) and the file's size.
 int open_regular_file(const std::string& path, const std::string& what, std::uint64_t& size);
+// open_regular_file as an owner: the descriptor is closed when the object goes.
+class OpenRegularFile {
+ public:
+  OpenRegularFile(const std::string& path, const std::string& what) : fd_(open_regular_file(path, what, size_)) {}
+  ~OpenRegularFile();
+  OpenRegularFile(const OpenRegularFile&) = delete;
+  OpenRegularFile& operator=(const OpenRegularFile&) = delete;
+  int fd() const { return fd_; }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  std::uint64_t size_ = 0;
+  int fd_ = -1;
+};
 // Reads a whole regular file of at most max_bytes bytes (InputError naming the path and the
 // limit otherwise).
 std::string read_regular_file(const std::string& path, const std::string& what, std::uint64_t max_bytes = kMaxTextBytes);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "model/error.hpp"
+#include "model/safetensors_parts.hpp"
 #include "model/text.hpp"
 
 namespace tierlab {
@@ -23,14 +24,7 @@ constexpr int kMaxLen = std::numeric_limits<std::int32_t>::max();
 const char* const kFields[] = {"keys", "keys_pre_rope", "values", "obs_queries",
                                "decode_queries", "decode_keys", "decode_values"};
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
+using safetensors_detail::shape_string;
 
 
 bool parse_int(const std::string& s, long long& out) {

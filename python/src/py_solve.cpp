@@ -60,6 +60,17 @@ struct QuerySetProblem {
   std::vector<int> visible;
   std::vector<const MatrixRM*> variants;      // the variants every selection may use
   std::vector<Selection> selections;          // per allocation
+  // The backend's batch of every row and selection.
+  HeadBatch batch() const {
+    HeadBatch b;
+    b.problem.queries = queries;
+    b.problem.exact_keys = exact;
+    b.problem.values = values;
+    b.problem.variants = variants;
+    b.problem.visible = visible;
+    b.selections = selections;
+    return b;
+  }
 };
 
 // Means (one batch over all rows) and, when asked, per-row errors (one batch per row: each
@@ -67,13 +78,7 @@ struct QuerySetProblem {
 HeadErrors evaluate_problem(const QuerySetProblem& q, Recomputer& backend, bool per_row, WorkContext& ctx) {
   HeadErrors out;
   out.backend = backend.name();
-  HeadBatch all;
-  all.problem.queries = q.queries;
-  all.problem.exact_keys = q.exact;
-  all.problem.values = q.values;
-  all.problem.variants = q.variants;
-  all.problem.visible = q.visible;
-  all.selections = q.selections;
+  HeadBatch all = q.batch();
   throw_if_cancelled(&ctx.stop);
   out.mean = recompute(backend, {all})[0];
   if (per_row) {
@@ -512,13 +517,7 @@ arrays are copied (float32) at construction; evaluate() then does only the recom
         QuerySetProblem q = p.problem();
         q.selections = allocations_arg(selections, "selections", p.keys.rows(), static_cast<int>(p.variants.size()) + 1);
         auto be = backend_for(backend);
-        HeadBatch b;
-        b.problem.queries = q.queries;
-        b.problem.exact_keys = q.exact;
-        b.problem.values = q.values;
-        b.problem.variants = q.variants;
-        b.problem.visible = q.visible;
-        b.selections = q.selections;
+        HeadBatch b = q.batch();
         std::vector<double> seconds;
         py::gil_scoped_release release;
         for (int r = 0; r < repeats; ++r) {

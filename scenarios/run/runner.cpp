@@ -85,12 +85,9 @@ const std::string& content_hash(ContentHashes& cache, const std::string& path, c
 }  // namespace
 
 std::string file_content_hash(const std::string& path, const std::string& what) {
-  std::uint64_t size = 0;
-  const int fd = open_regular_file(path, what, size);
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_fd{fd};
+  const OpenRegularFile opened(path, what);
+  const int fd = opened.fd();
+  const std::uint64_t size = opened.size();
   std::vector<unsigned char> buf(1 << 20);
   std::uint64_t h = 14695981039346656037ull, total = 0;
   for (;;) {
