@@ -89,26 +89,18 @@ nlohmann::json proxy_cell(const Scenario& sc, const ProxySpec& spec, const Scena
   for (const MethodSpec& m : sc.methods) {
     throw_if_cancelled(stop);
     const ModelCompressor compress = make_model_compressor(m, ctx);
-    const std::vector<std::vector<CompressedHead>> comp = compress(heads);
-    double sur = 0, err = 0, cb = 0, tb = 0, ev = 0;
-    for (std::size_t l = 0; l < heads.size(); ++l)
-      for (std::size_t h = 0; h < heads[l].size(); ++h) {
-        const HeadData& hd = heads[l][h];
-        const CompressedHead& c = comp.at(l).at(h);
-        double on2 = 0;
-        const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), c.keys, c.kept, &on2);
-        sur += on2 > 0 ? abs / on2 : 0.0;
-        err += meta.decode_steps > 0 ? evaluate_decode_steps(hd, c.keys, c.kept, backend).rel_error
-                                     : evaluate_obs_queries(hd, c.keys, c.kept, backend).rel_error;
-        cb += c.rate.code_bits, tb += c.rate.total_bits;
-        double kept = 0;
-        for (const std::uint8_t k : c.kept) kept += k;
-        ev += c.kept.empty() ? 0.0 : 1.0 - kept / static_cast<double>(c.kept.size());
-      }
-    const double H = meta.n_heads();
-    nlohmann::json j = {{"label", m.label},       {"kind", to_string(m.kind)}, {"code_bits", cb / H},
-                        {"total_bits", tb / H},   {"evicted", ev / H},         {"surrogate", finite_or_null(sur / H)},
-                        {"error", finite_or_null(err / H)},  {"replayed", false}};
+    const MethodMeasure mm = measure_compressed(heads, compress(heads), [&](const HeadData& hd, const CompressedHead& c) {
+      return meta.decode_steps > 0 ? evaluate_decode_steps(hd, c.keys, c.kept, backend)
+                                   : evaluate_obs_queries(hd, c.keys, c.kept, backend);
+    });
+    nlohmann::json j = {{"label", m.label},
+                        {"kind", to_string(m.kind)},
+                        {"code_bits", mm.rate.code_bits},
+                        {"total_bits", mm.rate.total_bits},
+                        {"evicted", mm.evicted},
+                        {"surrogate", finite_or_null(mm.surrogate)},
+                        {"error", finite_or_null(mm.error)},
+                        {"replayed", false}};
     if (model) {
       const ReplayResult r = replay(*model, ro, KeyCompression::from_compressor(compress, m.label));
       j["replayed"] = true;

@@ -63,6 +63,33 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   return single(backend, std::move(b));
 }
 
+MethodMeasure measure_compressed(const std::vector<std::vector<HeadData>>& heads,
+                                 const std::vector<std::vector<CompressedHead>>& compressed,
+                                 const std::function<ErrorMetrics(const HeadData&, const CompressedHead&)>& recompute) {
+  double sur = 0, err = 0, cb = 0, tb = 0, ev = 0, H = 0;
+  for (std::size_t l = 0; l < heads.size(); ++l)
+    for (std::size_t h = 0; h < heads[l].size(); ++h) {
+      const HeadData& hd = heads[l][h];
+      const CompressedHead& c = compressed.at(l).at(h);
+      double on2 = 0;
+      const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), c.keys, c.kept, &on2);
+      sur += on2 > 0 ? abs / on2 : 0.0;
+      if (recompute) err += recompute(hd, c).rel_error;
+      cb += c.rate.code_bits, tb += c.rate.total_bits;
+      double kept = 0;
+      for (const std::uint8_t k : c.kept) kept += k;
+      ev += c.kept.empty() ? 0.0 : 1.0 - kept / static_cast<double>(c.kept.size());
+      H += 1;
+    }
+  MethodMeasure m;
+  if (H == 0) return m;
+  m.rate = Rate{cb / H, tb / H};
+  m.evicted = ev / H;
+  m.surrogate = sur / H;
+  if (recompute) m.error = err / H;
+  return m;
+}
+
 ErrorMetrics evaluate_decode_step(const HeadData& head, const MatrixRM& allocated_keys,
                                   const std::vector<std::uint8_t>& kept, int step, Recomputer& backend) {
   const int S = static_cast<int>(head.decode_keys.rows());

@@ -10,6 +10,7 @@
 // Surrogate prediction (obs queries): predicted abs error = sum_t c_t(tau_t), predicted
 // relative error = sum_t c_t(tau_t) / mean_q ||o_q||^2.
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,19 @@ struct CompressedHead {
   Rate rate;
 };
 using HeadCompressor = std::function<CompressedHead(const HeadData&)>;
+
+// A method's operating point on a model's heads (heads[l][h], compressed[l][h] its output):
+// the means over the H heads of the measured rate, the evicted fraction, the surrogate's
+// relative error sum_t c_t / mean_q ||o_q||^2 on the observation queries (surrogate_abs_cost)
+// and the recomputed relative error recompute(head, compressed).rel_error (NaN without
+// `recompute`). Shared by the proxy and rd_curve analyses' method points.
+struct MethodMeasure {
+  Rate rate;
+  double evicted = 0, surrogate = 0, error = std::numeric_limits<double>::quiet_NaN();
+};
+MethodMeasure measure_compressed(const std::vector<std::vector<HeadData>>& heads,
+                                 const std::vector<std::vector<CompressedHead>>& compressed,
+                                 const std::function<ErrorMetrics(const HeadData&, const CompressedHead&)>& recompute);
 TraceEvaluation evaluate_trace(const TraceReader& trace, const HeadCompressor& compress, Recomputer& backend,
                                const Progress& progress = {});
 

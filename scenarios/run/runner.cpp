@@ -87,7 +87,6 @@ const std::string& content_hash(ContentHashes& cache, const std::string& path, c
 std::string file_content_hash(const std::string& path, const std::string& what) {
   const OpenRegularFile opened(path, what);
   const int fd = opened.fd();
-  const std::uint64_t size = opened.size();
   std::vector<unsigned char> buf(1 << 20);
   std::uint64_t h = 14695981039346656037ull, total = 0;
   for (;;) {

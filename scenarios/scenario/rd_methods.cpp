@@ -46,32 +46,21 @@ std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadDa
   mc.group_size = group_size;
   mc.rate_kind = curve.options.solve.rate_kind;
   const int step = curve.options.decode_step;
-  auto recompute = [&](const HeadData& hd, const CompressedHead& ch) {
-    switch (curve.queries) {
-      case RdQueries::Decode: return evaluate_decode_steps(hd, ch.keys, ch.kept, *backend);
-      case RdQueries::Step: return evaluate_decode_step(hd, ch.keys, ch.kept, step, *backend);
-      case RdQueries::Obs: break;
-    }
-    return evaluate_obs_queries(hd, ch.keys, ch.kept, *backend);
-  };
-  std::size_t n_heads = 0;
-  for (const auto& layer : heads) n_heads += layer.size();
+  std::function<ErrorMetrics(const HeadData&, const CompressedHead&)> recompute;
+  if (backend)
+    recompute = [&](const HeadData& hd, const CompressedHead& ch) {
+      switch (curve.queries) {
+        case RdQueries::Decode: return evaluate_decode_steps(hd, ch.keys, ch.kept, *backend);
+        case RdQueries::Step: return evaluate_decode_step(hd, ch.keys, ch.kept, step, *backend);
+        case RdQueries::Obs: break;
+      }
+      return evaluate_obs_queries(hd, ch.keys, ch.kept, *backend);
+    };
   std::vector<RdMethodPoint> out;
   for (const MethodSpec& m : methods) {
     throw_if_cancelled(cancel);
-    const std::vector<std::vector<CompressedHead>> comp = make_model_compressor(m, mc)(heads);
-    double sur = 0, err = backend ? 0.0 : std::numeric_limits<double>::quiet_NaN(), cb = 0, tb = 0;
-    const double H = static_cast<double>(n_heads);
-    for (std::size_t l = 0; l < heads.size(); ++l)
-      for (std::size_t h = 0; h < heads[l].size(); ++h) {
-        const HeadData& hd = heads[l][h];
-        const CompressedHead& ch = comp.at(l).at(h);
-        double on2 = 0;
-        const double abs = surrogate_abs_cost(hd.keys, hd.values, observation_queries(hd), ch.keys, ch.kept, &on2);
-        sur += (on2 > 0 ? abs / on2 : 0.0) / H;
-        if (backend) err += recompute(hd, ch).rel_error / H;
-        cb += ch.rate.code_bits / H, tb += ch.rate.total_bits / H;
-      }
+    const MethodMeasure mm = measure_compressed(heads, make_model_compressor(m, mc)(heads), recompute);
+    const double cb = mm.rate.code_bits, tb = mm.rate.total_bits, sur = mm.surrogate, err = mm.error;
     RdMethodPoint p;
     p.label = m.label;
     p.kind = m.kind;
