@@ -152,6 +152,7 @@ class BuiltinTier : public TierQuantizer {
 class EvictTier final : public BuiltinTier {
  public:
   explicit EvictTier(const Tier& t) : BuiltinTier(t) {}
+  bool token_local() const override { return true; }
   std::optional<Rate> closed_nominal_rate(int) const override { return Rate{0.0, 0.0}; }
   std::optional<TierBits> bits_of_count(long long, int) const override { return TierBits{0.0, 0.0}; }
 
@@ -165,6 +166,7 @@ class EvictTier final : public BuiltinTier {
 class ExactTier final : public BuiltinTier {
  public:
   explicit ExactTier(const Tier& t) : BuiltinTier(t) {}
+  bool token_local() const override { return true; }
   std::optional<Rate> closed_nominal_rate(int) const override { return Rate{16.0, 16.0}; }
   std::optional<TierBits> bits_of_count(long long n, int d) const override { return TierBits{16.0 * (double(n) * d), 0.0}; }
 
@@ -198,6 +200,7 @@ class KiviTier final : public BuiltinTier {
 class TokenTier final : public BuiltinTier {
  public:
   explicit TokenTier(const Tier& t) : BuiltinTier(t) {}
+  bool token_local() const override { return true; }  // groups of channels within a token
   std::optional<Rate> closed_nominal_rate(int d) const override {
     if (d <= 0) throw InputError("Tier " + name() + ": head_dim = " + std::to_string(d) + " must be positive.");
     const int n = tier().group > 0 ? tier().group : d;

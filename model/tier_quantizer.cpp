@@ -209,8 +209,10 @@ DenseTier dense_tier(const TierInput& in, const Tier& tier) {
   return out;
 }
 
-MaterializedKeys materialize(const TierInput& in, const RateLadder& ladder,
-                             const std::vector<std::uint8_t>& tier_of_token) {
+namespace {
+
+MaterializedKeys materialize_with(const TierInput& in, const RateLadder& ladder,
+                                  const std::vector<std::uint8_t>& tier_of_token, const TierRowCache* cache) {
   const long long T = in.n_tokens();
   const int d = in.head_dim();
   const auto by_tier = tokens_by_tier(T, ladder, tier_of_token, "materialize");
@@ -225,12 +227,51 @@ MaterializedKeys materialize(const TierInput& in, const RateLadder& ladder,
       for (int t : by_tier[i]) m.kept[t] = 0;
       continue;  // rows stay zero, no bits
     }
-    const TierBits b = make_tier_quantizer(tier)->quantize_into(in, by_tier[i], m.keys);
+    const std::unique_ptr<TierQuantizer> q = make_tier_quantizer(tier);
+    TierBits b;
+    if (const MatrixRM* dense = cache ? cache->rows(i) : nullptr) {
+      for (int t : by_tier[i]) m.keys.row(t) = dense->row(t);
+      b = *q->bits_of_count(static_cast<long long>(by_tier[i].size()), d);
+    } else {
+      b = q->quantize_into(in, by_tier[i], m.keys);
+    }
     code += b.code_bits;
     meta += b.meta_bits;
   }
   m.rate = per_element(code, meta, T, d);
   return m;
+}
+
+}  // namespace
+
+MaterializedKeys materialize(const TierInput& in, const RateLadder& ladder,
+                             const std::vector<std::uint8_t>& tier_of_token) {
+  return materialize_with(in, ladder, tier_of_token, nullptr);
+}
+
+MaterializedKeys materialize(const TierInput& in, const RateLadder& ladder, const std::vector<std::uint8_t>& tier_of_token,
+                             const TierRowCache& cache) {
+  return materialize_with(in, ladder, tier_of_token, &cache);
+}
+
+TierRowCache::TierRowCache(const TierInput& in, const RateLadder& ladder) : dense_(ladder.tiers.size()) {
+  std::vector<int> all(static_cast<std::size_t>(in.n_tokens()));
+  for (int t = 0; t < in.n_tokens(); ++t) all[static_cast<std::size_t>(t)] = t;
+  for (std::size_t i = 0; i < ladder.tiers.size(); ++i) {
+    const Tier& tier = ladder.tiers[i];
+    if (tier.kind == QuantizerKind::Evict || tier.kind == QuantizerKind::Exact) continue;  // nothing to save
+    const std::unique_ptr<TierQuantizer> q = make_tier_quantizer(tier);
+    if (!q->token_local() || !q->bits_of_count(1, in.head_dim())) continue;
+    auto rows = std::make_shared<MatrixRM>(MatrixRM::Zero(in.n_tokens(), in.head_dim()));
+    q->quantize_into(in, all, *rows);
+    dense_[i] = std::move(rows);
+  }
+}
+
+int TierRowCache::cached() const {
+  int n = 0;
+  for (const auto& d : dense_) n += d ? 1 : 0;
+  return n;
 }
 
 Rate allocation_rate(const TierInput& in, const RateLadder& ladder, const std::vector<std::uint8_t>& tier_of_token) {

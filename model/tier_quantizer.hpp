@@ -93,6 +93,11 @@ class TierQuantizer {
   std::string name() const { return tier_.name(); }
   // True when quantize() needs TierInput::head and ::rope (header comment).
   virtual bool needs_head() const { return false; }
+  // True when a token's dequantized row depends on its own key alone (exact, evict and the
+  // per-token groups of token<b>), never on which other tokens share the tier: the dense
+  // quantization of the head then gives every allocation's rows (TierRowCache). False for
+  // token-grouped forms (kivi: tier-local groups of G tokens) and the published quantizers.
+  virtual bool token_local() const { return false; }
   // Quantize keys.row(tokens[i]) (strictly ascending, the tokens of this tier) as one
   // block: dequant row i is token tokens[i]; the bits actually formed.
   virtual QuantizedBlock quantize(const TierInput& in, const std::vector<int>& tokens) const = 0;
@@ -166,6 +171,22 @@ struct DenseTier {
 DenseTier dense_tier(const TierInput& in, const Tier& tier);
 MaterializedKeys materialize(const TierInput& in, const RateLadder& ladder,
                              const std::vector<std::uint8_t>& tier_of_token);
+// One head's dense rows of its ladder's token-local tiers (TierQuantizer::token_local, with
+// bits_of_count), quantized once: materialize with the cache copies those tiers' rows instead
+// of quantizing them again for every allocation (the RD curve's many allocations of a head),
+// with the same keys and bits. The cache refers to nothing of `in` after construction.
+class TierRowCache {
+ public:
+  TierRowCache(const TierInput& in, const RateLadder& ladder);
+  // Tier i's dense rows (T x d), or null when tier i is not cached.
+  const MatrixRM* rows(int i) const { return dense_[static_cast<std::size_t>(i)].get(); }
+  int cached() const;  // how many tiers are cached
+
+ private:
+  std::vector<std::shared_ptr<const MatrixRM>> dense_;
+};
+MaterializedKeys materialize(const TierInput& in, const RateLadder& ladder, const std::vector<std::uint8_t>& tier_of_token,
+                             const TierRowCache& cache);
 // Counts bits where bits_of_count() knows them, quantizes the tier's block otherwise.
 Rate allocation_rate(const TierInput& in, const RateLadder& ladder, const std::vector<std::uint8_t>& tier_of_token);
 

@@ -4,6 +4,7 @@
 // exact solver.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -310,4 +311,37 @@ TEST_CASE("seed allocators run on a published ladder with data-dependent rates",
   const SeedAllocation s = allocate_seed("routed", {}, pr);
   CHECK(s.tiers.size() == 2);
   CHECK(s.rate_used <= s.rate_budget + 1e-9);
+}
+
+TEST_CASE("A token-local tier quantizes each token alone, so its rows are shared across allocations with the same keys and "
+          "bits") {
+  const SmallHead h = small_head(200);
+  const RateLadder ladder = RateLadder::parse("evict,token2,kivi3,token4g16,turboquant5,exact");
+  const TierInput in = TierInput::of_head(h.head, h.rope);
+  // Every tier that declares itself token-local: a token's row is the same in any set of tokens.
+  const std::vector<std::uint8_t> some = mixed_allocation(200, 3);
+  for (const Tier& tier : ladder.tiers) {
+    const auto q = make_tier_quantizer(tier);
+    if (!q->token_local() || tier.kind == QuantizerKind::Evict) continue;
+    INFO(tier.name());
+    std::vector<int> all(200), part = tokens_at(some, 1);
+    for (int t = 0; t < 200; ++t) all[static_cast<std::size_t>(t)] = t;
+    const QuantizedBlock whole = q->quantize(in, all), sub = q->quantize(in, part);
+    for (std::size_t i = 0; i < part.size(); ++i) CHECK((whole.dequant.row(part[i]).array() == sub.dequant.row(i).array()).all());
+  }
+  const TierRowCache cache(in, ladder);
+  CHECK(cache.cached() == 2);  // token2 and token4g16; kivi3 groups tokens, turboquant is not declared
+  CHECK(cache.rows(1) != nullptr);
+  CHECK(cache.rows(2) == nullptr);
+  CHECK(cache.rows(3) != nullptr);
+  for (int shift = 0; shift < 6; ++shift) {
+    std::vector<std::uint8_t> tiers = mixed_allocation(200, ladder.size());
+    std::rotate(tiers.begin(), tiers.begin() + 17 * shift, tiers.end());
+    const MaterializedKeys plain = materialize(in, ladder, tiers), shared = materialize(in, ladder, tiers, cache);
+    INFO(shift);
+    CHECK(same_bits(plain.keys, shared.keys));
+    CHECK(plain.kept == shared.kept);
+    CHECK(plain.rate.code_bits == shared.rate.code_bits);
+    CHECK(plain.rate.total_bits == shared.rate.total_bits);
+  }
 }

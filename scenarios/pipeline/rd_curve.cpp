@@ -19,6 +19,7 @@
 #include "model/enum_names.hpp"
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
+#include "model/tier_quantizer.hpp"
 #include "model/text.hpp"
 #include "solvers/exact_parametric.hpp"
 
@@ -174,6 +175,9 @@ std::vector<ErrorMetrics> recompute_allocations(const HeadData& head, const Rope
   std::vector<ErrorMetrics> errors(static_cast<std::size_t>(nd));
   std::exception_ptr failure;
   std::atomic<bool> failed{false};
+  // The token-local tiers (token<b>) quantized once for all of the head's allocations.
+  const TierInput in = TierInput::of_head(head, rope);
+  const TierRowCache rows(in, ladder);
   // Allocations in parallel, one evaluator per thread (inside, materialize and set_variants
   // run on their thread).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
@@ -183,7 +187,7 @@ std::vector<ErrorMetrics> recompute_allocations(const HeadData& head, const Rope
       auto& ev = evaluators[static_cast<std::size_t>(omp_get_thread_num())];
       if (!ev) ev = std::make_unique<PreparedQuerySet::Evaluator>(qs);
       const std::vector<std::uint8_t>& t = *distinct[static_cast<std::size_t>(k)];
-      errors[static_cast<std::size_t>(k)] = ev->evaluate(materialize(head, rope, ladder, t), t, ladder.exact_index());
+      errors[static_cast<std::size_t>(k)] = ev->evaluate(materialize(in, ladder, t, rows), t, ladder.exact_index());
     } catch (...) {
 #pragma omp critical(rd_curve_failure)
       if (!failure) failure = std::current_exception();
