@@ -101,7 +101,7 @@ py::list methods_list(const std::vector<RdMethodPoint>& points) {
 void bind_rdcurve(py::module_& m) {
   m.def("rd_curve", [](const PyTrace& trace, const py::object& budgets, const std::vector<std::string>& families,
                        const std::string& scope, const std::string& rate, const py::object& ladder,
-                       const std::string& solver, const std::string& queries, bool recompute,
+                       const std::string& solver, const std::string& queries, int decode_step, bool recompute,
                        const std::vector<std::string>& methods, py::object progress) {
     RdCurveOptions o;
     if (py::isinstance<py::str>(budgets)) {
@@ -116,6 +116,7 @@ void bind_rdcurve(py::module_& m) {
     o.solve.scope = parse_scope(scope);
     o.solve.ladder = ladder_arg(ladder);
     o.queries = parse_rd_queries(queries);
+    o.decode_step = decode_step;
     o.recompute = recompute;
     o.validate();
     const std::vector<MethodSpec> specs = parse_rd_methods(methods, "methods", o);
@@ -136,14 +137,16 @@ void bind_rdcurve(py::module_& m) {
   }, py::arg("trace"), py::arg("budgets"),
      py::arg("families") = std::vector<std::string>{"quantize", "evict", "mixed", "routed"}, py::arg("scope") = "head",
      py::arg("rate") = "code", py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("solver") = "exact",
-     py::arg("queries") = "decode", py::arg("recompute") = true,
+     py::arg("queries") = "decode", py::arg("decode_step") = 1, py::arg("recompute") = true,
      py::arg("methods") = std::vector<std::string>{}, py::arg("progress") = py::none(),
      R"doc(The rate-distortion curve of a trace (what `tierlab solve TRACE --budgets A:B:STEP --recompute
 --json` computes; scenarios/pipeline/rd_curve.hpp).
 
 budgets: "A:B:STEP" or a list of budgets (bits per key element, counted as `rate`: code |
 total); families: any of quantize, evict, mixed, routed; scope: head | layer | model (heads
-trade budget); queries: decode | obs (where the errors are recomputed). Returns a dict of
+trade budget); queries: decode | obs | step (where the errors are recomputed: every decode
+step, the observation queries, or decode step `decode_step` alone, named methods included).
+Returns a dict of
 NumPy arrays: budgets; families[name] with feasible, rate (measured, mean over heads),
 code_bits, total_bits, surrogate (predicted relative error), error (recomputed relative
 error), attn_tv, one entry per budget (NaN where infeasible); ladder (every token at one

@@ -75,3 +75,22 @@ def test_a_bad_named_method_is_an_input_error_naming_it(tiny_trace):
         tierlab.rd_curve(tiny_trace, "0:4:2", methods=["kivi:9"])
     with pytest.raises(tierlab.InputError, match="bogus"):
         tierlab.rd_curve(tiny_trace, "0:4:2", methods=["{quantizer: bogus}"])
+
+
+def test_on_one_decode_steps_queries_the_curve_and_its_methods_are_those_of_tierlab_solve_queries_step(
+        tiny_trace, tiny_trace_path):
+    specs = ["kivi:4", "{family: M, budget: 4}"]
+    args = ["solve", tiny_trace_path, "--budgets", "0:8:4", "--recompute", "--queries", "step", "--decode-step", "2"]
+    for s in specs:
+        args += ["--method", s]
+    cli = cli_json(*args)
+    c = tierlab.rd_curve(tiny_trace, "0:8:4", queries="step", decode_step=2, methods=specs)
+    assert c["queries"] == "step"
+    np.testing.assert_allclose(c["families"]["mixed"]["error"], cli["families"]["mixed"]["error"], rtol=1e-12)
+    for m, j in zip(c["methods"], cli["methods"]):
+        np.testing.assert_allclose(m["error"], j["error"], rtol=1e-12, atol=0)
+    # M* at B = 4 named as a method is the curve's M point at B = 4, on step 2's queries.
+    np.testing.assert_allclose(c["methods"][1]["error"], c["families"]["mixed"]["error"][1], rtol=1e-6)
+    # Another step's queries give other errors.
+    other = tierlab.rd_curve(tiny_trace, "0:8:4", queries="step", decode_step=1)
+    assert not np.allclose(other["families"]["mixed"]["error"][1:], c["families"]["mixed"]["error"][1:], rtol=1e-9)
