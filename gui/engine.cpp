@@ -91,6 +91,7 @@ void Engine::clear_cache() {
   work_.reset();
   last_.reset();
   curves_.clear();
+  rd_points_.clear();
 }
 
 void Engine::set_cache_limit(std::size_t bytes) {

@@ -1,6 +1,7 @@
 // Named methods as operating points beside a rate-distortion curve (rd_methods.hpp).
 #include "scenarios/scenario/rd_methods.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -24,17 +25,43 @@ std::vector<MethodSpec> parse_rd_methods(const std::vector<std::string>& texts, 
           throw InputError(option + " '" + text + "': the method '" + m.label + "' is given twice.");
       methods.push_back(std::move(m));
     }
-  if (!methods.empty() && curve.queries == RdQueries::Step)
-    throw InputError(option + ": named methods are recomputed on the decode or obs queries; one decode step's queries "
-                     "(queries step) are for the curve only.");
   return methods;
 }
+
+namespace {
+
+// One decode step s's g query rows over the T + s tokens they see (the s decode keys exact and
+// kept): the curve's RdQueries::Step, through the recomputation seam.
+ErrorMetrics evaluate_step(const HeadData& head, const MatrixRM& keys, const std::vector<std::uint8_t>& kept, int step,
+                           Recomputer& backend) {
+  const int S = static_cast<int>(head.decode_keys.rows()), T = static_cast<int>(head.keys.rows());
+  const int d = static_cast<int>(head.keys.cols());
+  if (step < 1 || step > S)
+    throw InputError("named methods: decode step " + std::to_string(step) + " is outside 1.." + std::to_string(S) +
+                     " (the head has " + std::to_string(S) + " decode steps).");
+  const int g = static_cast<int>(head.decode_queries.rows() / S);
+  MatrixRM exact(T + step, d), approx(T + step, d), values(T + step, d), queries(g, d);
+  exact.topRows(T) = head.keys, exact.bottomRows(step) = head.decode_keys.topRows(step);
+  approx.topRows(T) = keys, approx.bottomRows(step) = head.decode_keys.topRows(step);
+  values.topRows(T) = head.values, values.bottomRows(step) = head.decode_values.topRows(step);
+  for (int j = 0; j < g; ++j) queries.row(j) = head.decode_queries.row(j * S + (step - 1));
+  HeadBatch b;
+  b.problem.queries = &queries;
+  b.problem.exact_keys = &exact;
+  b.problem.values = &values;
+  b.problem.variants = {&approx};
+  b.problem.visible.assign(static_cast<std::size_t>(g), T + step);
+  Selection sel(static_cast<std::size_t>(T + step), 1);
+  std::copy(kept.begin(), kept.end(), sel.begin());
+  b.selections.push_back(std::move(sel));
+  return recompute(backend, std::vector<HeadBatch>{std::move(b)}).at(0).at(0);
+}
+
+}  // namespace
 
 std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCurve& curve,
                                             const std::vector<MethodSpec>& methods, Recomputer* backend,
                                             const Progress& progress, const std::atomic<bool>* cancel) {
-  if (curve.queries == RdQueries::Step)
-    throw InputError("named methods are recomputed on the decode or the observation queries, not on one decode step's.");
   const TraceMeta& meta = trace.meta();
   std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
   for (int l = 0; l < meta.n_layers; ++l)
@@ -42,13 +69,21 @@ std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCu
   MethodContext mc;
   mc.rope = meta.rope;
   mc.group_size = meta.group_size;
+  return rd_method_points(heads, mc, curve, methods, backend, progress, cancel);
+}
+
+std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, MethodContext mc,
+                                            const RdCurve& curve, const std::vector<MethodSpec>& methods,
+                                            Recomputer* backend, const Progress& progress,
+                                            const std::atomic<bool>* cancel) {
   mc.rate_kind = curve.options.solve.rate_kind;
+  double H = 0;
+  for (const auto& layer : heads) H += static_cast<double>(layer.size());
   std::vector<RdMethodPoint> out;
   for (const MethodSpec& m : methods) {
     throw_if_cancelled(cancel);
     const std::vector<std::vector<CompressedHead>> comp = make_model_compressor(m, mc)(heads);
     double sur = 0, err = backend ? 0.0 : std::numeric_limits<double>::quiet_NaN(), cb = 0, tb = 0;
-    const double H = meta.n_heads();
     for (std::size_t l = 0; l < heads.size(); ++l)
       for (std::size_t h = 0; h < heads[l].size(); ++h) {
         const HeadData& hd = heads[l][h];
@@ -58,7 +93,9 @@ std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCu
         sur += (on2 > 0 ? abs / on2 : 0.0) / H;
         if (backend)
           err += (curve.queries == RdQueries::Decode ? evaluate_decode_steps(hd, ch.keys, ch.kept, *backend)
-                                                     : evaluate_obs_queries(hd, ch.keys, ch.kept, *backend))
+                  : curve.queries == RdQueries::Step
+                      ? evaluate_step(hd, ch.keys, ch.kept, curve.options.decode_step, *backend)
+                      : evaluate_obs_queries(hd, ch.keys, ch.kept, *backend))
                      .rel_error / H;
         cb += ch.rate.code_bits / H, tb += ch.rate.total_bits / H;
       }

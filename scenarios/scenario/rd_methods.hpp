@@ -11,7 +11,8 @@
 //   surrogate              mean_h sum_t c_t(m) / mean_q ||o_q||^2 on the observation queries
 //                          (surrogate_abs_cost: the predicted relative error)
 //   error                  mean_h of the exactly recomputed relative error on the curve's query
-//                          set (decode steps, or the observation queries); NaN when not recomputed
+//                          set (decode steps, the observation queries, or one decode step s's g
+//                          query rows over the T + s tokens they see); NaN when not recomputed
 //   above_hull             error > hull(rate) (1 + kRdMethodHullTolerance), the families' lower
 //                          convex hull of the recomputed errors (RdCurve::hull); false where the
 //                          hull does not reach the rate or the error is not recomputed. The
@@ -49,16 +50,23 @@ struct RdMethodPoint {
 // The methods given as text (`tierlab solve --method SPEC`, tierlab.rd_curve(methods=...)), each
 // read by parse_method_spec_text on the curve's ladder; a scorer without `keep` is placed at the
 // keep ratios B/16 of the curve's budgets B in (0, 16] (its rate 16 x kept fraction = B). Labels
-// must be unique; with RdQueries::Step there must be none. InputError naming `option` and the text.
+// must be unique. InputError naming `option` and the text.
 std::vector<MethodSpec> parse_rd_methods(const std::vector<std::string>& texts, const std::string& option,
                                          const RdCurveOptions& curve);
 
-// The methods' points beside `curve` (computed on `trace`; its queries Decode or Obs: one decode
-// step's queries are not a method's query set, an InputError). `backend` null: the surrogate only.
-// `progress` is told after each method; `cancel` set: throws Cancelled between methods.
+// The methods' points beside `curve` (computed on `trace`, every head of it). `backend` null: the
+// surrogate only. `progress` is told after each method; `cancel` set: throws Cancelled between
+// methods.
 std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCurve& curve,
                                             const std::vector<MethodSpec>& methods, Recomputer* backend,
                                             const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr);
+// The same for heads in memory, heads[layer][kv_head] (those the curve was computed on: the
+// explorer's one head, or every head of its trace), with the model's RoPE and g in `context`
+// (its rate_kind is replaced by the curve's). The trace form above reads the heads and calls this.
+std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, MethodContext context,
+                                            const RdCurve& curve, const std::vector<MethodSpec>& methods,
+                                            Recomputer* backend, const Progress& progress = {},
+                                            const std::atomic<bool>* cancel = nullptr);
 
 // [{label, kind, code_bits, total_bits, rate, surrogate, error, above_hull}] (NaN as null).
 nlohmann::json to_json(const std::vector<RdMethodPoint>&);
