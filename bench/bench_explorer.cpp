@@ -16,7 +16,8 @@
 // opening on the head (target 2 s) and its redraw per budget change (target 50 ms).
 //
 // With --live RUNS: every live view (head map, interior advantage, dominance, staleness, RD
-// curve) opened RUNS times from cold caches, medians (e.g. --tokens 2048 --kv-heads 32 --live 3).
+// curve, and the RD curve with the window's default named methods) opened RUNS times from
+// cold caches, medians (e.g. --tokens 2048 --kv-heads 32 --live 3).
 //
 //   bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family mixed|routed|...] [--live RUNS]
 #include <QApplication>
@@ -57,6 +58,11 @@ static void live_views(Engine& engine, Settings s, int runs) {
       {"dominance (live)", [&](const Settings& st, const PartialView&) { return engine.dominance(st); }},
       {"staleness (live)", [&](const Settings& st, const PartialView& p) { return engine.staleness(st, {}, nullptr, p); }},
       {"RD curve", [&](const Settings& st, const PartialView& p) { return engine.rd_curve(st, {}, nullptr, p); }},
+      {"RD curve + methods", [&](const Settings& st, const PartialView& p) {
+         Settings with = st;
+         with.rd_methods = kDefaultRdMethods;  // the window's default field
+         return engine.rd_curve(with, {}, nullptr, p);
+       }},
   };
   std::printf("live views, %d heads, cold caches, median of %d (first partial result in brackets):\n",
               engine.source().meta().n_heads(), runs);

@@ -60,7 +60,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -114,9 +113,10 @@ std::vector<std::string> rd_method_texts(const std::string& field);
 void check_rd_methods(const Settings&);
 inline constexpr const char* kRdMethodsField = "methods on the RD curve";
 // What the window's methods field holds at first: a uniform 2-bit KIVI policy and the SnapKV
-// scorer (at the keep ratios B/16 of the grid) over all the trace's observation queries
-// (window 0: its default window of 32 exceeds a short capture's).
-inline constexpr const char* kDefaultRdMethods = "kivi:2; {scorer: snapkv, window: 0}";
+// scorer keeping 1/8 of the tokens (2 bits per element, beside kivi2 and B = 2), over all the
+// trace's observation queries (window 0: its default window of 32 exceeds a short capture's).
+// Without `keep` a scorer is placed at every keep ratio B/16 of the grid (64 points per head).
+inline constexpr const char* kDefaultRdMethods = "kivi:2; {scorer: snapkv, window: 0, keep: ratio:0.125}";
 
 // One entry of the RD view's methods menu: kind ("key quantizer", "eviction scorer", "seed
 // allocator", "uniform policy"), the registry name, the text it adds to the field and a line
@@ -256,7 +256,7 @@ class Engine {
   std::shared_ptr<const std::vector<RdMethodGroup>> methods_or_note(const Settings&, const RdCurve& curve, bool model,
                                                                     const std::string& curve_key,
                                                                     const std::atomic<bool>* cancel,
-                                                                    std::ostringstream& info);
+                                                                    std::string& note);
   RdCurveOptions rd_options_(const Settings&, const char* grid, Scope scope) const;
   HeadCosts rd_costs_(int l, int h, const RdCurveOptions&, const std::atomic<bool>* cancel);
   void touch_(const std::string& key);

@@ -338,5 +338,39 @@ TEST_CASE("explorer core: a method the trace cannot run is named in the RD view'
   s.rd_methods = kDefaultRdMethods;  // the window's default runs on any trace
   const ViewResult d = engine.rd_curve(s);
   CHECK(series_named(d.figures[0], "kivi:2") != nullptr);
-  CHECK(series_named(d.figures[0], "{scorer: snapkv, window: 0}") != nullptr);
+  CHECK(series_named(d.figures[0], "{scorer: snapkv, window: 0, keep: ratio:0.125}") != nullptr);
+}
+
+TEST_CASE("explorer core: with named methods the RD view is delivered in stages, each curve before its methods") {
+  Engine engine(Source::open(parse_source(trace_of(2, 2))), Backend::Cpu);
+  Settings s;
+  s.rd_methods = kDefaultRdMethods;
+  std::vector<ViewResult> parts;
+  const ViewResult full = engine.rd_curve(s, {}, nullptr, [&](const ViewResult& r) { parts.push_back(r); });
+  REQUIRE(parts.size() == 3);
+  // 0: the head's curve, its methods and the model curve being computed
+  CHECK(series_named(parts[0].figures.at(0), "kivi:2") == nullptr);
+  CHECK(parts[0].info.find("computing: the named methods on the head's curve") != std::string::npos);
+  CHECK(parts[0].figures.at(1).title.find("being computed") != std::string::npos);
+  // 1: the head's methods drawn, the model curve still being computed
+  CHECK(series_named(parts[1].figures.at(0), "kivi:2") != nullptr);
+  CHECK(parts[1].figures.at(1).title.find("being computed") != std::string::npos);
+  // 2: the model curve drawn, its methods being computed
+  CHECK(series_named(parts[2].figures.at(1), "mixed") != nullptr);
+  CHECK(series_named(parts[2].figures.at(1), "kivi:2") == nullptr);
+  CHECK(parts[2].info.find("computing: the named methods on the model-wide curve (4 heads)") != std::string::npos);
+  // final: everything, nothing said to be computing
+  CHECK(series_named(full.figures.at(1), "kivi:2") != nullptr);
+  CHECK(full.info.find("computing") == std::string::npos);
+  // The head's figure of stage 1 is the final one.
+  CHECK(parts[1].figures[0].series.size() == full.figures[0].series.size());
+  for (std::size_t k = 0; k < full.figures[0].series.size(); ++k) {
+    CHECK(parts[1].figures[0].series[k].x == full.figures[0].series[k].x);
+    CHECK(parts[1].figures[0].series[k].y == full.figures[0].series[k].y);
+  }
+  // Cached: a budget change sends no partial result.
+  parts.clear();
+  s.budget = 4;
+  engine.rd_curve(s, {}, nullptr, [&](const ViewResult& r) { parts.push_back(r); });
+  CHECK(parts.empty());
 }

@@ -310,60 +310,83 @@ Figure curve_figure(const RdCurve& cv, const Settings& s, const std::string& wha
 
 }  // namespace
 
-// The named methods' points, or none with the reason in `info`: a method the trace cannot
+// The named methods' points, or none with the reason in `note`: a method the trace cannot
 // run (a scorer's window longer than its observation queries) leaves the curve drawn.
 std::shared_ptr<const std::vector<RdMethodGroup>> Engine::methods_or_note(const Settings& s, const RdCurve& curve,
                                                                           bool model, const std::string& key,
                                                                           const std::atomic<bool>* cancel,
-                                                                          std::ostringstream& info) {
+                                                                          std::string& note) {
   try {
     return rd_methods_(s, curve, model, key, cancel);
   } catch (const InputError& e) {
-    info << "Named methods not drawn: " << e.what() << "\n";
+    note = std::string("Named methods not drawn: ") + e.what() + "\n";
     return nullptr;
   }
 }
 
+namespace {
+
+// The model figure while the model-wide curve is computed: the head's axes, no data.
+Figure pending_figure(const Figure& head, const std::string& what) {
+  Figure f;
+  f.title = "RD curve, " + what + " - being computed";
+  f.xlabel = head.xlabel, f.ylabel = head.ylabel;
+  f.xmin = head.xmin, f.xmax = head.xmax, f.ymin = head.ymin, f.ymax = head.ymax, f.ylog = true;
+  return f;
+}
+
+}  // namespace
+
+// In stages, each delivered to `partial` when the next one is not cached: the head's curve
+// (0), with its named methods (1), the model-wide curve (2), with its named methods (3).
 ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel,
                             const PartialView& partial) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto t0 = Clock::now();
   check(cancel);
-  const std::shared_ptr<const RdCurve> c = rd_curve_(s, progress, cancel);
-  ViewResult v;
-  std::ostringstream info;
-  const auto methods = methods_or_note(s, *c, false, rd_key_(s), cancel, info);
-  std::vector<HoverPoint> hv;
-  v.figures.push_back(
-      curve_figure(*c, s, "head L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head), hv, info, methods.get()));
-  v.hover.push_back(std::move(hv));
   const int heads = source_->meta().n_heads();
-  if (heads > 1) {  // a whole trace: the model-wide curve (all heads share B)
-    const std::string what = "model (" + std::to_string(heads) + " heads share B)";
-    if (partial && (!curves_.count(model_rd_key_(s)) ||
-                    (!rd_method_texts(s.rd_methods).empty() &&
-                     !rd_points_.count(model_rd_key_(s) + "|methods " + s.rd_methods)))) {
-      // The head's curve at once; the model figure says it is being computed.
-      ViewResult so_far = v;
-      Figure pending;
-      pending.title = "RD curve, " + what + " - being computed";
-      pending.xlabel = v.figures[0].xlabel, pending.ylabel = v.figures[0].ylabel;
-      pending.xmin = v.figures[0].xmin, pending.xmax = v.figures[0].xmax;
-      pending.ymin = v.figures[0].ymin, pending.ymax = v.figures[0].ymax, pending.ylog = true;
-      so_far.figures.push_back(std::move(pending));
-      so_far.hover.emplace_back();
-      so_far.info = info.str() + "\ncomputing: the " + what + " curve over B = " + kRdModelGrid +
-                    " (every head's surrogate costs, then each budget's allocation of all heads)...";
-      partial(so_far);
+  const bool named = !rd_method_texts(s.rd_methods).empty();
+  const std::string what = "model (" + std::to_string(heads) + " heads share B)";
+  const std::string head_key = rd_key_(s), model_key = model_rd_key_(s);
+  auto has_points = [&](const std::string& key) { return !named || rd_points_.count(key + "|methods " + s.rd_methods) > 0; };
+  const std::shared_ptr<const RdCurve> c = rd_curve_(s, progress, cancel);
+  std::shared_ptr<const RdCurve> mc;
+  std::shared_ptr<const std::vector<RdMethodGroup>> hm, mm;
+  std::string head_note, model_note;
+  auto view = [&](int stage) {
+    ViewResult v;
+    std::ostringstream info;
+    std::vector<HoverPoint> hv, mh;
+    v.figures.push_back(curve_figure(*c, s, "head L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head), hv,
+                                     info, stage >= 1 ? hm.get() : nullptr));
+    info << head_note;
+    if (stage == 0 && named) info << "computing: the named methods on the head's curve...\n";
+    v.hover.push_back(std::move(hv));
+    if (heads > 1) {  // a whole trace: the model-wide curve (all heads share B)
+      info << "\n";
+      if (stage >= 2) {
+        v.figures.push_back(curve_figure(*mc, s, what, mh, info, stage >= 3 ? mm.get() : nullptr));
+        info << model_note;
+        if (stage == 2 && named) info << "computing: the named methods on the model-wide curve (" << heads << " heads)...\n";
+      } else {
+        v.figures.push_back(pending_figure(v.figures[0], what));
+        info << "computing: the " << what << " curve over B = " << kRdModelGrid
+             << " (every head's surrogate costs, then each budget's allocation of all heads)...\n";
+      }
+      v.hover.push_back(std::move(mh));
     }
-    const std::shared_ptr<const RdCurve> mc = model_rd_curve_(s, progress, cancel);
-    info << "\n";
-    const auto model_methods = methods_or_note(s, *mc, true, model_rd_key_(s), cancel, info);
-    std::vector<HoverPoint> mh;
-    v.figures.push_back(curve_figure(*mc, s, what, mh, info, model_methods.get()));
-    v.hover.push_back(std::move(mh));
+    v.info = info.str();
+    return v;
+  };
+  if (partial && !has_points(head_key)) partial(view(0));
+  hm = methods_or_note(s, *c, false, head_key, cancel, head_note);
+  if (heads > 1) {
+    if (partial && (!curves_.count(model_key) || !has_points(model_key))) partial(view(1));
+    mc = model_rd_curve_(s, progress, cancel);
+    if (partial && !has_points(model_key)) partial(view(2));
+    mm = methods_or_note(s, *mc, true, model_key, cancel, model_note);
   }
-  v.info = info.str();
+  ViewResult v = view(3);
   v.seconds = ms_since(t0) / 1000;
   return v;
 }
