@@ -348,10 +348,15 @@ QGroupBox* MainWindow::buildAllocationBox() {
   af->addRow("solver", solver_);
   family_ = new QComboBox;
   family_->setObjectName("family");
-  family_->addItem("M: mixed (whole ladder)", "mixed");
-  family_->addItem("Q: quantize only", "quantize");
-  family_->addItem("E: evict only", "evict");
-  family_->addItem("routed (best of Q, E, M)", "routed");
+  for (const FamilyChoice f : family_choices()) {  // solvers/families.hpp, each with what it means
+    const char* what = f == FamilyChoice::Mixed      ? "M: mixed (whole ladder)"
+                       : f == FamilyChoice::Quantize ? "Q: quantize only"
+                       : f == FamilyChoice::Evict    ? "E: evict only"
+                       : f == FamilyChoice::Routed   ? "routed (best of Q, E, M)"
+                                                     : nullptr;
+    const QString name = QString::fromStdString(std::string(to_string(f)));
+    family_->addItem(what ? QString(what) : name, name);
+  }
   af->addRow("family", family_);
   smoothing_ = new QComboBox;
   smoothing_->setObjectName("smoothing");

@@ -217,6 +217,27 @@ TEST_CASE("explorer core: the model-wide RD curve carries each method's mean ove
   const Series* head_snap = series_named(v.figures[0], "{scorer: snapkv}");
   REQUIRE(head_snap != nullptr);
   CHECK(head_snap->x.size() >= 60);
+  // Another head than (0, 0): its points are those of that head alone (a one-head model).
+  s.layer = 1, s.kv_head = 1;
+  const ViewResult w = engine.rd_curve(s);
+  HeadData head = trace.head(1, 1);
+  const RdCurveOptions oh = cli_options(s, kRdCurveGrid, Scope::Head);
+  const RdCurve hc = rd_curve(std::vector<const HeadData*>{&head}, trace.meta().rope, oh);
+  head.layer = 0, head.kv_head = 0;
+  MethodContext mc;
+  mc.rope = trace.meta().rope;
+  mc.group_size = trace.meta().group_size;
+  const std::vector<RdMethodPoint> hp = rd_method_points({{head}}, mc, hc, parse_rd_methods(texts, "--method", oh), cpu.get());
+  const Series* k11 = series_named(w.figures[0], "kivi:2");
+  REQUIRE(k11 != nullptr);
+  CHECK(k11->y.at(0) == Approx(hp.at(0).error).epsilon(1e-9));
+  const Series* s11 = series_named(w.figures[0], "{scorer: snapkv}");
+  REQUIRE(s11 != nullptr);
+  CHECK(s11->y.at(0) == Approx(hp.at(1).error).epsilon(1e-9));
+  // Heads out of their positions are refused with a sentence.
+  head.layer = 1;
+  CHECK_THROWS_WITH(rd_method_points({{head}}, mc, hc, parse_rd_methods(texts, "--method", oh), cpu.get()),
+                    Catch::Contains("heads[layer][kv_head] must hold head (layer, kv_head)"));
 }
 
 TEST_CASE("explorer window: the RD methods field refuses a text the library refuses, at the field, keeping the last good methods") {
@@ -253,7 +274,7 @@ TEST_CASE("explorer window: the RD methods field refuses a text the library refu
   CHECK(w.infoText().contains("kivi bits=4: rate"));
 }
 
-TEST_CASE("explorer window: the quantizer, solver and methods menus offer exactly the registries' names") {
+TEST_CASE("explorer window: the quantizer, solver, family and methods menus offer exactly the registries' names") {
   app();
   MainWindow w;
   // Quantizers: every tier form with a bit width (model/tier_quantizer.hpp tier_forms).
@@ -275,16 +296,14 @@ TEST_CASE("explorer window: the quantizer, solver and methods menus offer exactl
   for (const FamilySolver fs : family_solvers()) want_s << QString::fromStdString(std::string(to_string(fs)));
   for (int i = 0; i < solver->count(); ++i) got_s << solver->itemText(i);
   CHECK(got_s == want_s);
-  // Families: each entry is a family choice's name (solvers/families.hpp), each once.
+  // Families: solvers/families.hpp family_choices().
   auto* family = w.findChild<QComboBox*>("family");
   REQUIRE(family != nullptr);
-  QStringList got_f;
-  for (int i = 0; i < family->count(); ++i) {
-    got_f << family->itemData(i).toString();
-    CHECK(std::string(to_string(parse_family_choice(got_f.back().toStdString()))) == got_f.back().toStdString());
-  }
-  got_f.sort();
-  CHECK(got_f == QStringList({"evict", "mixed", "quantize", "routed"}));
+  QStringList want_f, got_f;
+  for (const FamilyChoice f : family_choices()) want_f << QString::fromStdString(std::string(to_string(f)));
+  for (int i = 0; i < family->count(); ++i) got_f << family->itemData(i).toString();
+  CHECK(got_f == want_f);
+  CHECK(want_f.size() == 4);
   // Methods on the RD curve: every key quantizer, eviction scorer and seed allocator of the registries.
   QStringList want_m;
   for (const KeyQuantizerEntry& e : key_quantizer_registry()) want_m << QString::fromStdString("{quantizer: " + e.name + "}");

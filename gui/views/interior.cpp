@@ -130,9 +130,11 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   Series ss{"A by the surrogate", palette(2), Style::Dashed, {}, {}, 1};
   std::vector<HoverPoint> hv1;
   double ylo = -0.2, yhi = 1;
+  HeadAdvantage at_B;  // the selected head at B (B is one of the budgets), reused by the per-head loop
   for (double b : budgets) {
     tick(head + " at B = " + format_label(b));
     const HeadAdvantage r = head_advantage(*head_(s.layer, s.kv_head), m.rope, e->costs, e->rates, ladder, s.rate_kind, b, *backend_);
+    if (b == s.budget) at_B = r;
     auto add = [&](Series& se, double y) {
       if (std::isfinite(y)) se.x.push_back(b), se.y.push_back(std::max(y, -2.0)), ylo = std::min(ylo, std::max(y, -2.0));
     };
@@ -189,8 +191,11 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   for (int l = 0; l < m.n_layers; ++l)
     for (int h = 0; h < m.n_kv_heads; ++h) {
       tick("head L" + std::to_string(l) + ".H" + std::to_string(h));
-      auto eh = ladder_(l, h, ladder, s.rate_kind, cancel);
-      const HeadAdvantage r = head_advantage(*head_(l, h), m.rope, eh->costs, eh->rates, ladder, s.rate_kind, s.budget, *backend_);
+      const bool selected = l == s.layer && h == s.kv_head;
+      auto eh = selected ? e : ladder_(l, h, ladder, s.rate_kind, cancel);
+      const HeadAdvantage r = selected ? at_B
+                                       : head_advantage(*head_(l, h), m.rope, eh->costs, eh->rates, ladder, s.rate_kind,
+                                                        s.budget, *backend_);
       const double A = std::isfinite(r.A_decode) ? r.A_decode : r.A_obs;
       const double x = l * m.n_kv_heads + h;
       if (std::isfinite(A)) {

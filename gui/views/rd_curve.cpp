@@ -161,8 +161,9 @@ std::shared_ptr<const std::vector<RdMethodGroup>> Engine::rd_methods_(const Sett
       heads.emplace_back();
       for (int h = 0; h < meta.n_kv_heads; ++h) check(cancel), heads.back().push_back(*head_(l, h));
     }
-  } else {
+  } else {  // the selected head alone, as head (0, 0) of a one-head model (the compressors index by position)
     heads = {{*head_(s.layer, s.kv_head)}};
+    heads[0][0].layer = 0, heads[0][0].kv_head = 0;
   }
   MethodContext mc;
   mc.rope = meta.rope;

@@ -78,7 +78,14 @@ std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadDa
                                             const std::atomic<bool>* cancel) {
   mc.rate_kind = curve.options.solve.rate_kind;
   double H = 0;
-  for (const auto& layer : heads) H += static_cast<double>(layer.size());
+  for (std::size_t l = 0; l < heads.size(); ++l) {
+    H += static_cast<double>(heads[l].size());
+    for (std::size_t h = 0; h < heads[l].size(); ++h)  // the compressors index their plans by (layer, kv_head)
+      if (heads[l][h].layer != static_cast<int>(l) || heads[l][h].kv_head != static_cast<int>(h))
+        throw InputError("named methods: the head at position [" + std::to_string(l) + "][" + std::to_string(h) +
+                         "] is head (" + std::to_string(heads[l][h].layer) + ", " + std::to_string(heads[l][h].kv_head) +
+                         "); heads[layer][kv_head] must hold head (layer, kv_head).");
+  }
   std::vector<RdMethodPoint> out;
   for (const MethodSpec& m : methods) {
     throw_if_cancelled(cancel);

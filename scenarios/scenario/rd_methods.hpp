@@ -61,7 +61,8 @@ std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCu
                                             const std::vector<MethodSpec>& methods, Recomputer* backend,
                                             const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr);
 // The same for heads in memory, heads[layer][kv_head] (those the curve was computed on: the
-// explorer's one head, or every head of its trace), with the model's RoPE and g in `context`
+// explorer's one head, numbered (0, 0), or every head of its trace; a head whose own (layer,
+// kv_head) is not its position is an InputError), with the model's RoPE and g in `context`
 // (its rate_kind is replaced by the curve's). The trace form above reads the heads and calls this.
 std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, MethodContext context,
                                             const RdCurve& curve, const std::vector<MethodSpec>& methods,
