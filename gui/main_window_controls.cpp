@@ -224,6 +224,7 @@ QScrollArea* MainWindow::buildControls() {
   auto* scroll = new QScrollArea;
   scroll->setWidget(panel);
   scroll->setWidgetResizable(true);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // the fields narrow when the panel scrolls
   scroll->setMinimumWidth(330);
   return scroll;
 }
