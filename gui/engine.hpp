@@ -224,6 +224,9 @@ class Engine {
   std::size_t cache_limit() const { return cache_limit_; }
   std::size_t cache_bytes();
   int cached_heads();  // heads whose data (keys, values, queries) is cached
+  // (head, budget) interior advantages the live interior view keeps (a head or budget change
+  // computes only those it has not seen).
+  std::size_t cached_advantages();
 
   // The allocation of the selected head that waterfill() would use (tests, benchmark).
   std::vector<std::uint8_t> allocate(const Settings&, std::string* option = nullptr);
@@ -234,6 +237,9 @@ class Engine {
  private:
   struct LadderEntry;
   struct Work;
+  struct Advantage;
+  // head_interior of head (l, h) at B, cached (views/interior.cpp).
+  const Advantage& advantage_(int l, int h, const RateLadder&, RateKind, double budget, const std::atomic<bool>* cancel);
   std::shared_ptr<const HeadData> head_(int l, int h);
   std::shared_ptr<LadderEntry> ladder_(int l, int h, const RateLadder&, RateKind, const std::atomic<bool>* cancel);
   const MatrixRMd& smoothed_(LadderEntry&, int kernel);
@@ -286,6 +292,7 @@ class Engine {
   std::unique_ptr<Work> work_;
   std::map<std::string, std::shared_ptr<const RdCurve>> curves_;  // rd_curve_: (head, ladder, kind, solver) -> curve
   std::map<std::string, std::shared_ptr<const std::vector<RdMethodGroup>>> rd_points_;  // rd_methods_
+  std::map<std::string, std::shared_ptr<const Advantage>> advantages_;  // advantage_
   struct Last;
   std::shared_ptr<Last> last_;  // the last water-filling allocation (for obs_error)
 };

@@ -512,3 +512,25 @@ TEST_CASE("explorer window: the live staleness and RD curve views are drawn in p
   CHECK(rd[3].second);
   CHECK_FALSE(w.infoText().contains("computing"));
 }
+
+TEST_CASE("explorer core: the live interior view keeps each head's advantage, so a head change computes only the new head's curve") {
+  auto src = Source::open(parse_source(small_trace()));
+  Engine engine(src);
+  Settings s;  // B = 2, one of the head curve's budgets
+  const ViewResult first = engine.interior(s);
+  const int heads = src->meta().n_heads();
+  CHECK(engine.cached_advantages() == static_cast<std::size_t>(9 + heads - 1));  // the head's 9 budgets, the others at B
+  s.layer = 1;  // another head: its 9 budgets, 8 of them new
+  const ViewResult second = engine.interior(s);
+  CHECK(engine.cached_advantages() == static_cast<std::size_t>(9 + heads - 1 + 8));
+  // The same numbers as an engine that computes everything afresh.
+  Engine fresh(src);
+  const ViewResult want = fresh.interior(s);
+  CHECK(points_of(second) == points_of(want));
+  CHECK(hover_texts(second) == hover_texts(want));
+  // Back to the first head: nothing computed.
+  s.layer = 0;
+  const ViewResult again = engine.interior(s);
+  CHECK(engine.cached_advantages() == static_cast<std::size_t>(9 + heads - 1 + 8));
+  CHECK(points_of(again) == points_of(first));
+}
