@@ -15,7 +15,11 @@
 // ratio of the median to the 50 ms target. Then the RD curve view (Engine::rd_curve): its first
 // opening on the head (target 2 s) and its redraw per budget change (target 50 ms).
 //
-//   bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family mixed|routed|...]
+// With --live RUNS: every live view (head map, interior advantage, dominance, staleness, RD
+// curve, and the RD curve with the window's default named methods) opened RUNS times from
+// cold caches, medians (e.g. --tokens 2048 --kv-heads 32 --live 3).
+//
+//   bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family mixed|routed|...] [--live RUNS]
 #include <QApplication>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,9 +44,73 @@ using Clock = std::chrono::steady_clock;
 
 static double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
+// The live views (no scenario tables) on the open source, each opened `runs` times from cold
+// caches (Engine::clear_cache: what a fresh source costs), as the window's worker computes
+// them (partial results on, every 400 ms: their drawing is not timed); medians in ms.
+static void live_views(Engine& engine, Settings s, int runs) {
+  struct Live {
+    const char* name;
+    std::function<ViewResult(const Settings&, const PartialView&)> open;
+  };
+  const std::vector<Live> views = {
+      {"head map", [&](const Settings& st, const PartialView& p) { return engine.head_map(st, nullptr, {}, nullptr, p); }},
+      {"interior (live)", [&](const Settings& st, const PartialView& p) { return engine.interior(st, {}, nullptr, p); }},
+      {"dominance (live)", [&](const Settings& st, const PartialView&) { return engine.dominance(st); }},
+      {"staleness (live)", [&](const Settings& st, const PartialView& p) { return engine.staleness(st, {}, nullptr, p); }},
+      {"RD curve", [&](const Settings& st, const PartialView& p) { return engine.rd_curve(st, {}, nullptr, p); }},
+      {"RD curve + methods", [&](const Settings& st, const PartialView& p) {
+         Settings with = st;
+         with.rd_methods = kDefaultRdMethods;  // the window's default field
+         return engine.rd_curve(with, {}, nullptr, p);
+       }},
+  };
+  std::printf("live views, %d heads, median of %d: cold caches (first partial result in brackets); warm: the heads'\n"
+              "data and surrogate costs cached by a head map pass before (what switching to the view costs)\n",
+              engine.source().meta().n_heads(), runs);
+  for (const Live& lv : views) {
+    std::vector<double> total, first, warm;
+    for (int r = 0; r < runs; ++r) {
+      engine.clear_cache();
+      engine.head_map(s);
+      const auto w = Clock::now();
+      lv.open(s, {});
+      warm.push_back(ms(w, Clock::now()));
+      engine.clear_cache();
+      const auto a = Clock::now();
+      double at = -1;
+      lv.open(s, [&](const ViewResult&) {
+        if (at < 0) at = ms(a, Clock::now());
+      });
+      total.push_back(ms(a, Clock::now()));
+      first.push_back(at);
+    }
+    std::sort(total.begin(), total.end());
+    std::sort(first.begin(), first.end());
+    std::sort(warm.begin(), warm.end());
+    std::printf("  %-18s cold %7.0f ms", lv.name, total[total.size() / 2]);
+    if (first[first.size() / 2] >= 0) std::printf(" [first partial %5.0f ms]", first[first.size() / 2]);
+    else std::printf("%25s", "");
+    std::printf("   warm %7.0f ms", warm[warm.size() / 2]);
+    std::printf("\n");
+  }
+  // Choosing another head in the interior view (the heads' advantages at B are kept).
+  std::vector<double> change;
+  for (int r = 0; r < runs; ++r) {
+    engine.clear_cache();
+    Settings st = s;
+    engine.interior(st);
+    st.kv_head = (r + 1) % std::max(1, engine.source().meta().n_kv_heads);
+    const auto a = Clock::now();
+    engine.interior(st);
+    change.push_back(ms(a, Clock::now()));
+  }
+  std::sort(change.begin(), change.end());
+  std::printf("  interior (live), another head chosen: %.0f ms\n", change[change.size() / 2]);
+}
+
 int main(int argc, char** argv) {
   tierlab::use_passive_openmp_wait(argv);  // model/openmp_policy.hpp
-  int changes = 30, tokens = 32768, kv_heads = 1;
+  int changes = 30, tokens = 32768, kv_heads = 1, live = 0;
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -55,10 +124,11 @@ int main(int argc, char** argv) {
     if (a == "--changes") changes = std::atoi(next().c_str());
     else if (a == "--tokens") tokens = std::atoi(next().c_str());
     else if (a == "--kv-heads") kv_heads = std::atoi(next().c_str());
+    else if (a == "--live") live = std::atoi(next().c_str());
     else if (a == "--solver") s.solver = parse_family_solver(next());
     else if (a == "--family") s.family = parse_family_choice(next());
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family F]\n");
+      std::printf("usage: bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family F] [--live RUNS]\n");
       return 0;
     } else {
       std::fprintf(stderr, "bench_explorer: unknown argument '%s'\n", a.c_str());
@@ -182,5 +252,6 @@ int main(int argc, char** argv) {
               "budget change -> redraw: median %.2f ms, p90 %.2f ms (target 50 ms: %s)\n",
               kRdCurveGrid, s.decode_step, static_cast<int>(rv.figures.size()), rd_open, rd_open <= 2000 ? "meets it" : "MISSES it", rmed, rp90,
               rmed <= 50.0 ? "meets it" : "MISSES it");
+  if (live > 0) live_views(engine, s, live);
   return 0;
 }

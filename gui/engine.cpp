@@ -91,6 +91,8 @@ void Engine::clear_cache() {
   work_.reset();
   last_.reset();
   curves_.clear();
+  rd_points_.clear();
+  advantages_.clear();
 }
 
 void Engine::set_cache_limit(std::size_t bytes) {
@@ -385,6 +387,11 @@ std::vector<std::uint8_t> Engine::allocate(const Settings& s, std::string* optio
 }
 
 Engine::~Engine() = default;
+
+std::size_t Engine::cached_advantages() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return advantages_.size();
+}
 
 CompressedHead Engine::allocation_keys(const Settings& s) {
   std::lock_guard<std::mutex> lock(mu_);

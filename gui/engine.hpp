@@ -39,7 +39,9 @@
 //       nearest B per family). The curve is computed once per (head, ladder, rate kind,
 //       solver, s) and cached: moving the budget slider only redraws. With more than one head
 //       in the source, a second figure: the model-wide curve (every head shares B, scope
-//       model, B = kRdModelGrid), cached the same way.
+//       model, B = kRdModelGrid), cached the same way. The named methods of Settings::rd_methods
+//       (scenarios/scenario/rd_methods.hpp, as `tierlab solve --budgets --method`) are points
+//       on both, recomputed on the same queries, "above the hull" where so.
 //
 // Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
 // noise fit, the weight order, the sorted log weights of the water level and the smoothed
@@ -67,6 +69,7 @@
 #include "model/tier.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/head.hpp"
+#include "scenarios/scenario/rd_methods.hpp"
 #include "scenarios/figures/figure.hpp"
 #include "solvers/families.hpp"
 #include "solvers/waterfill.hpp"
@@ -97,6 +100,41 @@ struct Settings {
   // Recompute on the observation queries too (g * W rows: the costly part on long heads).
   // The app leaves it out of the interactive update and asks obs_error() right after.
   bool recompute_obs = true;
+  // Named methods on the RD curve view: entries separated by ';', each as `tierlab solve
+  // --method` reads it ("kivi:2", "{scorer: snapkv}", "{quantizer: kivi, bits: 2}"); empty: none.
+  std::string rd_methods;
+};
+
+// The RD view's methods field, split into its entries (';' between them, blanks trimmed).
+std::vector<std::string> rd_method_texts(const std::string& field);
+// Checks Settings::rd_methods as the RD view reads it (scenarios/scenario/rd_methods.hpp
+// parse_rd_methods on the settings' ladder and the view's grid): InputError naming the field
+// ("methods on the RD curve") and the entry.
+void check_rd_methods(const Settings&);
+inline constexpr const char* kRdMethodsField = "methods on the RD curve";
+// What the window's methods field holds at first: a uniform 2-bit KIVI policy and the SnapKV
+// scorer keeping 1/8 of the tokens (2 bits per element, beside kivi2 and B = 2), over all the
+// trace's observation queries (window 0: its default window of 32 exceeds a short capture's).
+// Without `keep` a scorer is placed at every keep ratio B/16 of the grid (64 points per head).
+inline constexpr const char* kDefaultRdMethods = "kivi:2; {scorer: snapkv, window: 0, keep: ratio:0.125}";
+
+// One entry of the RD view's methods menu: kind ("key quantizer", "eviction scorer", "seed
+// allocator", "uniform policy"), the registry name, the text it adds to the field and a line
+// for its tooltip.
+struct RdMethodChoice {
+  std::string kind, name, text, summary;
+};
+// Every entry, read from the registries (model/key_quantizer.hpp key_quantizer_registry,
+// solvers/scorers.hpp scorer_registry, solvers/seed_allocators.hpp seed_allocator_methods and
+// kvcobra_allocator_method, at B = 2), then the uniform policies kivi:2, kivi:4, token:4 and
+// evict:0.25; each text is an entry the field accepts.
+std::vector<RdMethodChoice> rd_method_choices();
+
+// The points of one entry of the methods field (a scorer without `keep` gives one point per
+// keep ratio B/16 of the grid's budgets), as rd_method_points computes them.
+struct RdMethodGroup {
+  std::string text;
+  std::vector<RdMethodPoint> points;
 };
 
 // One point a hover can name: its data coordinates and the text to show.
@@ -113,9 +151,10 @@ struct ViewResult {
   double seconds = 0;
 };
 
-// A view's result so far, delivered from the computing thread while a slow view (the head
-// map, the live interior advantage) fills in head by head; the final result follows as the
-// return value.
+// A view's result so far, delivered from the computing thread while a slow view fills in
+// (the head map and the live interior advantage head by head, the live staleness step by
+// step, the RD curve the head's curve before the model-wide one); the final result follows
+// as the return value.
 using PartialView = std::function<void(const ViewResult&)>;
 
 // All the figures' series in one figure (for the CSV export of a view).
@@ -161,9 +200,13 @@ class Engine {
   ViewResult interior(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr,
                       const PartialView& partial = {});
   ViewResult dominance(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
-  ViewResult staleness(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
-  // (f); the curve is cached per (head, ladder, rate kind, solver, decode step).
-  ViewResult rd_curve(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr);
+  // (e); live, `partial` receives the curves so far, step by step.
+  ViewResult staleness(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr,
+                       const PartialView& partial = {});
+  // (f); the curve is cached per (head, ladder, rate kind, solver, decode step). With more than
+  // one head, `partial` receives the head's curve while the model-wide one is computed.
+  ViewResult rd_curve(const Settings&, const Progress& = {}, const std::atomic<bool>* cancel = nullptr,
+                      const PartialView& partial = {});
 
   // The recomputed error of the last water-filling allocation on the observation queries
   // (re-solves when `s` differs from the last call's settings).
@@ -181,6 +224,9 @@ class Engine {
   std::size_t cache_limit() const { return cache_limit_; }
   std::size_t cache_bytes();
   int cached_heads();  // heads whose data (keys, values, queries) is cached
+  // (head, budget) interior advantages the live interior view keeps (a head or budget change
+  // computes only those it has not seen).
+  std::size_t cached_advantages();
 
   // The allocation of the selected head that waterfill() would use (tests, benchmark).
   std::vector<std::uint8_t> allocate(const Settings&, std::string* option = nullptr);
@@ -191,6 +237,9 @@ class Engine {
  private:
   struct LadderEntry;
   struct Work;
+  struct Advantage;
+  // head_interior of head (l, h) at B, cached (views/interior.cpp).
+  const Advantage& advantage_(int l, int h, const RateLadder&, RateKind, double budget, const std::atomic<bool>* cancel);
   std::shared_ptr<const HeadData> head_(int l, int h);
   std::shared_ptr<LadderEntry> ladder_(int l, int h, const RateLadder&, RateKind, const std::atomic<bool>* cancel);
   const MatrixRMd& smoothed_(LadderEntry&, int kernel);
@@ -203,6 +252,17 @@ class Engine {
   ErrorMetrics obs_error_(const std::atomic<bool>* cancel);  // ... on the observation queries
   std::shared_ptr<const RdCurve> rd_curve_(const Settings&, const Progress&, const std::atomic<bool>* cancel);
   std::shared_ptr<const RdCurve> model_rd_curve_(const Settings&, const Progress&, const std::atomic<bool>* cancel);
+  std::string model_rd_key_(const Settings&) const;  // the model-wide curve's key in curves_
+  std::string rd_key_(const Settings&) const;        // the head's curve's key in curves_
+  // The named methods' points beside `curve` (the head's, or the model-wide one), cached by
+  // curve and field; empty when the field is.
+  std::shared_ptr<const std::vector<RdMethodGroup>> rd_methods_(const Settings&, const RdCurve& curve, bool model,
+                                                                const std::string& curve_key,
+                                                                const std::atomic<bool>* cancel);
+  std::shared_ptr<const std::vector<RdMethodGroup>> methods_or_note(const Settings&, const RdCurve& curve, bool model,
+                                                                    const std::string& curve_key,
+                                                                    const std::atomic<bool>* cancel,
+                                                                    std::string& note);
   RdCurveOptions rd_options_(const Settings&, const char* grid, Scope scope) const;
   HeadCosts rd_costs_(int l, int h, const RdCurveOptions&, const std::atomic<bool>* cancel);
   void touch_(const std::string& key);
@@ -231,6 +291,8 @@ class Engine {
   int partial_ms_ = 400;
   std::unique_ptr<Work> work_;
   std::map<std::string, std::shared_ptr<const RdCurve>> curves_;  // rd_curve_: (head, ladder, kind, solver) -> curve
+  std::map<std::string, std::shared_ptr<const std::vector<RdMethodGroup>>> rd_points_;  // rd_methods_
+  std::map<std::string, std::shared_ptr<const Advantage>> advantages_;  // advantage_
   struct Last;
   std::shared_ptr<Last> last_;  // the last water-filling allocation (for obs_error)
 };

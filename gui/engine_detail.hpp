@@ -68,6 +68,14 @@ struct Engine::LadderEntry {
   std::vector<double> L, P;
 };
 
+// The interior advantage of one head at one budget (pipeline/head.hpp head_interior), as the
+// live interior view plots it; cached per (head, ladder, rate kind, B).
+struct Engine::Advantage {
+  double A_decode = detail::kNaN, A_obs = detail::kNaN, A_sur = detail::kNaN;
+  double err_dec[3] = {detail::kNaN, detail::kNaN, detail::kNaN};
+  std::string options[3];
+};
+
 struct Engine::Last {
   std::string key;
   std::vector<std::uint8_t> tiers;

@@ -330,7 +330,7 @@ void MainWindow::requestView(int view) {
   job.work = [self, engine, s, view](const std::atomic<bool>& cancel, const Progress& progress) -> UiApply {
     auto r = std::make_shared<ViewResult>();
     auto wn = std::make_shared<WaterfillNumbers>();
-    // Partial results (head by head) are drawn as they come, while this job is the running one.
+    // Partial results (head by head, step by step) are drawn as they come, while this job is the running one.
     const std::atomic<bool>* flag = &cancel;
     const PartialView partial = [self, flag, view](const ViewResult& so_far) {
       auto copy = std::make_shared<ViewResult>(so_far);
@@ -346,8 +346,8 @@ void MainWindow::requestView(int view) {
       case HeadMapView: *r = engine->head_map(s, nullptr, progress, &cancel, partial); break;
       case InteriorView: *r = engine->interior(s, progress, &cancel, partial); break;
       case DominanceView: *r = engine->dominance(s, progress, &cancel); break;
-      case RdCurveView: *r = engine->rd_curve(s, progress, &cancel); break;
-      default: *r = engine->staleness(s, progress, &cancel); break;
+      case RdCurveView: *r = engine->rd_curve(s, progress, &cancel, partial); break;
+      default: *r = engine->staleness(s, progress, &cancel, partial); break;
     }
     return [self, r, wn, view, engine, s] {
       if (!self || self->engine_ != engine) return;

@@ -20,6 +20,7 @@
 #include <QRect>
 #include <QSize>
 #include <QString>
+#include <QStringList>
 
 #include <atomic>
 #include <functional>
@@ -36,6 +37,7 @@ class QSpinBox;
 class QSlider;
 class QLabel;
 class QLineEdit;
+class QMenu;
 class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
@@ -73,6 +75,10 @@ class MainWindow : public QMainWindow {
   void setSmoothing(int kernel);
   void setDecodeStep(int step);
   void setLadderBits(const QString& kind, const QString& bits);  // "kivi", "2,4,8"
+  // The RD view's named methods (the field's text, entries separated by ';'); a text the
+  // library refuses is refused at the field (status bar) and the view keeps the last good one.
+  void setRdMethods(const QString& text);
+  QStringList rdMethodChoices() const;  // the entries the menu "Methods on the RD curve" offers
 
   // How often the slow views hand over partial results, in ms (Engine::set_partial_interval;
   // for the sources opened from now on).
@@ -131,6 +137,8 @@ class MainWindow : public QMainWindow {
   void jobFinished();
   void showError(const QString& message);
   void bitsEdited();  // the bits-ladder field changed: checked here, the views recomputed if it is a ladder
+  void rdMethodsEdited();  // the methods field was edited (Enter, focus left, the menu): checked as bitsEdited
+  void toggleRdMethod(const QString& text, bool on);  // a menu entry checked or unchecked
   void settingsChanged();
   void requestView(int view);
   void applyView(int view, const ViewResult& r);
@@ -162,6 +170,9 @@ class MainWindow : public QMainWindow {
   QComboBox* solver_ = nullptr;
   QComboBox* family_ = nullptr;
   QComboBox* smoothing_ = nullptr;
+  QLineEdit* rd_methods_ = nullptr;
+  QString last_good_methods_;  // the methods the RD view uses (the field's last accepted text)
+  QMenu* rd_methods_menu_ = nullptr;
   QSpinBox* step_ = nullptr;
   QPushButton* run_button_ = nullptr;
   QPlainTextEdit* info_ = nullptr;

@@ -4,6 +4,8 @@
 // main_window.cpp.
 #include "gui/main_window.hpp"
 
+#include <algorithm>
+
 #include "model/paths.hpp"
 #include "model/tier_quantizer.hpp"
 #include "solvers/families.hpp"
@@ -17,6 +19,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QMenuBar>
 #include <QPlainTextEdit>
 #include <QProgressBar>
@@ -134,6 +137,67 @@ void MainWindow::buildMenus() {
   QMenu* run = menuBar()->addMenu("&Scenario");
   run->addAction("&Run the scenario (tables for the interior, phase-map and staleness views)", QKeySequence("Ctrl+R"),
                  this, [this] { runScenario(); });
+  // Named methods on the RD curve, from the registries (rd_method_choices): checking one adds
+  // its entry to the field, unchecking removes it; the checks follow the field.
+  rd_methods_menu_ = menuBar()->addMenu("&Methods on the RD curve");
+  rd_methods_menu_->setObjectName("rd_methods_menu");
+  rd_methods_menu_->setToolTipsVisible(true);
+  std::string kind;
+  QMenu* sub = nullptr;
+  for (const RdMethodChoice& c : rd_method_choices()) {
+    if (c.kind != kind) sub = rd_methods_menu_->addMenu(QString::fromStdString(c.kind + "s")), kind = c.kind;
+    sub->setToolTipsVisible(true);
+    QAction* a = sub->addAction(QString::fromStdString(c.name));
+    a->setCheckable(true);
+    a->setData(QString::fromStdString(c.text));
+    a->setToolTip(QString::fromStdString(c.text + ": " + c.summary));
+    connect(a, &QAction::triggered, this, [this, a](bool on) { toggleRdMethod(a->data().toString(), on); });
+  }
+  connect(rd_methods_menu_, &QMenu::aboutToShow, this, [this] {
+    const std::vector<std::string> in = rd_method_texts(rd_methods_->text().toStdString());
+    for (QAction* a : rd_methods_menu_->findChildren<QAction*>())
+      if (a->isCheckable()) a->setChecked(std::find(in.begin(), in.end(), a->data().toString().toStdString()) != in.end());
+  });
+}
+
+QStringList MainWindow::rdMethodChoices() const {
+  QStringList out;
+  for (const QAction* a : rd_methods_menu_->findChildren<QAction*>())
+    if (a->isCheckable()) out << a->data().toString();
+  return out;
+}
+
+void MainWindow::toggleRdMethod(const QString& text, bool on) {
+  std::vector<std::string> in = rd_method_texts(rd_methods_->text().toStdString());
+  const auto it = std::find(in.begin(), in.end(), text.toStdString());
+  if (on && it == in.end()) in.push_back(text.toStdString());
+  if (!on && it != in.end()) in.erase(it);
+  QString field;
+  for (const std::string& t : in) field += (field.isEmpty() ? "" : "; ") + QString::fromStdString(t);
+  setRdMethods(field);
+}
+
+void MainWindow::setRdMethods(const QString& text) {
+  rd_methods_->setText(text);
+  rdMethodsEdited();
+}
+
+void MainWindow::rdMethodsEdited() {
+  Settings s = settings();
+  s.rd_methods = rd_methods_->text().toStdString();
+  try {
+    check_rd_methods(s);
+  } catch (const std::exception& e) {  // said at the field; the RD view keeps the last good methods
+    rd_methods_->setStyleSheet("QLineEdit { background: #ffe0e0; }");
+    showError(QString::fromStdString(e.what()) + " The RD view keeps '" + last_good_methods_ + "'.");
+    return;
+  }
+  rd_methods_->setStyleSheet(QString());
+  if (rd_methods_->text() == last_good_methods_) return;
+  last_good_methods_ = rd_methods_->text();
+  last_error_.clear();
+  dirty_[RdCurveView] = true;  // only the RD view draws them
+  if (engine_ && tabs_->currentIndex() == RdCurveView) requestView(RdCurveView);
 }
 
 // The controls panel: the source line, the source, head and allocation boxes, the view's
@@ -160,6 +224,7 @@ QScrollArea* MainWindow::buildControls() {
   auto* scroll = new QScrollArea;
   scroll->setWidget(panel);
   scroll->setWidgetResizable(true);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);  // the fields narrow when the panel scrolls
   scroll->setMinimumWidth(330);
   return scroll;
 }
@@ -260,6 +325,7 @@ QGroupBox* MainWindow::buildAllocationBox() {
   af->addRow("budget B", budget_);
   af->addRow(budget_slider_);
   quantizer_ = new QComboBox;
+  quantizer_->setObjectName("quantizer");
   // Every tier form with a bit width (model/tier_quantizer.hpp): kivi, token and the
   // published quantizers' tiers.
   for (const TierForm& f : tier_forms())
@@ -274,20 +340,36 @@ QGroupBox* MainWindow::buildAllocationBox() {
   last_good_bits_ = bits_->currentText();
   af->addRow("bits ladder", bits_);
   rate_kind_ = new QComboBox;
+  rate_kind_->setObjectName("rate_kind");
   rate_kind_->addItems({"code", "total"});
   af->addRow("budget counts", rate_kind_);
   solver_ = new QComboBox;
+  solver_->setObjectName("solver");
   for (const FamilySolver fs : family_solvers()) solver_->addItem(QString::fromStdString(std::string(to_string(fs))));
   af->addRow("solver", solver_);
   family_ = new QComboBox;
-  family_->addItem("M: mixed (whole ladder)", "mixed");
-  family_->addItem("Q: quantize only", "quantize");
-  family_->addItem("E: evict only", "evict");
-  family_->addItem("routed (best of Q, E, M)", "routed");
+  family_->setObjectName("family");
+  for (const FamilyChoice f : family_choices()) {  // solvers/families.hpp, each with what it means
+    const char* what = f == FamilyChoice::Mixed      ? "M: mixed (whole ladder)"
+                       : f == FamilyChoice::Quantize ? "Q: quantize only"
+                       : f == FamilyChoice::Evict    ? "E: evict only"
+                       : f == FamilyChoice::Routed   ? "routed (best of Q, E, M)"
+                                                     : nullptr;
+    const QString name = QString::fromStdString(std::string(to_string(f)));
+    family_->addItem(what ? QString(what) : name, name);
+  }
   af->addRow("family", family_);
   smoothing_ = new QComboBox;
+  smoothing_->setObjectName("smoothing");
   for (int k : {1, 3, 5, 7, 9, 15, 31}) smoothing_->addItem(k == 1 ? QString("none") : QString("avg pool k = %1").arg(k), k);
   af->addRow("smoothing", smoothing_);
+  rd_methods_ = new QLineEdit(kDefaultRdMethods);
+  rd_methods_->setObjectName("rd_methods");
+  rd_methods_->setToolTip("Named methods drawn on the RD curve: entries separated by ';', each as `tierlab solve "
+                          "--method` reads it (kivi:2, {scorer: snapkv}, {quantizer: kivi, bits: 2}); or pick them "
+                          "from the menu Methods on the RD curve. Enter applies.");
+  last_good_methods_ = rd_methods_->text();
+  af->addRow("RD methods", rd_methods_);
   return alloc_box;
 }
 
@@ -376,6 +458,7 @@ void MainWindow::connectControls() {
   connect(bits_, &QComboBox::currentTextChanged, this, [this] {
     if (!updating_controls_) bitsEdited();
   });
+  connect(rd_methods_, &QLineEdit::editingFinished, this, [this] { rdMethodsEdited(); });
   connect(tabs_, &QTabWidget::currentChanged, this, [this](int v) {
     // The view's own text, or what is being computed: never the previous view's.
     if (v >= 0 && v < ViewCount)
@@ -402,6 +485,7 @@ Settings MainWindow::settings() const {
   s.smoothing = smoothing_->currentData().toInt();
   s.decode_step = step_->value();
   s.recompute_obs = false;
+  s.rd_methods = last_good_methods_.toStdString();
   return s;
 }
 

@@ -53,6 +53,12 @@ std::string_view to_string(FamilySolver s) { return enum_name(kFamilySolvers, s)
 
 FamilySolver parse_family_solver(std::string_view s) { return parse_enum(kFamilySolvers, s); }
 
+std::vector<FamilyChoice> family_choices() {
+  std::vector<FamilyChoice> out;
+  for (const auto& n : kFamilyChoices.names) out.push_back(n.value);
+  return out;
+}
+
 std::vector<FamilySolver> family_solvers() {
   std::vector<FamilySolver> out;
   for (const auto& n : kFamilySolvers.names)

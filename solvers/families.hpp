@@ -64,6 +64,7 @@ Family parse_family(std::string_view);
 enum class FamilyChoice { Mixed, Quantize, Evict, Routed };
 std::string_view to_string(FamilyChoice);              // "mixed" | "quantize" | "evict" | "routed"
 FamilyChoice parse_family_choice(std::string_view);    // InputError lists the choices
+std::vector<FamilyChoice> family_choices();             // every choice, in table order (menus read this list)
 
 // Where the budget holds: each head alone, each layer's heads together, or all heads.
 enum class Scope { Head, Layer, Model };

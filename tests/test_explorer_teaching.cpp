@@ -2,7 +2,8 @@
 // class headless (offscreen platform), as tests/test_explorer.cpp does: the water level of the
 // family shown, a y axis that stays put across family switches, legends beside the data,
 // tooltips inside the window, the preset box naming a file as the source, the context field
-// refusing (never clamping) a value out of range, and the slow views filling in head by head.
+// refusing (never clamping) a value out of range, and the slow views filling in head by head
+// (the live staleness view step by step, the RD curve view the head's curve first).
 #include <catch2/catch.hpp>
 
 #include <QApplication>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -21,7 +23,10 @@
 
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
+#include "gpu/recompute.hpp"
 #include "model/synthetic.hpp"
+#include "model/trace.hpp"
+#include "scenarios/pipeline/staleness_head.hpp"
 
 namespace fs = std::filesystem;
 using namespace tierlab;
@@ -378,4 +383,173 @@ TEST_CASE("explorer core: the water-filling view states the measured and the nom
   CHECK((v.info.find("exceeds B = 2 by the partial groups") != std::string::npos) == over);
   s.rate_kind = RateKind::Code;
   CHECK(engine.waterfill(s, &num).info.find("B counts code bits only") != std::string::npos);
+}
+
+namespace {
+
+// The points of every series of every figure, and the hover texts (two results are the same
+// view when these are equal).
+std::vector<std::vector<double>> points_of(const ViewResult& r) {
+  std::vector<std::vector<double>> out;
+  for (const Figure& f : r.figures)
+    for (const Series& se : f.series) out.push_back(se.x), out.push_back(se.y);
+  return out;
+}
+std::vector<std::string> hover_texts(const ViewResult& r) {
+  std::vector<std::string> out;
+  for (const auto& fig : r.hover)
+    for (const HoverPoint& h : fig) out.push_back(h.text);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("explorer core: the live staleness view delivers its steps as they are scored, and the same final result") {
+  auto src = Source::open(parse_source(small_trace()));
+  Engine engine(src);
+  engine.set_partial_interval(0);
+  Settings s;
+  s.decode_step = 3;  // steps 1, 2, 3, 4, 6 (S = 6)
+  std::vector<ViewResult> parts;
+  const ViewResult full = engine.staleness(s, {}, nullptr, [&](const ViewResult& r) { parts.push_back(r); });
+  const int total = 5;
+  REQUIRE(static_cast<int>(parts.size()) == total - 1);
+  const std::vector<std::string> final_hover = hover_texts(full);
+  REQUIRE(full.hover.at(0).size() == static_cast<std::size_t>(total));
+  for (int k = 0; k < total - 1; ++k) {
+    INFO(k);
+    const std::string counted = std::to_string(k + 1) + " of " + std::to_string(total) + " steps so far";
+    CHECK(parts[k].figures.at(0).title.find(counted) != std::string::npos);
+    CHECK(parts[k].info.find("computing: " + counted) != std::string::npos);
+    REQUIRE(parts[k].hover.at(0).size() == static_cast<std::size_t>(k + 1));  // one more step each time
+    for (int i = 0; i <= k; ++i) CHECK(parts[k].hover[0][i].text == full.hover[0][i].text);  // the final's first steps
+  }
+  CHECK(full.figures.at(0).title.find("so far") == std::string::npos);
+  CHECK(full.info.find("computing") == std::string::npos);
+  // The same as without partial results (a fresh engine: nothing cached), and as the library's.
+  Engine plain(src);
+  const ViewResult same = plain.staleness(s);
+  CHECK(points_of(same) == points_of(full));
+  CHECK(hover_texts(same) == final_hover);
+  CHECK(same.info == full.info);
+  StalenessOptions so;
+  so.steps = {1, 2, 3, 4, 6};
+  so.budget = s.budget;
+  so.rope = src->meta().rope;
+  auto cpu = make_recomputer(Backend::Cpu);
+  TraceReader trace(small_trace());
+  int told = 0;
+  const StalenessHead sh = staleness_head(trace.head(0, 0), so, *cpu, [&](const StalenessHead& r) {
+    CHECK(static_cast<int>(r.steps.size()) == ++told);
+  });
+  CHECK(told == total);
+  const StalenessHead quiet = staleness_head(trace.head(0, 0), so, *cpu);
+  REQUIRE(sh.steps.size() == quiet.steps.size());
+  for (std::size_t i = 0; i < sh.steps.size(); ++i) {
+    CHECK(sh.steps[i].ratio == quiet.steps[i].ratio);  // bit for bit
+    CHECK(sh.steps[i].err_stale == quiet.steps[i].err_stale);
+    CHECK(sh.steps[i].fresh_tiers == quiet.steps[i].fresh_tiers);
+  }
+  const Series& ratio = full.figures.at(0).series.at(0);
+  REQUIRE(ratio.y.size() <= sh.steps.size());
+  std::size_t j = 0;
+  for (const StalenessStep& st : sh.steps)
+    if (std::isfinite(st.ratio) && st.ratio > 0) CHECK(ratio.y.at(j++) == st.ratio);
+}
+
+TEST_CASE("explorer core: the RD curve view delivers the head's curve before the model-wide one, then the same result") {
+  auto src = Source::open(parse_source(small_trace()));
+  Engine engine(src);
+  Settings s;
+  s.layer = 1, s.kv_head = 1;
+  std::vector<ViewResult> parts;
+  const PartialView collect = [&](const ViewResult& r) { parts.push_back(r); };
+  const ViewResult full = engine.rd_curve(s, {}, nullptr, collect);
+  REQUIRE(parts.size() == 1);
+  const ViewResult& head_first = parts[0];
+  REQUIRE(head_first.figures.size() == 2);
+  CHECK(head_first.figures[1].title.find("being computed") != std::string::npos);
+  CHECK(head_first.figures[1].series.empty());
+  CHECK(head_first.info.find("computing: the model (4 heads share B) curve") != std::string::npos);
+  REQUIRE(full.figures.size() == 2);
+  CHECK(full.figures[1].title.find("being computed") == std::string::npos);
+  CHECK(full.info.find("computing") == std::string::npos);
+  // The head's figure shown at once is the final one.
+  ViewResult head_only = full, first_only = head_first;
+  head_only.figures.resize(1), head_only.hover.resize(1);
+  first_only.figures.resize(1), first_only.hover.resize(1);
+  CHECK(points_of(first_only) == points_of(head_only));
+  CHECK(hover_texts(first_only) == hover_texts(head_only));
+  // Equal to the call without partial results; once cached, no partial result is sent.
+  Engine plain(src);
+  const ViewResult same = plain.rd_curve(s);
+  CHECK(points_of(same) == points_of(full));
+  CHECK(hover_texts(same) == hover_texts(full));
+  parts.clear();
+  s.budget = 5;
+  engine.rd_curve(s, {}, nullptr, collect);
+  CHECK(parts.empty());
+}
+
+TEST_CASE("explorer window: the live staleness and RD curve views are drawn in parts before their final result") {
+  app();
+  MainWindow w;
+  w.setPartialInterval(0);
+  w.show();
+  w.openArgument(QString::fromStdString(small_trace()));
+  REQUIRE(w.waitIdle());
+  const QString waterfill_text = w.infoText();
+  std::vector<std::pair<std::size_t, bool>> drawn;  // staleness steps shown, final
+  std::vector<std::pair<std::string, bool>> rd;     // the model figure's title, final
+  QObject::connect(&w, &MainWindow::viewDrawn, [&](int view, bool final) {
+    if (view == StalenessView) drawn.push_back({w.result(StalenessView)->hover.at(0).size(), final});
+    if (view == RdCurveView) rd.push_back({w.result(RdCurveView)->figures.at(1).title, final});
+  });
+  w.setCurrentView(StalenessView);
+  CHECK(w.infoText() != waterfill_text);
+  CHECK(w.infoText().contains("computing the"));
+  REQUIRE(w.waitIdle());
+  const std::size_t steps = 4;  // 1, 2, 4, 6 (S = 6, decode step 1)
+  REQUIRE(drawn.size() == steps);
+  for (std::size_t k = 0; k + 1 < steps; ++k) {
+    CHECK(drawn[k].first == k + 1);
+    CHECK_FALSE(drawn[k].second);
+  }
+  CHECK(drawn.back() == std::make_pair(steps, true));
+  CHECK_FALSE(w.infoText().contains("so far"));
+  const QString staleness_text = w.infoText();
+  w.setCurrentView(RdCurveView);
+  CHECK(w.infoText() != staleness_text);
+  REQUIRE(w.waitIdle());
+  // With the field's default methods: the head's curve, its methods, the model curve, then all.
+  REQUIRE(rd.size() == 4);
+  for (std::size_t k = 0; k < 3; ++k) CHECK_FALSE(rd[k].second);
+  CHECK(rd[0].first.find("being computed") != std::string::npos);
+  CHECK(rd[1].first.find("being computed") != std::string::npos);
+  CHECK(rd[2].first.find("being computed") == std::string::npos);
+  CHECK(rd[3].first.find("being computed") == std::string::npos);
+  CHECK(rd[3].second);
+  CHECK_FALSE(w.infoText().contains("computing"));
+}
+
+TEST_CASE("explorer core: the live interior view keeps each head's advantage, so a head change computes only the new head's curve") {
+  auto src = Source::open(parse_source(small_trace()));
+  Engine engine(src);
+  Settings s;  // B = 2, one of the head curve's budgets
+  const ViewResult first = engine.interior(s);
+  const int heads = src->meta().n_heads();
+  CHECK(engine.cached_advantages() == static_cast<std::size_t>(9 + heads - 1));  // the head's 9 budgets, the others at B
+  s.layer = 1;  // another head: its 9 budgets, 8 of them new
+  const ViewResult second = engine.interior(s);
+  CHECK(engine.cached_advantages() == static_cast<std::size_t>(9 + heads - 1 + 8));
+  // The same numbers as an engine that computes everything afresh.
+  Engine fresh(src);
+  const ViewResult want = fresh.interior(s);
+  CHECK(points_of(second) == points_of(want));
+  CHECK(hover_texts(second) == hover_texts(want));
+  // Back to the first head: nothing computed.
+  s.layer = 0;
+  const ViewResult again = engine.interior(s);
+  CHECK(engine.cached_advantages() == static_cast<std::size_t>(9 + heads - 1 + 8));
+  CHECK(points_of(again) == points_of(first));
 }

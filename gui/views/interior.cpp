@@ -1,6 +1,7 @@
 // tierlab-explorer's interior-advantage view: Engine::interior (engine.hpp).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -17,33 +18,29 @@ using namespace detail;
 // ---------------------------------------------------------------------------------------
 // (c) interior advantage
 
-namespace {
-
-struct HeadAdvantage {
-  double A_decode = kNaN, A_obs = kNaN, A_sur = kNaN;
-  double err_dec[3] = {kNaN, kNaN, kNaN};
-  std::string options[3];
-};
-
-}  // namespace
-
-// The interior advantage of one head (pipeline/head.hpp head_interior), for the plots.
-static HeadAdvantage head_advantage(const HeadData& hd, const RopeParams& rope, const SurrogateCosts& sc,
-                                    const std::vector<double>& rates, const RateLadder& ladder, RateKind kind,
-                                    double budget, Recomputer& backend) {
+const Engine::Advantage& Engine::advantage_(int l, int h, const RateLadder& ladder, RateKind kind, double budget,
+                                            const std::atomic<bool>* cancel) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.17g", budget);
+  const std::string key = std::to_string(l) + "." + std::to_string(h) + "|" + ladder.name() + "|" +
+                          std::string(to_string(kind)) + "|" + b;
+  if (auto it = advantages_.find(key); it != advantages_.end()) return *it->second;
+  const std::shared_ptr<LadderEntry> e = ladder_(l, h, ladder, kind, cancel);
+  const std::shared_ptr<const HeadData> hd = head_(l, h);  // held: the cache may drop it
   InteriorOptions io;
   io.budget = budget;
   io.rate_kind = kind;
   io.ladder = ladder;
-  const HeadInterior hi = head_interior(hd, rope, sc, rates, io, backend);
-  HeadAdvantage r;
-  r.A_decode = hi.advantage_decode, r.A_obs = hi.advantage_obs, r.A_sur = hi.advantage_surrogate;
+  const HeadInterior hi = head_interior(*hd, source_->meta().rope, e->costs, e->rates, io, *backend_);
+  auto r = std::make_shared<Advantage>();
+  r->A_decode = hi.advantage_decode, r->A_obs = hi.advantage_obs, r->A_sur = hi.advantage_surrogate;
   const FamilyOutcome* f[3] = {&hi.Q, &hi.E, &hi.M};
   for (int k = 0; k < 3; ++k) {
-    r.options[k] = f[k]->option;
-    if (f[k]->feasible && hd.decode_keys.rows() > 0) r.err_dec[k] = f[k]->decode.rel_error;
+    r->options[k] = f[k]->option;
+    if (f[k]->feasible && hd->decode_keys.rows() > 0) r->err_dec[k] = f[k]->decode.rel_error;
   }
-  return r;
+  if (advantages_.size() >= 4096) advantages_.clear();  // a few dozen bytes each
+  return *(advantages_[key] = std::move(r));
 }
 
 ViewResult Engine::interior(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel,
@@ -123,7 +120,6 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
     (void)what;
     if (progress) progress(done++, total);
   };
-  auto e = ladder_(s.layer, s.kv_head, ladder, s.rate_kind, cancel);
   const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
   Series sd{"A on decode queries (verdict)", palette(3), Style::Line, {}, {}, 6};
   Series so{"A on observation queries", palette(0), Style::Line, {}, {}, 6};
@@ -132,7 +128,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   double ylo = -0.2, yhi = 1;
   for (double b : budgets) {
     tick(head + " at B = " + format_label(b));
-    const HeadAdvantage r = head_advantage(*head_(s.layer, s.kv_head), m.rope, e->costs, e->rates, ladder, s.rate_kind, b, *backend_);
+    const Advantage r = advantage_(s.layer, s.kv_head, ladder, s.rate_kind, b, cancel);
     auto add = [&](Series& se, double y) {
       if (std::isfinite(y)) se.x.push_back(b), se.y.push_back(std::max(y, -2.0)), ylo = std::min(ylo, std::max(y, -2.0));
     };
@@ -189,8 +185,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   for (int l = 0; l < m.n_layers; ++l)
     for (int h = 0; h < m.n_kv_heads; ++h) {
       tick("head L" + std::to_string(l) + ".H" + std::to_string(h));
-      auto eh = ladder_(l, h, ladder, s.rate_kind, cancel);
-      const HeadAdvantage r = head_advantage(*head_(l, h), m.rope, eh->costs, eh->rates, ladder, s.rate_kind, s.budget, *backend_);
+      const Advantage r = advantage_(l, h, ladder, s.rate_kind, s.budget, cancel);
       const double A = std::isfinite(r.A_decode) ? r.A_decode : r.A_obs;
       const double x = l * m.n_kv_heads + h;
       if (std::isfinite(A)) {

@@ -4,8 +4,14 @@
 #include <sstream>
 
 #include "gui/engine_detail.hpp"
+#include "model/error.hpp"
+#include "model/key_quantizer.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
+#include "scenarios/scenario/rd_methods.hpp"
+#include "solvers/kvcobra_allocator.hpp"
+#include "solvers/scorers.hpp"
+#include "solvers/seed_allocators.hpp"
 
 namespace tierlab::explorer {
 
@@ -43,12 +49,17 @@ HeadCosts Engine::rd_costs_(int l, int h, const RdCurveOptions& o, const std::at
   return hc;
 }
 
+std::string Engine::rd_key_(const Settings& s) const {
+  const RdCurveOptions o = rd_options_(s, kRdCurveGrid, Scope::Head);
+  return std::to_string(s.layer) + "." + std::to_string(s.kv_head) + "|" + o.solve.ladder.name() + "|" +
+         std::string(to_string(s.rate_kind)) + "|" + std::string(to_string(o.solve.solver)) + "|s" +
+         std::to_string(o.decode_step);
+}
+
 std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progress& progress,
                                                   const std::atomic<bool>* cancel) {
   const RdCurveOptions o = rd_options_(s, kRdCurveGrid, Scope::Head);
-  const std::string key = std::to_string(s.layer) + "." + std::to_string(s.kv_head) + "|" + o.solve.ladder.name() + "|" +
-                          std::string(to_string(s.rate_kind)) + "|" + std::string(to_string(o.solve.solver)) + "|s" +
-                          std::to_string(o.decode_step);
+  const std::string key = rd_key_(s);
   if (auto it = curves_.find(key); it != curves_.end()) return it->second;
   const std::shared_ptr<const HeadData> head = head_(s.layer, s.kv_head);
   HeadCosts hc = rd_costs_(s.layer, s.kv_head, o, cancel);
@@ -64,11 +75,16 @@ std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progre
   return c;
 }
 
+std::string Engine::model_rd_key_(const Settings& s) const {
+  const RdCurveOptions o = rd_options_(s, kRdModelGrid, Scope::Model);
+  return "model|" + o.solve.ladder.name() + "|" + std::string(to_string(s.rate_kind)) + "|" +
+         std::string(to_string(o.solve.solver)) + "|s" + std::to_string(o.decode_step);
+}
+
 std::shared_ptr<const RdCurve> Engine::model_rd_curve_(const Settings& s, const Progress& progress,
                                                         const std::atomic<bool>* cancel) {
   const RdCurveOptions o = rd_options_(s, kRdModelGrid, Scope::Model);
-  const std::string key = "model|" + o.solve.ladder.name() + "|" + std::string(to_string(s.rate_kind)) + "|" +
-                          std::string(to_string(o.solve.solver)) + "|s" + std::to_string(o.decode_step);
+  const std::string key = model_rd_key_(s);
   if (auto it = curves_.find(key); it != curves_.end()) return it->second;
   const TraceMeta& meta = source_->meta();
   std::vector<std::shared_ptr<const HeadData>> heads;
@@ -94,12 +110,119 @@ std::shared_ptr<const RdCurve> Engine::model_rd_curve_(const Settings& s, const 
   return c;
 }
 
+std::vector<std::string> rd_method_texts(const std::string& field) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= field.size()) {
+    const std::size_t end = std::min(field.find(';', pos), field.size());
+    std::string t = field.substr(pos, end - pos);
+    const std::size_t a = t.find_first_not_of(" \t"), b = t.find_last_not_of(" \t");
+    if (a != std::string::npos) out.push_back(t.substr(a, b - a + 1));
+    pos = end + 1;
+  }
+  return out;
+}
+
+std::vector<RdMethodChoice> rd_method_choices() {
+  std::vector<RdMethodChoice> out;
+  for (const KeyQuantizerEntry& q : key_quantizer_registry())
+    out.push_back({"key quantizer", q.name, "{quantizer: " + q.name + "}", q.summary});
+  for (const ScorerEntry& e : scorer_registry())
+    out.push_back({"eviction scorer", e.info.name, "{scorer: " + e.info.name + "}",
+                   e.info.summary + " (at the keep ratios B/16 of the grid)"});
+  std::vector<MethodInfo> seeds = seed_allocator_methods();
+  seeds.push_back(kvcobra_allocator_method());
+  for (const MethodInfo& m : seeds)
+    out.push_back({"seed allocator", m.name, "{seed: " + m.name + ", budget: 2}", m.summary + " (at B = 2)"});
+  for (const char* p : {"kivi:2", "kivi:4", "token:4", "evict:0.25"})
+    out.push_back({"uniform policy", p, p, "every token alike (solvers/policy.hpp)"});
+  return out;
+}
+
+void check_rd_methods(const Settings& s) {
+  RdCurveOptions o;
+  o.budgets = parse_budget_grid(kRdCurveGrid, "explorer grid");
+  o.solve.ladder = RateLadder::parse(s.ladder);
+  parse_rd_methods(rd_method_texts(s.rd_methods), kRdMethodsField, o);
+}
+
+std::shared_ptr<const std::vector<RdMethodGroup>> Engine::rd_methods_(const Settings& s, const RdCurve& curve,
+                                                                      bool model, const std::string& curve_key,
+                                                                      const std::atomic<bool>* cancel) {
+  const std::vector<std::string> texts = rd_method_texts(s.rd_methods);
+  if (texts.empty()) return nullptr;
+  const std::string key = curve_key + "|methods " + s.rd_methods;
+  if (auto it = rd_points_.find(key); it != rd_points_.end()) return it->second;
+  const std::vector<MethodSpec> specs = parse_rd_methods(texts, kRdMethodsField, curve.options);  // the CLI's reading
+  const TraceMeta& meta = source_->meta();
+  std::vector<std::vector<HeadData>> heads;
+  if (model) {
+    for (int l = 0; l < meta.n_layers; ++l) {
+      heads.emplace_back();
+      for (int h = 0; h < meta.n_kv_heads; ++h) check(cancel), heads.back().push_back(*head_(l, h));
+    }
+  } else {  // the selected head alone, as head (0, 0) of a one-head model (the compressors index by position)
+    heads = {{*head_(s.layer, s.kv_head)}};
+    heads[0][0].layer = 0, heads[0][0].kv_head = 0;
+  }
+  MethodContext mc;
+  mc.rope = meta.rope;
+  mc.group_size = meta.group_size;
+  const std::vector<RdMethodPoint> points = rd_method_points(heads, mc, curve, specs, backend_.get(), {}, cancel);
+  auto groups = std::make_shared<std::vector<RdMethodGroup>>();
+  std::size_t next = 0;
+  for (const std::string& t : texts) {  // each entry's points, in order
+    const std::size_t n = parse_rd_methods({t}, kRdMethodsField, curve.options).size();
+    groups->push_back({t, std::vector<RdMethodPoint>(points.begin() + next, points.begin() + next + n)});
+    next += n;
+  }
+  if (rd_points_.size() >= 8) rd_points_.clear();
+  rd_points_[key] = groups;
+  return groups;
+}
+
 namespace {
+
+// The named methods' points (one series per entry of the field; an entry of one point is
+// labelled with its name), their hover texts and their numbers in `info`; `lo`, `hi` take
+// their errors (the y range).
+void add_method_points(Figure& f, const std::vector<RdMethodGroup>& groups, double budget, RateKind kind,
+                       std::vector<HoverPoint>& hv, std::ostringstream& info, double& lo, double& hi) {
+  info << "Named methods (" << kRdMethodsField << "; rate in " << to_string(kind) << " bits, recomputed on the curve's queries):\n";
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const RdMethodGroup& g = groups[k];
+    Series se{g.text, palette(static_cast<int>(4 + k)), Style::Points, {}, {}, 10};
+    int above = 0;
+    const RdMethodPoint* nearest = nullptr;
+    for (const RdMethodPoint& p : g.points) {
+      above += p.above_hull;
+      if (!nearest || std::fabs(p.x - budget) < std::fabs(nearest->x - budget)) nearest = &p;
+      const std::string text = p.label + ": rate " + format_label(p.x, "%.3f") + ", recomputed " +
+                               format_label(p.error, "%.4g") + ", surrogate " + format_label(p.surrogate, "%.4g") +
+                               (p.above_hull ? " (above the hull)" : "");
+      if (!(p.error > 0) || !std::isfinite(p.x)) continue;  // exact: off the log axis
+      se.x.push_back(p.x), se.y.push_back(p.error);
+      lo = std::min(lo, p.error), hi = std::max(hi, p.error);
+      hv.push_back({p.x, p.error, text});
+      if (g.points.size() == 1) f.labels.push_back({p.x, p.error, p.label});
+    }
+    f.series.push_back(std::move(se));
+    if (g.points.size() == 1) {
+      const RdMethodPoint& p = g.points[0];
+      info << "  " << p.label << ": rate " << format_label(p.x, "%.3f") << ", recomputed " << format_label(p.error, "%.4g")
+           << ", surrogate " << format_label(p.surrogate, "%.4g") << (p.above_hull ? ", above the hull" : "") << "\n";
+    } else if (nearest) {
+      info << "  " << g.text << ": " << g.points.size() << " points, " << above << " above the hull; nearest B: "
+           << nearest->label << " rate " << format_label(nearest->x, "%.3f") << ", recomputed "
+           << format_label(nearest->error, "%.4g") << (nearest->above_hull ? ", above the hull" : "") << "\n";
+    }
+  }
+}
 
 // The figure of one curve with B marked (the grid point nearest B per family), its hover
 // points, and its numbers appended to `info`. `what`: "head L0.H1" or "model (32 heads, ...)".
 Figure curve_figure(const RdCurve& cv, const Settings& s, const std::string& what, std::vector<HoverPoint>& hv,
-                    std::ostringstream& info) {
+                    std::ostringstream& info, const std::vector<RdMethodGroup>* methods) {
   const RdCurve* c = &cv;
   const RdCurveOptions& o = c->options;
   std::size_t kb = 0;
@@ -170,6 +293,7 @@ Figure curve_figure(const RdCurve& cv, const Settings& s, const std::string& wha
   f.series.push_back(on);
   if (!off.x.empty()) f.series.push_back(off);
   for (Series& m : marks) f.series.push_back(std::move(m));
+  if (methods && !methods->empty()) add_method_points(f, *methods, s.budget, s.rate_kind, hv, info, lo, hi);
   if (!(hi > 0)) lo = 1e-6, hi = 1;
   f.ylog = true;
   f.ymin = lo / 2, f.ymax = hi * 2;  // the legend has its own row below the axes
@@ -177,30 +301,93 @@ Figure curve_figure(const RdCurve& cv, const Settings& s, const std::string& wha
   double xmax = s.budget;
   for (const RdPoint& p : c->points)
     if (p.feasible) xmax = std::max(xmax, p.x);
+  if (methods)
+    for (const RdMethodGroup& g : *methods)
+      for (const RdMethodPoint& p : g.points)
+        if (std::isfinite(p.x)) xmax = std::max(xmax, p.x);
   f.xmin = -0.2, f.xmax = xmax * 1.04 + 0.2;
   return f;
 }
 
 }  // namespace
 
-ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel) {
+// The named methods' points, or none with the reason in `note`: a method the trace cannot
+// run (a scorer's window longer than its observation queries) leaves the curve drawn.
+std::shared_ptr<const std::vector<RdMethodGroup>> Engine::methods_or_note(const Settings& s, const RdCurve& curve,
+                                                                          bool model, const std::string& key,
+                                                                          const std::atomic<bool>* cancel,
+                                                                          std::string& note) {
+  try {
+    return rd_methods_(s, curve, model, key, cancel);
+  } catch (const InputError& e) {
+    note = std::string("Named methods not drawn: ") + e.what() + "\n";
+    return nullptr;
+  }
+}
+
+namespace {
+
+// The model figure while the model-wide curve is computed: the head's axes, no data.
+Figure pending_figure(const Figure& head, const std::string& what) {
+  Figure f;
+  f.title = "RD curve, " + what + " - being computed";
+  f.xlabel = head.xlabel, f.ylabel = head.ylabel;
+  f.xmin = head.xmin, f.xmax = head.xmax, f.ymin = head.ymin, f.ymax = head.ymax, f.ylog = true;
+  return f;
+}
+
+}  // namespace
+
+// In stages, each delivered to `partial` when the next one is not cached: the head's curve
+// (0), with its named methods (1), the model-wide curve (2), with its named methods (3).
+ViewResult Engine::rd_curve(const Settings& s, const Progress& progress, const std::atomic<bool>* cancel,
+                            const PartialView& partial) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto t0 = Clock::now();
   check(cancel);
+  const int heads = source_->meta().n_heads();
+  const bool named = !rd_method_texts(s.rd_methods).empty();
+  const std::string what = "model (" + std::to_string(heads) + " heads share B)";
+  const std::string head_key = rd_key_(s), model_key = model_rd_key_(s);
+  auto has_points = [&](const std::string& key) { return !named || rd_points_.count(key + "|methods " + s.rd_methods) > 0; };
   const std::shared_ptr<const RdCurve> c = rd_curve_(s, progress, cancel);
-  ViewResult v;
-  std::ostringstream info;
-  std::vector<HoverPoint> hv;
-  v.figures.push_back(curve_figure(*c, s, "head L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head), hv, info));
-  v.hover.push_back(std::move(hv));
-  if (source_->meta().n_heads() > 1) {  // a whole trace: the model-wide curve (all heads share B)
-    const std::shared_ptr<const RdCurve> mc = model_rd_curve_(s, progress, cancel);
-    std::vector<HoverPoint> mh;
-    info << "\n";
-    v.figures.push_back(curve_figure(*mc, s, "model (" + std::to_string(mc->heads) + " heads share B)", mh, info));
-    v.hover.push_back(std::move(mh));
+  std::shared_ptr<const RdCurve> mc;
+  std::shared_ptr<const std::vector<RdMethodGroup>> hm, mm;
+  std::string head_note, model_note;
+  auto view = [&](int stage) {
+    ViewResult v;
+    std::ostringstream info;
+    std::vector<HoverPoint> hv, mh;
+    v.figures.push_back(curve_figure(*c, s, "head L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head), hv,
+                                     info, stage >= 1 ? hm.get() : nullptr));
+    info << head_note;
+    if (stage == 0 && named) info << "computing: the named methods on the head's curve...\n";
+    v.hover.push_back(std::move(hv));
+    if (heads > 1) {  // a whole trace: the model-wide curve (all heads share B)
+      info << "\n";
+      if (stage >= 2) {
+        v.figures.push_back(curve_figure(*mc, s, what, mh, info, stage >= 3 ? mm.get() : nullptr));
+        info << model_note;
+        if (stage == 2 && named) info << "computing: the named methods on the model-wide curve (" << heads << " heads)...\n";
+      } else {
+        v.figures.push_back(pending_figure(v.figures[0], what));
+        info << "computing: the " << what << " curve over B = " << kRdModelGrid
+             << " (every head's surrogate costs, then each budget's allocation of all heads)...\n";
+      }
+      v.hover.push_back(std::move(mh));
+    }
+    v.info = info.str();
+    return v;
+  };
+  if (partial && !has_points(head_key)) partial(view(0));
+  hm = methods_or_note(s, *c, false, head_key, cancel, head_note);
+  if (heads > 1) {
+    if (partial && (!curves_.count(model_key) || !has_points(model_key))) partial(view(1));
+    mc = model_rd_curve_(s, progress, cancel);
+    if (partial && !has_points(model_key)) partial(view(2));
+    mm = methods_or_note(s, *mc, true, model_key, cancel, model_note);
   }
-  v.info = info.str();
+  ViewResult v = view(3);
   v.seconds = ms_since(t0) / 1000;
   return v;
 }

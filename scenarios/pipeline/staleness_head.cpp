@@ -203,7 +203,8 @@ double tier_agreement(const std::vector<std::uint8_t>& a, const std::vector<std:
   return static_cast<double>(same) / static_cast<double>(a.size());
 }
 
-StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, Recomputer& backend) {
+StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, Recomputer& backend,
+                             const StalenessStepCallback& on_step) {
   opt.validate();
   StalenessHead out;
   out.layer = head.layer;
@@ -268,6 +269,7 @@ StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, 
     }
     st.insample_tiers = insample.tiers;
     out.steps.push_back(std::move(st));
+    if (on_step) on_step(out);
   }
   return out;
 }

@@ -45,6 +45,7 @@
 // policy); infeasible families (Q when B is below every finite tier) are skipped.
 // Steps beyond S are skipped; step 1 is always scored (aging and family_prefill need it).
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -108,8 +109,14 @@ struct StalenessHead {
   std::vector<StalenessStep> steps;       // the listed steps <= S; empty when S = 0 or M is infeasible
 };
 
+// Told the result so far after each listed step is scored (its `steps` one longer each
+// time; the steps beyond S are not scored and not told). It may throw (a cancel) to stop.
+using StalenessStepCallback = std::function<void(const StalenessHead& so_far)>;
+
 // One head (its decode_queries and decode_keys give S; an empty result when S = 0).
-StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, Recomputer& backend);
+// `on_step` (optional) sees the steps as they are scored; the result does not depend on it.
+StalenessHead staleness_head(const HeadData& head, const StalenessOptions& opt, Recomputer& backend,
+                             const StalenessStepCallback& on_step = {});
 
 // The query set D(s) the fresh decision at step s is made from (formula above), per query
 // head j: the observation rows i = W_obs - n_obs .. W_obs - 1 (n_obs = min(W_obs, W - n_dec))

@@ -1,6 +1,7 @@
 // Named methods as operating points beside a rate-distortion curve (rd_methods.hpp).
 #include "scenarios/scenario/rd_methods.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -34,17 +35,23 @@ std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCu
   std::vector<std::vector<HeadData>> heads(static_cast<std::size_t>(meta.n_layers));
   for (int l = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h) heads[static_cast<std::size_t>(l)].push_back(trace.head(l, h));
-  return rd_method_points(heads, meta.rope, meta.group_size, curve, methods, backend, progress, cancel);
+  MethodContext mc;
+  mc.rope = meta.rope;
+  mc.group_size = meta.group_size;
+  return rd_method_points(heads, mc, curve, methods, backend, progress, cancel);
 }
 
-std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, const RopeParams& rope,
-                                            int group_size, const RdCurve& curve,
-                                            const std::vector<MethodSpec>& methods, Recomputer* backend,
-                                            const Progress& progress, const std::atomic<bool>* cancel) {
-  MethodContext mc;
-  mc.rope = rope;
-  mc.group_size = group_size;
+std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, MethodContext mc,
+                                            const RdCurve& curve, const std::vector<MethodSpec>& methods,
+                                            Recomputer* backend, const Progress& progress,
+                                            const std::atomic<bool>* cancel) {
   mc.rate_kind = curve.options.solve.rate_kind;
+  for (std::size_t l = 0; l < heads.size(); ++l)
+    for (std::size_t h = 0; h < heads[l].size(); ++h)  // the compressors index their plans by (layer, kv_head)
+      if (heads[l][h].layer != static_cast<int>(l) || heads[l][h].kv_head != static_cast<int>(h))
+        throw InputError("named methods: the head at position [" + std::to_string(l) + "][" + std::to_string(h) +
+                         "] is head (" + std::to_string(heads[l][h].layer) + ", " + std::to_string(heads[l][h].kv_head) +
+                         "); heads[layer][kv_head] must hold head (layer, kv_head).");
   const int step = curve.options.decode_step;
   std::function<ErrorMetrics(const HeadData&, const CompressedHead&)> recompute;
   if (backend)

@@ -11,7 +11,8 @@
 //   surrogate              mean_h sum_t c_t(m) / mean_q ||o_q||^2 on the observation queries
 //                          (surrogate_abs_cost: the predicted relative error)
 //   error                  mean_h of the exactly recomputed relative error on the curve's query
-//                          set (decode steps, or the observation queries); NaN when not recomputed
+//                          set (decode steps, the observation queries, or one decode step s's g
+//                          query rows over the T + s tokens they see); NaN when not recomputed
 //   above_hull             error > hull(rate) (1 + kRdMethodHullTolerance), the families' lower
 //                          convex hull of the recomputed errors (RdCurve::hull); false where the
 //                          hull does not reach the rate or the error is not recomputed. The
@@ -53,19 +54,20 @@ struct RdMethodPoint {
 std::vector<MethodSpec> parse_rd_methods(const std::vector<std::string>& texts, const std::string& option,
                                          const RdCurveOptions& curve);
 
-// The methods' points beside `curve` (computed on `trace`), recomputed on the curve's query set
-// (RdCurve::queries: the decode steps, the observation queries, or decode step s =
-// curve.options.decode_step alone). `backend` null: the surrogate only. `progress` is told after
-// each method; `cancel` set: throws Cancelled between methods.
+// The methods' points beside `curve` (computed on `trace`, every head of it). `backend` null: the
+// surrogate only. `progress` is told after each method; `cancel` set: throws Cancelled between
+// methods.
 std::vector<RdMethodPoint> rd_method_points(const TraceReader& trace, const RdCurve& curve,
                                             const std::vector<MethodSpec>& methods, Recomputer* backend,
                                             const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr);
-// The same on heads already in memory (heads[l][h]; one head: a 1 x 1 grid, as the explorer's
-// per-head curve has it), with the trace's rope and group size g.
-std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, const RopeParams& rope,
-                                            int group_size, const RdCurve& curve,
-                                            const std::vector<MethodSpec>& methods, Recomputer* backend,
-                                            const Progress& progress = {}, const std::atomic<bool>* cancel = nullptr);
+// The same for heads in memory, heads[layer][kv_head] (those the curve was computed on: the
+// explorer's one head, numbered (0, 0), or every head of its trace; a head whose own (layer,
+// kv_head) is not its position is an InputError), with the model's RoPE and g in `context`
+// (its rate_kind is replaced by the curve's). The trace form above reads the heads and calls this.
+std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadData>>& heads, MethodContext context,
+                                            const RdCurve& curve, const std::vector<MethodSpec>& methods,
+                                            Recomputer* backend, const Progress& progress = {},
+                                            const std::atomic<bool>* cancel = nullptr);
 
 // [{label, kind, code_bits, total_bits, rate, surrogate, error, above_hull}] (NaN as null).
 nlohmann::json to_json(const std::vector<RdMethodPoint>&);
