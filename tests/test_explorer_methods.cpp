@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
+#include "explorer_support.hpp"
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
 #include "model/key_quantizer.hpp"
@@ -45,32 +46,10 @@ using namespace tierlab::explorer;
 
 namespace {
 
-QApplication& app() {
-  static int argc = 1;
-  static char name[] = "test_explorer_methods";
-  static char* argv[] = {name, nullptr};
-  if (!QCoreApplication::instance()) {
-    setenv("QT_QPA_PLATFORM", "offscreen", 1);
-    const std::string rt = "/tmp/tierlab-runtime-" + std::to_string(::getuid());
-    ::mkdir(rt.c_str(), 0700);
-    setenv("XDG_RUNTIME_DIR", rt.c_str(), 0);
-    static QApplication* a = new QApplication(argc, argv);
-    return *a;
-  }
-  return *qobject_cast<QApplication*>(QCoreApplication::instance());
-}
+QApplication& app() { return tierlab::testing::offscreen_app("test_explorer_methods"); }
 
 // A folder of this process, removed at exit.
-const fs::path& temp_base() {
-  static const struct Base {
-    fs::path path = fs::temp_directory_path() / ("tierlab-test-explorer-methods-" + std::to_string(::getpid()));
-    ~Base() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } base;
-  return base.path;
-}
+const fs::path& temp_base() { return tierlab::testing::process_temp_dir("explorer-methods"); }
 
 // A synthetic trace of `layers` x `kv_heads` heads, T = 256 (more than KIVI's 128-token fp16
 // residual window, so that kivi:2 quantizes some keys), d = 32, S = 6.

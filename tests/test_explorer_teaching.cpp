@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "explorer_support.hpp"
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
 #include "gpu/recompute.hpp"
@@ -34,20 +35,7 @@ using namespace tierlab::explorer;
 
 namespace {
 
-QApplication& app() {
-  static int argc = 1;
-  static char name[] = "test_explorer_teaching";
-  static char* argv[] = {name, nullptr};
-  if (!QCoreApplication::instance()) {
-    setenv("QT_QPA_PLATFORM", "offscreen", 1);
-    const std::string rt = "/tmp/tierlab-runtime-" + std::to_string(::getuid());
-    ::mkdir(rt.c_str(), 0700);
-    setenv("XDG_RUNTIME_DIR", rt.c_str(), 0);
-    static QApplication* a = new QApplication(argc, argv);
-    return *a;
-  }
-  return *qobject_cast<QApplication*>(QCoreApplication::instance());
-}
+QApplication& app() { return tierlab::testing::offscreen_app("test_explorer_teaching"); }
 
 // A small synthetic trace file: 2 layers x 2 KV heads, T = 160, d = 32, S = 6.
 std::string small_trace() {
