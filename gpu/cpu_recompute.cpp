@@ -173,7 +173,8 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
     TileScratch& sc = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
     for (int tile = 0; tile < grid.count(); ++tile) {
-      const auto [rb, tb, r0, nr, t0, nt] = grid.at(tile);
+      const TileGrid::Tile tl = grid.at(tile);
+      const int r0 = tl.r0, nr = tl.nr, t0 = tl.t0, nt = tl.nt;
       auto kd = sc.kd.topRows(nt);
       kd = K.middleRows(t0, nt).cast<double>();
       auto sd = sc.sd.topLeftCorner(nr, nt);
@@ -273,7 +274,8 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
     TileScratch& sc = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
     for (int tile = 0; tile < grid.count(); ++tile) {
-      const auto [rb, tb, r0, nr, t0, nt] = grid.at(tile);
+      const TileGrid::Tile tl = grid.at(tile);
+      const int rb = tl.rb, tb = tl.tb, r0 = tl.r0, nr = tl.nr, t0 = tl.t0, nt = tl.nt;
       const auto kblk = K.middleRows(t0, nt);
       for (int v = 0; v < nv; ++v) {
         if (ph.identical[v]) continue;
