@@ -114,6 +114,22 @@ struct Relaxed {
   std::int64_t window_items = 0;  // items decided after lambda*
 };
 
+// One item at multiplier lambda, base vertex kb, costs c and lr_k = lambda r_k: returns the
+// Lagrangian term min_k (c_k + lr_k) and lowers `alt` to the smallest reduced cost of another
+// tier, min over k != kb of (c_k + lr_k) - (c_kb + lr_kb). The solver's relaxation and the
+// parametric sweep both call this, so their sums have one order.
+inline double base_lagrangian(const double* c, const double* lr, int m, int kb, double& alt) {
+  const double vb = c[kb] + lr[kb];
+  double vmin = vb;
+  for (int k = 0; k < m; ++k) {
+    if (k == kb) continue;
+    const double v = c[k] + lr[k];
+    vmin = std::min(vmin, v);
+    alt = std::min(alt, v - vb);
+  }
+  return vmin;
+}
+
 // The relaxation when the budget affords every item's cheapest vertex (lambda* = 0): item i
 // at the last vertex kb of its lower hull, cost c_i(kb); `last_vertex(i)` returns {kb, c}
 // (the solver computes the hull per item, the parametric sweep reads the hulls it kept).

@@ -109,15 +109,7 @@ struct HullTable {
         int b = 0;
         while (b + 1 < n && e[b + 1] > lambda) ++b;
         kb = h[b];
-        const double vb = c[kb] + lr[static_cast<std::size_t>(kb)];
-        double vmin = vb;
-        for (int k = 0; k < m; ++k) {
-          if (k == kb) continue;
-          const double v = c[k] + lr[static_cast<std::size_t>(k)];
-          vmin = std::min(vmin, v);
-          alt = std::min(alt, v - vb);
-        }
-        lagr.add(vmin);
+        lagr.add(base_lagrangian(c, lr.data(), m, kb, alt));
         obj.add(c[kb]);
         units += s.cap_rate[kb];
         scale = std::max(scale, std::fabs(c[kb]));

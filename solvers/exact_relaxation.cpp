@@ -388,15 +388,8 @@ Relaxed relax(const Setup& s, const ExactOptions& opt) {
         int b = 0;
         while (b + 1 < n && eff[b + 1] > lambda) ++b;
         const int kb = hull[b];
-        const double vb = c[kb] + lr[kb];
-        double vmin = vb, alt = kInf;
-        for (int k = 0; k < m; ++k) {
-          if (k == kb) continue;
-          const double v = c[k] + lr[k];
-          vmin = std::min(vmin, v);
-          alt = std::min(alt, v - vb);
-        }
-        lagr.add(vmin);
+        double alt = kInf;
+        lagr.add(base_lagrangian(c, lr.data(), m, kb, alt));
         obj.add(c[kb]);
         units += s.cap_rate[kb];
         scale = std::max(scale, std::fabs(c[kb]));
