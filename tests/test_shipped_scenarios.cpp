@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
+#include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 using namespace tierlab;
@@ -28,4 +30,23 @@ TEST_CASE("the shipped scenario files are valid and their names are unique") {
     ++n;
   }
   CHECK(n >= 8);
+}
+
+TEST_CASE("the slices of paper/01 are cells of the full file: same ids and cell hashes, so their cells resume it") {
+  const fs::path dir = fs::path(TIERLAB_SOURCE_DIR) / "scenarios/files/paper";
+  const Scenario full = load_scenario((dir / "01-interior-paper.yaml").string());
+  ContentHashes hashes;
+  std::map<std::string, std::string> by_id;
+  for (const auto& c : full.cells) by_id[c.id] = cell_hash(full, c, hashes);
+  CHECK(by_id.size() == 36);
+  for (const char* slice : {"01-interior-paper-4k.yaml", "01-interior-paper-4k-8k.yaml"}) {
+    INFO(slice);
+    const Scenario s = load_scenario((dir / slice).string());
+    CHECK(s.cells.size() < full.cells.size());
+    for (const auto& c : s.cells) {
+      INFO(c.id);
+      REQUIRE(by_id.count(c.id) == 1);
+      CHECK(cell_hash(s, c, hashes) == by_id[c.id]);
+    }
+  }
 }

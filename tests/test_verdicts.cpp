@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
+#include "model/dominance.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "model/synthetic.hpp"
@@ -175,4 +176,35 @@ TEST_CASE("tierlab solve at a total-bit budget: the materialised allocation meas
       // The reported bound is the one at B (valid for every allocation measuring <= B).
       CHECK(r.lower_bound <= r.objective * (1 + 1e-12));
     }
+}
+
+TEST_CASE("each head's R of the 2-bit tier in the interior pass is the dominance report of its own surrogate costs",
+          "[verdicts][dominance]") {
+  SynthParams p = synth_preset("tiny");
+  p.seed = 5;
+  p.prompt_len = 200;
+  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdicts_r2.safetensors";
+  write_synthetic_trace(p, path);
+  const TraceReader trace(path);
+  auto cpu = make_recomputer(Backend::Cpu);
+  InteriorOptions io;
+  io.rate_kind = RateKind::Total;
+  const InteriorReport rep = interior_advantage(trace, io, {2.0}, *cpu, nullptr, {}, false).front();
+  const TraceMeta& m = trace.meta();
+  const int two = io.ladder.index_of_bits(2);
+  REQUIRE(two >= 0);
+  REQUIRE(rep.heads.size() == static_cast<std::size_t>(m.n_heads()));
+  std::size_t i = 0, dominated = 0;
+  for (int l = 0; l < m.n_layers; ++l)
+    for (int h = 0; h < m.n_kv_heads; ++h, ++i) {
+      const HeadData head = trace.head(l, h);
+      const DominanceReport d =
+          dominance(surrogate_costs(head, m.rope, observation_queries(head), io.ladder), io.rate_kind);
+      CHECK(rep.heads[i].layer == l);
+      CHECK(rep.heads[i].kv_head == h);
+      CHECK(rep.heads[i].R_2bit == d.R[static_cast<std::size_t>(two)]);  // the same numbers, not just close
+      CHECK(rep.heads[i].dominated_2bit == d.dominated[static_cast<std::size_t>(two)]);
+      dominated += rep.heads[i].dominated_2bit ? 1 : 0;
+    }
+  CHECK(rep.dominated_share == Approx(double(dominated) / m.n_heads()));
 }

@@ -63,23 +63,16 @@ nlohmann::json family_rates(const std::vector<HeadInterior>& heads, FamilyOutcom
 }
 
 // R_h(2-bit tier) per head (surrogate on the observation queries): cell keys R2, R2_median.
-void add_dominance_ratios(const CellContext& ctx, nlohmann::json& j) {
-  const Scenario& sc = ctx.scenario;
-  const TraceReader& trace = ctx.trace;
-  const TraceMeta& m = trace.meta();
-  // R_h(2-bit tier) per head (surrogate on the observation queries).
-  const int two = sc.ladder.index_of_bits(2);
+// The interior pass computes each head's dominance report once (HeadInterior::R_2bit: the
+// same surrogate costs, ladder and rate kind), so the heads are not read and costed again.
+void add_dominance_ratios(const CellContext& ctx, const std::vector<HeadInterior>& heads, nlohmann::json& j) {
   nlohmann::json r2 = nlohmann::json::array();
   std::vector<double> r2v;
-  if (two >= 0)
-    for (int l = 0; l < m.n_layers; ++l)
-      for (int h = 0; h < m.n_kv_heads; ++h) {
-        const HeadData head = trace.head(l, h);
-        const DominanceReport d =
-            dominance(surrogate_costs(head, m.rope, observation_queries(head), sc.ladder), sc.rate_kind);
-        r2v.push_back(d.R[static_cast<std::size_t>(two)]);
-        r2.push_back(finite_or_null(r2v.back()));
-      }
+  if (ctx.scenario.ladder.index_of_bits(2) >= 0)
+    for (const HeadInterior& h : heads) {  // (layer, head) order
+      r2v.push_back(h.R_2bit);
+      r2.push_back(finite_or_null(r2v.back()));
+    }
   j["R2"] = r2;
   if (!r2v.empty()) {
     std::vector<double> s = r2v;
@@ -89,7 +82,6 @@ void add_dominance_ratios(const CellContext& ctx, nlohmann::json& j) {
   } else {
     j["R2_median"] = nullptr;
   }
-
 }
 
 // One row per budget: A per head, the family wins and the cell winner; dominated_share.
@@ -106,6 +98,7 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
   // Every budget at once: each head's surrogate costs are computed once for all of them.
   const std::vector<InteriorReport> reports =
       interior_advantage(trace, opt, sc.budgets, backend, ctx.stop, ctx.step("interior: heads"), /*model_scope=*/true);
+  add_dominance_ratios(ctx, reports.empty() ? std::vector<HeadInterior>() : reports.front().heads, j);
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
     const double B = sc.budgets[bi];
     const InteriorReport& rep = reports[bi];
@@ -660,8 +653,7 @@ double CellAggregates::of(const std::string& name) const {
 }
 
 void InteriorAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& cell) const {
-  add_dominance_ratios(ctx, cell);
-  add_budgets(ctx, cell);
+  add_budgets(ctx, cell);  // and R2 (add_dominance_ratios)
 }
 
 std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,

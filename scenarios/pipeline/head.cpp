@@ -124,8 +124,11 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
   HeadInterior hi;
   hi.layer = head.layer;
   hi.kv_head = head.kv_head;
-  if (const int two = ladder.index_of_bits(2); two >= 0)
-    hi.dominated_2bit = dominance(costs, opt.rate_kind).dominated[static_cast<std::size_t>(two)];
+  if (const int two = ladder.index_of_bits(2); two >= 0) {
+    const DominanceReport d = dominance(costs, opt.rate_kind);
+    hi.dominated_2bit = d.dominated[static_cast<std::size_t>(two)];
+    hi.R_2bit = d.R[static_cast<std::size_t>(two)];
+  }
   FamilyOptions fo;
   fo.exact = opt.exact;
   const FamilyChoice families[3] = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};

@@ -90,6 +90,9 @@ struct HeadInterior {
   double advantage_obs = std::numeric_limits<double>::quiet_NaN();
   double advantage_surrogate = std::numeric_limits<double>::quiet_NaN();
   bool dominated_2bit = false;  // R_h(2-bit tier) >= 1
+  // R_h(2-bit tier) itself (model/dominance.hpp, surrogate on the observation queries); NaN
+  // when the ladder has no 2-bit tier.
+  double R_2bit = std::numeric_limits<double>::quiet_NaN();
   // Every feasible family's recomputed error is at or below the floor (a tie: A not reported).
   bool below_floor_decode = false, below_floor_obs = false;
 };
