@@ -34,6 +34,23 @@ Head tiny_head(int layer, int kv_head) {
   return {synth_head(p, layer, kv_head), synth_meta(p).rope};
 }
 
+// A tiny synthetic trace of T = 200 written to the build folder (a file: the interior pass
+// reads its heads one by one), and total-bit interior options.
+std::string tiny_trace_file(std::uint64_t seed, const std::string& name) {
+  SynthParams p = synth_preset("tiny");
+  p.seed = seed;
+  p.prompt_len = 200;
+  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/" + name + ".safetensors";
+  write_synthetic_trace(p, path);
+  return path;
+}
+
+InteriorOptions total_bits() {
+  InteriorOptions io;
+  io.rate_kind = RateKind::Total;
+  return io;
+}
+
 }  // namespace
 
 TEST_CASE("a mixed allocation whose partial groups push it over a total budget is repaired to meet it",
@@ -130,15 +147,9 @@ TEST_CASE("errors below the float32 floor tie: A is not reported and no family w
 
 TEST_CASE("the model-wide routed allocation meets the budget over the whole model and routes every head",
           "[verdicts][routed]") {
-  SynthParams p = synth_preset("tiny");
-  p.seed = 4;
-  p.prompt_len = 200;
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdicts_routed.safetensors";
-  write_synthetic_trace(p, path);
-  const TraceReader trace(path);
+  const TraceReader trace(tiny_trace_file(4, "test_verdicts_routed"));
   auto cpu = make_recomputer(Backend::Cpu);
-  InteriorOptions io;
-  io.rate_kind = RateKind::Total;
+  const InteriorOptions io = total_bits();
   const std::vector<InteriorReport> reps = interior_advantage(trace, io, {2.0, 4.0}, *cpu, nullptr, {}, true);
   for (std::size_t b = 0; b < reps.size(); ++b) {
     const ModelScopeReport& m = reps[b].model;
@@ -180,15 +191,9 @@ TEST_CASE("tierlab solve at a total-bit budget: the materialised allocation meas
 
 TEST_CASE("each head's R of the 2-bit tier in the interior pass is the dominance report of its own surrogate costs",
           "[verdicts][dominance]") {
-  SynthParams p = synth_preset("tiny");
-  p.seed = 5;
-  p.prompt_len = 200;
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdicts_r2.safetensors";
-  write_synthetic_trace(p, path);
-  const TraceReader trace(path);
+  const TraceReader trace(tiny_trace_file(5, "test_verdicts_r2"));
   auto cpu = make_recomputer(Backend::Cpu);
-  InteriorOptions io;
-  io.rate_kind = RateKind::Total;
+  const InteriorOptions io = total_bits();
   const InteriorReport rep = interior_advantage(trace, io, {2.0}, *cpu, nullptr, {}, false).front();
   const TraceMeta& m = trace.meta();
   const int two = io.ladder.index_of_bits(2);
