@@ -9,9 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "model/dominance.hpp"
 #include "model/error.hpp"
-#include "model/surrogate.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/advantage.hpp"
