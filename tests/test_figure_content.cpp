@@ -82,6 +82,19 @@ TEST_CASE("a single-cell run writes no correlation figure and says which figure 
   CHECK(fs::exists(many + "/figures/interior_vs_dominated.svg"));
 }
 
+TEST_CASE("interior_vs_dominated names the cell summary on its y axis in words, not by its scenario key") {
+  setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  const std::string d = fresh("ylabel");
+  write_interior(d, 4);
+  nlohmann::json in = read_table_json(d + "/tables/interior.json");
+  in["primary_aggregation"] = "routed";
+  write_file_atomically(d + "/tables/interior.json", in.dump());
+  REQUIRE(render_figures_of_run(d).skipped.empty());
+  const std::string svg = slurp(d + "/figures/interior_vs_dominated.svg");
+  CHECK_THAT(svg, Catch::Contains("A of the model-wide routed allocation (decode queries)"));
+  CHECK_THAT(svg, !Catch::Contains("routed of the"));
+}
+
 TEST_CASE("advantage_vs_budget: the median is drawn on top, and only the swept budgets are on the axis") {
   const std::string d = fresh("advantage");
   write_interior(d, 3);

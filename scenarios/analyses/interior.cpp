@@ -349,6 +349,16 @@ RhoOf rho_of(const Scenario& sc, const std::vector<nlohmann::json>& cells, std::
 
 constexpr std::size_t kNAgg = 5;
 const char* const kAggregations[kNAgg] = {"routed", "median", "sum", "wins", "clipped_mean"};
+// What each cell summary is, in words: the sensitivity table's headers and the figure's y label.
+const char* const kAggregationLabels[kNAgg] = {"A of the model-wide routed allocation", "median of per-head A",
+                                               "A of summed errors (per-head budgets)", "share of heads won by M",
+                                               "clipped mean of A"};
+
+std::string aggregation_label(const std::string& name) {
+  for (std::size_t a = 0; a < kNAgg; ++a)
+    if (name == kAggregations[a]) return kAggregationLabels[a];
+  return name;
+}
 
 struct RhoAcrossCells {
   std::vector<double> xs, ys;
@@ -473,9 +483,11 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
     s << "- **Verdict**: the headline relation of MODEL.md section 5 (the dominated share orders the interior advantage: "
          "Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
     if (r.clusters < 12) s << "- Note: " << r.clusters << " independent clusters; the interval is wide.\n";
-    s << "\nSensitivity (rho and its cluster-bootstrap interval for each cell summary and budget; **bold** = primary):\n\n"
-         "| B | A of the model-wide routed allocation | median of per-head A | A of summed errors (per-head budgets) | "
-         "share of heads won by M | clipped mean of A |\n|---|---|---|---|---|---|\n";
+    s << "\nSensitivity (rho and its cluster-bootstrap interval for each cell summary and budget; **bold** = primary):\n\n| B |";
+    for (const char* label : kAggregationLabels) s << ' ' << label << " |";
+    s << "\n|---|";
+    for (std::size_t a = 0; a < kNAgg; ++a) s << "---|";
+    s << '\n';
     for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
       s << "| " << format_or_nan(sc.budgets[bi]);
       for (std::size_t a = 0; a < kNAgg; ++a) {
@@ -569,7 +581,8 @@ std::vector<NamedFigure> figures(const std::string& dir) {
               format_label(double_or_nan(in, "ci_lo"), "%.2f") + ", " +
               format_label(double_or_nan(in, "ci_hi"), "%.2f") + "], n = " + std::to_string(in["n_cells"].get<int>());
     f.xlabel = "dominated share (fraction of the cell's heads with R_h(2-bit) >= 1)";
-    f.ylabel = in.value("primary_aggregation", std::string("median")) + " of the cell's A (" + verdict + " queries)";
+    f.ylabel = "cell's " + aggregation_label(in.value("primary_aggregation", std::string("median"))) + " (" + verdict +
+               " queries)";
     std::map<std::string, Series> by;
     double ylo = INFINITY, yhi = -INFINITY;
     for (const auto& p : in["points"]) {
