@@ -462,13 +462,13 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
     s << "- " << xs.size() << " cells with a defined A and dominated share: too few for a rank correlation across cells (at least "
       << kMinCellsForRho << "; the headline relation is tested by the scenarios with many cells). Per-cell values: `tables/cells.csv`.\n";
   } else if (r.clusters < kMinClustersForRho) {
-    s << "- Spearman rho(dominated share, " << sc.primary_aggregation << " A of the cell) over " << xs.size()
+    s << "- Spearman rho(dominated share, the cell's " << aggregation_label(sc.primary_aggregation) << ") over " << xs.size()
       << " cells = " << format_or_nan(rho, "%.3f") << ", but the cells come from " << r.clusters
       << " independent model draws (preset x seed; at least " << kMinClustersForRho
       << " are needed): no interval and no verdict across cells (the cells of one draw are not independent samples; the "
          "headline relation is tested by scenario 01). Per-cell values: `tables/cells.csv`.\n";
   } else {
-    s << "- Spearman rho(dominated share, " << sc.primary_aggregation << " A of the cell) over " << xs.size()
+    s << "- Spearman rho(dominated share, the cell's " << aggregation_label(sc.primary_aggregation) << ") over " << xs.size()
       << " cells in " << r.clusters << " independent clusters (model draw x seed) = " << format_or_nan(rho, "%.3f")
       << ", 95% cluster-bootstrap interval [" << format_or_nan(iv.lo, "%.3f") << ", " << format_or_nan(iv.hi, "%.3f")
       << "] (" << iv.used << " of " << sc.bootstrap << " resamples of whole clusters, seed " << sc.seed << ").\n";
@@ -581,7 +581,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
               format_label(double_or_nan(in, "ci_lo"), "%.2f") + ", " +
               format_label(double_or_nan(in, "ci_hi"), "%.2f") + "], n = " + std::to_string(in["n_cells"].get<int>());
     f.xlabel = "dominated share (fraction of the cell's heads with R_h(2-bit) >= 1)";
-    f.ylabel = "cell's " + aggregation_label(in.value("primary_aggregation", std::string("median"))) + " (" + verdict +
+    f.ylabel = "cell's " + aggregation_label(in.value("primary_aggregation", Scenario{}.primary_aggregation)) + " (" + verdict +
                " queries)";
     std::map<std::string, Series> by;
     double ylo = INFINITY, yhi = -INFINITY;
