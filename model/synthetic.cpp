@@ -61,7 +61,7 @@ bool finite(double x) { return std::isfinite(x); }
 }  // namespace
 
 nlohmann::json synth_params_json(const SynthParams& p) {
-  return nlohmann::json{
+  nlohmann::json j{
       {"preset", p.preset},
       {"seed", p.seed},
       {"n_layers", p.n_layers},
@@ -94,6 +94,10 @@ nlohmann::json synth_params_json(const SynthParams& p) {
       {"rope_theta", p.rope_theta},
       {"storage", std::string(dtype_name(p.storage))},
   };
+  // Written only when set, so every trace and scenario cell made before the parameter
+  // existed keeps its provenance and identity (the runner's cell hash is built from this).
+  if (p.query_drift_reversion != 0.0) j["query_drift_reversion"] = p.query_drift_reversion;
+  return j;
 }
 
 namespace synthetic_detail {
@@ -254,6 +258,8 @@ void SynthParams::validate() const {
   }
   if (!finite(query_drift) || query_drift < 0.0 || query_drift > 10.0)
     throw InputError(invalid("query_drift", str(query_drift), "it must be in [0, 10]"));
+  if (!finite(query_drift_reversion) || query_drift_reversion < 0.0 || query_drift_reversion >= 1.0)
+    throw InputError(invalid("query_drift_reversion", str(query_drift_reversion), "it must be in [0, 1)"));
   if (!finite(rope_theta) || rope_theta <= 1.0 || rope_theta > 1e12)
     throw InputError(invalid("rope_theta", str(rope_theta), "it must be in (1, 1e12]"));
   if (storage != DType::F32 && storage != DType::F16 && storage != DType::BF16)

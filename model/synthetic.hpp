@@ -57,6 +57,10 @@ struct SynthParams {
   int spans_per_head = 4;               // retrieval heads: planted spans
   int span_len = 8;                     // tokens per span
   double query_drift = 0.05;            // per-step random-walk size of decode queries
+  // Mean reversion r of the decode drift, in [0, 1): z_s = (1 - r) z_{s-1} + step N(0, I).
+  // 0 (the default) is the unbounded random walk; r > 0 keeps the drift stationary with
+  // per-channel RMS step / sqrt(1 - (1 - r)^2) (docs/synthetic.md, "Decode drift").
+  double query_drift_reversion = 0.0;
   double rope_theta = 10000.0;
   DType storage = DType::F32;
 

@@ -484,10 +484,14 @@ void HeadSynth::synth_queries(HeadData& out) const {
     };
     for (int i = 0; i < W; ++i)
       make_query(qrng, T - W + i, nullptr, &out.obs_queries(static_cast<Eigen::Index>(k) * W + i, 0));
-    // Decode: z_s = z_{s-1} + query_drift * |s_q b_k| / sqrt(d) * N(0, I_d), post-RoPE.
+    // Decode: z_s = (1 - r) z_{s-1} + query_drift * |s_q b_k| / sqrt(d) * N(0, I_d), post-RoPE;
+    // r = query_drift_reversion (0: the unbounded random walk, the same bits as before r existed).
     std::fill(drift.begin(), drift.end(), 0.0);
     const double step = p.query_drift * q0_norm / sqrt_d;
+    const double keep = 1.0 - p.query_drift_reversion;
     for (int s = 1; s <= S; ++s) {
+      if (keep != 1.0)
+        for (int c = 0; c < d; ++c) drift[c] *= keep;
       for (int c = 0; c < d; ++c) drift[c] += step * drng.normal();
       make_query(decode_rng, T + s - 1, &drift, &out.decode_queries(static_cast<Eigen::Index>(k) * S + (s - 1), 0));
     }

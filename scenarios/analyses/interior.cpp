@@ -10,12 +10,14 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "scenarios/analyses/interior_verdict.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
+#include "scenarios/scenario/yaml_reader.hpp"
 
 namespace tierlab {
 
@@ -83,7 +85,7 @@ void add_dominance_ratios(const CellContext& ctx, const std::vector<HeadInterior
 }
 
 // One row per budget: A per head, the family wins and the cell winner; dominated_share.
-void add_budgets(const CellContext& ctx, nlohmann::json& j) {
+void add_budgets(const CellContext& ctx, const std::vector<std::string>& dense, nlohmann::json& j) {
   const Scenario& sc = ctx.scenario;
   Recomputer& backend = ctx.backend;
   const TraceReader& trace = ctx.trace;
@@ -93,6 +95,7 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
   opt.rate_kind = sc.rate_kind;
   opt.ladder = sc.ladder;
   opt.error_floor = sc.error_floor;
+  opt.dense_quantizers = dense;
   // Every budget at once: each head's surrogate costs are computed once for all of them.
   const std::vector<InteriorReport> reports =
       interior_advantage(trace, opt, sc.budgets, backend, ctx.stop, ctx.step("interior: heads"), /*model_scope=*/true);
@@ -140,6 +143,14 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
                             {"option_Q", h.Q.option},
                             {"winner", w},
                             {"dominated_2bit", h.dominated_2bit}});
+      if (!dense.empty()) {
+        nlohmann::json& hj = b["heads"].back();
+        const bool dec = sc.queries == QuerySet::Decode;
+        hj["dense_surrogate"] = h.dense.by_surrogate.choice;
+        hj["dense_obs"] = h.dense.by_obs.choice;
+        hj["err_dense_surrogate"] = finite_or_null(dec ? h.dense.by_surrogate.err_decode : h.dense.by_surrogate.err_obs);
+        hj["err_dense_obs"] = finite_or_null(dec ? h.dense.by_obs.err_decode : h.dense.by_obs.err_obs);
+      }
     }
     b["below_floor"] = below;
     b["share_below_floor"] = rep.heads.empty() ? nlohmann::json() : nlohmann::json(double(below) / rep.heads.size());
@@ -154,13 +165,15 @@ void add_budgets(const CellContext& ctx, nlohmann::json& j) {
                               {"err", finite_or_null(sc.queries == QuerySet::Decode ? f.err_decode : f.err_obs)},
                               {"code_bits", f.rate.code_bits},
                               {"total_bits", f.rate.total_bits},
+                              {"surrogate", finite_or_null(f.surrogate)},
                               {"repaired", f.repaired}};
       };
       b["model"] = {{"A", finite_or_null(sc.queries == QuerySet::Decode ? m.advantage_decode : m.advantage_obs)},
                     {"Q", fam(m.Q)},
                     {"E", fam(m.E)},
                     {"routed", fam(m.routed)},
-                    {"routed_to", {{"Q", m.routed_Q}, {"E", m.routed_E}, {"M", m.routed_M}}}};
+                    {"routed_to", {{"Q", m.routed_Q}, {"E", m.routed_E}, {"M", m.routed_M}}},
+                    {"routed_is_endpoint", m.routed_is_endpoint}};
     }
     const CellAggregates agg = cell_aggregates(b, sc.error_floor);
     b["A_median"] = finite_or_null(agg.median);
@@ -266,29 +279,29 @@ BudgetRows write_budget_table(const Scenario& sc, const std::vector<nlohmann::js
   nlohmann::json& budgets = out.rows;
   // ---- A vs budget (per head)
   std::ostringstream bc;
-  bc << "budget,mean_A_cells,mean_A_heads,median_A_heads,share_heads_positive,heads_defined,wins_Q,wins_E,wins_M\n";
+  // A is unbounded below (err(M*) >> an endpoint's): medians and the mean of A clipped to
+  // [-1, 1] only, never a plain mean.
+  bc << "budget,median_A_heads,clipped_mean_A_heads,share_heads_positive,heads_defined,wins_Q,wins_E,wins_M\n";
   std::vector<double> mean_by_budget;
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
-    double sc_sum = 0, h_sum = 0;
+    double clipped = 0;
     std::vector<double> hv;
-    int sc_n = 0, h_n = 0, pos = 0, wq = 0, we = 0, wm = 0;
+    int h_n = 0, pos = 0, wq = 0, we = 0, wm = 0;
     for (const auto& c : cells) {
       const auto& b = c["budgets"][bi];
-      if (const double a = double_or_nan(b, "A"); std::isfinite(a)) sc_sum += a, ++sc_n;
       for (const auto& h : b["heads"])
         if (const double a = double_or_nan(h, "A"); std::isfinite(a))
-          h_sum += a, ++h_n, pos += a > 0 ? 1 : 0, hv.push_back(a);
+          clipped += std::clamp(a, -1.0, 1.0), ++h_n, pos += a > 0 ? 1 : 0, hv.push_back(a);
       wq += b["wins"]["Q"].get<int>(), we += b["wins"]["E"].get<int>(), wm += b["wins"]["M"].get<int>();
     }
-    const double mc = sc_n ? sc_sum / sc_n : kNaN, mh = h_n ? h_sum / h_n : kNaN, sp = h_n ? double(pos) / h_n : kNaN;
+    const double cm = h_n ? clipped / h_n : kNaN, sp = h_n ? double(pos) / h_n : kNaN;
     const double med = quantile_or_nan(hv, 0.5);
     mean_by_budget.push_back(med);
-    bc << format_or_nan(sc.budgets[bi]) << ',' << format_or_nan(mc) << ',' << format_or_nan(mh) << ','
-       << format_or_nan(med) << ',' << format_or_nan(sp) << ',' << h_n << ',' << wq << ',' << we << ',' << wm << '\n';
+    bc << format_or_nan(sc.budgets[bi]) << ',' << format_or_nan(med) << ',' << format_or_nan(cm) << ','
+       << format_or_nan(sp) << ',' << h_n << ',' << wq << ',' << we << ',' << wm << '\n';
     budgets.push_back({{"budget", sc.budgets[bi]},
-                       {"mean_A_cells", finite_or_null(mc)},
-                       {"mean_A_heads", finite_or_null(mh)},
                        {"median_A_heads", finite_or_null(med)},
+                       {"clipped_mean_A_heads", finite_or_null(cm)},
                        {"share_heads_positive", finite_or_null(sp)},
                        {"heads_defined", h_n},
                        {"wins", {{"Q", wq}, {"E", we}, {"M", wm}}}});
@@ -316,6 +329,8 @@ std::string cell_cluster(const nlohmann::json& c) {
 // rho(dominated share, one cell summary) at one budget across cells.
 struct RhoOf {
   std::vector<double> xs, ys;
+  std::vector<std::string> presets;
+  std::vector<int> lengths;
   double rho = kNaN, rho_within = kNaN;
   Interval iv;  // cluster bootstrap
   std::size_t clusters = 0;
@@ -328,7 +343,9 @@ RhoOf rho_of(const Scenario& sc, const std::vector<nlohmann::json>& cells, std::
     const double x = double_or_nan(c, "dominated_share");
     const double y = cell_aggregates(c["budgets"][bi], sc.error_floor).of(agg);
     if (std::isfinite(x) && std::isfinite(y))
-      r.xs.push_back(x), r.ys.push_back(y), models.push_back(c["preset"]), clusters.push_back(cell_cluster(c));
+      r.xs.push_back(x), r.ys.push_back(y), models.push_back(c["preset"]), clusters.push_back(cell_cluster(c)),
+          r.lengths.push_back(c["prompt_len"].get<int>());
+  r.presets = models;
   }
   r.rho = spearman(r.xs, r.ys);
   r.iv = cluster_bootstrap_spearman(r.xs, r.ys, clusters, sc.bootstrap, sc.seed);
@@ -363,6 +380,9 @@ std::string aggregation_label(const std::string& name) {
 struct RhoAcrossCells {
   std::vector<double> xs, ys;
   double rho = kNaN, rho_within = kNaN;
+  SeedLevelRho seed_level;
+  std::vector<QFeasibility> q;  // per budget
+  std::vector<std::string> presets;  // of the primary's cells
   Interval iv;
   std::size_t clusters = 0;
   nlohmann::json points = nlohmann::json::array(), per_T = nlohmann::json::array();
@@ -393,6 +413,9 @@ RhoAcrossCells rho_across_cells(const Scenario& sc, const std::vector<nlohmann::
   const RhoOf primary = rho_of(sc, cells, pb, sc.primary_aggregation);
   r.xs = primary.xs, r.ys = primary.ys, r.rho = primary.rho, r.iv = primary.iv, r.rho_within = primary.rho_within;
   r.clusters = primary.clusters;
+  r.seed_level = seed_level_rho(primary.xs, primary.ys, primary.presets, primary.lengths);
+  r.presets = primary.presets;
+  for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) r.q.push_back(q_feasibility(cells, bi));
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi)
     for (const char* agg : kAggregations) {
       const RhoOf x = rho_of(sc, cells, bi, agg);
@@ -400,6 +423,7 @@ RhoAcrossCells rho_across_cells(const Scenario& sc, const std::vector<nlohmann::
                                {"clusters", x.clusters}, {"rho", finite_or_null(x.rho)},
                                {"ci_lo", finite_or_null(x.iv.lo)}, {"ci_hi", finite_or_null(x.iv.hi)},
                                {"rho_within_model", finite_or_null(x.rho_within)},
+                               {"q_feasible", r.q[bi].feasible()},
                                {"primary", sc.budgets[bi] == sc.primary_budget && sc.primary_aggregation == agg}});
     }
   // Per context length T at the primary budget: the cells' primary summary, the share of heads
@@ -468,6 +492,7 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
       << " are needed): no interval and no verdict across cells (the cells of one draw are not independent samples; the "
          "headline relation is tested by scenario 01). Per-cell values: `tables/cells.csv`.\n";
   } else {
+    const QFeasibility& qp = r.q[primary_index(sc)];
     s << "- Spearman rho(dominated share, the cell's " << aggregation_label(sc.primary_aggregation) << ") over " << xs.size()
       << " cells in " << r.clusters << " independent clusters (model draw x seed) = " << format_or_nan(rho, "%.3f")
       << ", 95% cluster-bootstrap interval [" << format_or_nan(iv.lo, "%.3f") << ", " << format_or_nan(iv.hi, "%.3f")
@@ -475,15 +500,42 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
     if (std::isfinite(rho_within))
       s << "- Controlling for the model (per-preset residual ranks, the within-model partial rho): "
         << format_or_nan(rho_within, "%.3f") << ".\n";
+    if (r.seed_level.groups > 0)
+      s << "- Seed level (ranks minus each preset x T group's mean rank, " << r.seed_level.cells << " cells in "
+        << r.seed_level.groups << " groups: architecture and length held fixed): rho = "
+        << format_or_nan(r.seed_level.rho, "%.3f") << ".\n";
     std::string verdict;
-    if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
-    else if (iv.hi < 0) verdict = "holds: cells with more dominated heads gain less from the interior (interval below 0)";
-    else if (iv.lo > 0) verdict = "is reversed: the interval lies above 0";
-    else verdict = "is not established: the interval contains 0";
-    s << "- **Verdict**: the headline relation of MODEL.md section 5 (the dominated share orders the interior advantage: "
+    if (!qp.feasible()) verdict = "is withheld: " + qp.reason(sc.ladder.name(), sc.primary_budget, std::string(to_string(sc.rate_kind)));
+    else if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
+    else if (iv.hi < 0) verdict = "holds in sign: cells with more dominated heads gain less from the interior (interval below 0); " + paper_comparison(iv.lo, iv.hi);
+    else if (iv.lo > 0) verdict = "is reversed: " + paper_comparison(iv.lo, iv.hi);
+    else verdict = "is not established: " + paper_comparison(iv.lo, iv.hi);
+    s << "- **Verdict**: the headline relation of docs/model.md (the dominated share orders the interior advantage: "
          "Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
+    // Where the sign differs from the primary's among the sensitivity rows with a verdict.
+    {
+      std::vector<std::string> differ;
+      const int primary_sign = iv.hi < 0 ? -1 : iv.lo > 0 ? 1 : 0;
+      for (const auto& e : r.sensitivity) {
+        if (!e.value("q_feasible", true) || e["primary"].get<bool>()) continue;
+        const double lo = double_or_nan(e, "ci_lo"), hi = double_or_nan(e, "ci_hi");
+        if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+        const int sign = hi < 0 ? -1 : lo > 0 ? 1 : 0;
+        if (sign != primary_sign)
+          differ.push_back("B = " + format_or_nan(e["budget"].get<double>()) + " " + e["aggregation"].get<std::string>() +
+                           (sign < 0 ? " (below 0)" : sign > 0 ? " (above 0)" : " (contains 0)"));
+      }
+      if (qp.feasible())
+        s << "- The verdict depends on the budget and the cell summary where the sensitivity table's intervals say otherwise: "
+          << (differ.empty() ? std::string("none (every row with a verdict agrees in sign)") : join(differ, ", "))
+          << "; the ladder, the rate convention and the generator settings are varied by the sensitivity scenarios "
+             "(docs/scenarios.md, \"What the headline depends on\").\n";
+    }
+    s << "- The interval resamples clusters (preset x seed); the presets are " << distinct_count(r.presets)
+      << " fixed architectures, a fixed effect: it covers new seeds of these presets, not new architectures.\n";
     if (r.clusters < 12) s << "- Note: " << r.clusters << " independent clusters; the interval is wide.\n";
-    s << "\nSensitivity (rho and its cluster-bootstrap interval for each cell summary and budget; **bold** = primary):\n\n| B |";
+    s << "\nSensitivity (rho and its cluster-bootstrap interval for each cell summary and budget; **bold** = primary; "
+         "no verdict where Q is infeasible):\n\n| B |";
     for (const char* label : kAggregationLabels) s << ' ' << label << " |";
     s << "\n|---|";
     for (std::size_t a = 0; a < kNAgg; ++a) s << "---|";
@@ -492,15 +544,26 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
       s << "| " << format_or_nan(sc.budgets[bi]);
       for (std::size_t a = 0; a < kNAgg; ++a) {
         const auto& e = r.sensitivity[bi * kNAgg + a];
-        const std::string cell = format_or_nan(double_or_nan(e, "rho"), "%.2f") + " [" +
-                                 format_or_nan(double_or_nan(e, "ci_lo"), "%.2f") + ", " +
-                                 format_or_nan(double_or_nan(e, "ci_hi"), "%.2f") + "]";
+        std::string cell = format_or_nan(double_or_nan(e, "rho"), "%.2f") + " [" +
+                           format_or_nan(double_or_nan(e, "ci_lo"), "%.2f") + ", " +
+                           format_or_nan(double_or_nan(e, "ci_hi"), "%.2f") + "]";
+        if (!r.q[bi].feasible()) cell += " (Q infeasible: M vs E only, no verdict)";
         s << " | " << (e["primary"].get<bool>() ? "**" + cell + "**" : cell);
       }
       s << " |\n";
     }
   }
-  s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean A (heads) | heads with A > 0 | ties below floor | "
+  {  // Q's feasibility per budget, whatever the number of cells.
+    std::vector<std::string> reasons;
+    for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi)
+      if (!r.q[bi].feasible())
+        reasons.push_back(r.q[bi].reason(sc.ladder.name(), sc.budgets[bi], std::string(to_string(sc.rate_kind))));
+    if (!reasons.empty()) {
+      s << "\nWhere Q is infeasible:\n\n";
+      for (const auto& x : reasons) s << "- " << x << ".\n";
+    }
+  }
+  s << "\n## Per-head advantage vs budget\n\n| B | median A (heads) | mean of A clipped to [-1, 1] (heads) | heads with A > 0 | ties below floor | "
        "wins Q / E / M | measured total bits Q / E / M | code bits Q / E / M | model-wide routed: heads to Q / E / M, "
        "median A_model |\n|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t bi = 0; bi < budgets.size(); ++bi) {
@@ -532,42 +595,60 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
     };
     s << "| " << format_or_nan(b["budget"].get<double>()) << " | "
       << format_or_nan(double_or_nan(b, "median_A_heads"), "%.4f") << " | "
-      << format_or_nan(double_or_nan(b, "mean_A_heads"), "%.4g") << " | "
+      << format_or_nan(double_or_nan(b, "clipped_mean_A_heads"), "%.4f") << " | "
       << format_or_nan(100 * double_or_nan(b, "share_heads_positive"), "%.1f") << "% | "
       << format_or_nan(heads > 0 ? 100 * below / heads : kNaN, "%.1f") << "% | " << b["wins"]["Q"] << " / "
       << b["wins"]["E"] << " / " << b["wins"]["M"] << " | " << mean3(tot) << " | " << mean3(code) << " | " << to[0]
       << " / " << to[1] << " / " << to[2] << ", " << format_or_nan(quantile_or_nan(a_model, 0.5), "%.4f") << " |\n";
   }
   if (std::isfinite(stop_budget))
-    s << "\nThe interior stops paying (median A over heads <= 0 from there up) at B = " << format_or_nan(stop_budget)
-      << ".\n";
-  else s << "\nThe interior pays (median A over heads > 0) at the largest budget swept; no stop budget within the sweep.\n";
+    s << "\nPooled over the cells, the interior stops paying (median A over heads <= 0 from there up) at B = "
+      << format_or_nan(stop_budget) << ".\n";
+  else
+    s << "\nPooled over the cells, the interior pays (median A over heads > 0) at the largest budget swept (B = "
+      << format_or_nan(*std::max_element(sc.budgets.begin(), sc.budgets.end())) << "); no stop budget within the sweep.\n";
+  {
+    const std::vector<StopBudget> stops = stop_budgets(sc, cells);
+    if (stops.size() > 1 || (stops.size() == 1 && stops.front().clusters > 1)) {
+      s << "\nPer preset (the stop budget and its 95% interval from resampling the preset's seeds; \"beyond\" = no stop "
+           "within the sweep):\n\n| preset | clusters | stop budget | 95% interval | resamples without a stop |\n|---|---|---|---|---|\n";
+      auto b = [](double v) { return std::isinf(v) ? std::string("beyond") : format_or_nan(v); };
+      for (const StopBudget& x : stops)
+        s << "| " << x.preset << " | " << x.clusters << " | " << (std::isfinite(x.stop) ? format_or_nan(x.stop) : "beyond")
+          << " | [" << b(x.lo) << ", " << b(x.hi) << "] | " << format_or_nan(100 * x.share_no_stop, "%.0f") << "% |\n";
+    }
+  }
   if (r.n_T > 1) {
     s << "\n## Context length (B = " << format_or_nan(sc.primary_budget)
-      << ")\n\n| T | median over cells of the cell's " << sc.primary_aggregation
+      << ")\n\nPooled over presets (the per-preset trends follow; presets can move in opposite directions):\n\n"
+         "| T | median over cells of the cell's " << sc.primary_aggregation
       << " A | share of heads won by eviction | err(E*)/err(M*) (cell sums, median over cells) | ties below floor |\n|---|---|---|---|---|\n";
     for (const auto& t : perT)
       s << "| " << t["prompt_len"] << " | " << format_or_nan(double_or_nan(t, "median_A"), "%.4f") << " | "
         << format_or_nan(100 * double_or_nan(t, "share_E_wins"), "%.1f") << "% | "
         << format_or_nan(double_or_nan(t, "err_E_over_err_M"), "%.4g") << " | "
         << format_or_nan(100 * double_or_nan(t, "share_below_floor"), "%.1f") << "% |\n";
-    const double e0 = double_or_nan(perT.front(), "share_E_wins"), e1 = double_or_nan(perT.back(), "share_E_wins");
-    const double q0 = double_or_nan(perT.front(), "err_E_over_err_M"), q1 = double_or_nan(perT.back(), "err_E_over_err_M");
-    s << "\nFrom T = " << perT.front()["prompt_len"] << " to T = " << perT.back()["prompt_len"]
-      << " the share of heads won by eviction goes " << format_or_nan(100 * e0, "%.1f") << "% -> "
-      << format_or_nan(100 * e1, "%.1f") << "% ("
-      << (e1 > e0   ? "toward eviction"
-          : e1 < e0 ? "away from eviction"
-                    : "unchanged")
-      << "), and err(E*)/err(M*) goes " << format_or_nan(q0, "%.4g") << " -> " << format_or_nan(q1, "%.4g") << " ("
-      << (q1 < q0 ? "eviction closes on the interior: toward eviction" : q1 > q0 ? "away from eviction" : "unchanged")
-      << ").\n";
+    s << "\nFrom the shortest to the longest context, per preset (\"toward eviction\" only where the share of heads won by "
+         "eviction rises AND err(E*)/err(M*) falls):\n\n| preset | T | heads won by eviction | err(E*)/err(M*) | direction |\n"
+         "|---|---|---|---|---|\n";
+    for (const ContextTrend& t : context_trends(sc, cells, primary_index(sc)))
+      s << "| " << t.preset << " | " << t.T0 << " -> " << t.T1 << " | " << format_or_nan(100 * t.e_share0, "%.1f")
+        << "% -> " << format_or_nan(100 * t.e_share1, "%.1f") << "% | " << format_or_nan(t.ratio0, "%.4g") << " -> "
+        << format_or_nan(t.ratio1, "%.4g") << " | " << t.direction << " |\n";
   }
   return s.str();
 }
 
-std::shared_ptr<const Analysis> parse(const YAML::Node&, const YamlReader&, const Scenario&) {
-  return std::make_shared<InteriorAnalysis>();
+std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+  auto a = std::make_shared<InteriorAnalysis>();
+  if (const YAML::Node d = root["dense_routing"]) {
+    for (const auto& q : c.list(d, "dense_routing")) a->dense_quantizers.push_back(c.str(q, "dense_routing"));
+    c.wrap(d, "dense_routing", [&] {
+      validate_dense_quantizers(a->dense_quantizers, "dense_routing");
+      return 0;
+    });
+  }
+  return a;
 }
 
 std::vector<NamedFigure> figures(const std::string& dir) {
@@ -664,7 +745,7 @@ double CellAggregates::of(const std::string& name) const {
 }
 
 void InteriorAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& cell) const {
-  add_budgets(ctx, cell);  // and R2 (add_dominance_ratios)
+  add_budgets(ctx, dense_quantizers, cell);  // and R2 (add_dominance_ratios)
 }
 
 std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
@@ -684,6 +765,16 @@ std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector
          << ',' << (e["primary"].get<bool>() ? 1 : 0) << '\n';
     write_file_atomically(dir + "/sensitivity.csv", sv.str());
   }
+  nlohmann::json stops_json = nlohmann::json::array(), q_json = nlohmann::json::array();
+  auto inf_null = [](double v) { return std::isinf(v) ? nlohmann::json("beyond") : finite_or_null(v); };
+  for (const StopBudget& x : stop_budgets(sc, cells))
+    stops_json.push_back({{"preset", x.preset}, {"clusters", x.clusters}, {"stop", finite_or_null(x.stop)},
+                          {"ci_lo", inf_null(x.lo)}, {"ci_hi", inf_null(x.hi)},
+                          {"share_no_stop", finite_or_null(x.share_no_stop)}});
+  for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi)
+    q_json.push_back({{"budget", sc.budgets[bi]}, {"feasible", r.q[bi].feasible()},
+                      {"heads_infeasible", r.q[bi].heads_infeasible}, {"heads", r.q[bi].heads},
+                      {"cells_model_infeasible", r.q[bi].cells_model_infeasible}});
   const nlohmann::json interior = {{"scenario", sc.name},
                                    {"queries", qname},
                                    {"rate_kind", std::string(to_string(sc.rate_kind))},
@@ -701,17 +792,29 @@ std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector
                                    {"seed", sc.seed},
                                    {"rho_within_model", finite_or_null(r.rho_within)},
                                    {"stop_budget", finite_or_null(br.stop_budget)},
+                                   {"stop_budget_per_preset", stops_json},
+                                   {"rho_seed_level", finite_or_null(r.seed_level.rho)},
+                                   {"paper_rho", kPaperRho},
+                                   {"paper_comparison", paper_comparison(r.iv.lo, r.iv.hi)},
+                                   {"q_feasible", q_json},
                                    {"budgets", br.rows},
                                    {"per_context_length", r.per_T},
                                    {"points", r.points}};
   write_file_atomically(dir + "/interior.json", interior.dump(1) + "\n");
-  return summary_section(sc, cells, br, r);
+  std::string dense_csv;
+  const std::string dense = dense_routing_section(sc, cells, &dense_csv);
+  if (!dense_csv.empty()) write_file_atomically(dir + "/dense_routing.csv", dense_csv);
+  const std::string dose = dose_response_section(
+      sc, cells, primary_index(sc),
+      [&](const nlohmann::json& b) { return cell_aggregates(b, sc.error_floor).of(sc.primary_aggregation); },
+      "cell's " + aggregation_label(sc.primary_aggregation));
+  return summary_section(sc, cells, br, r) + dose + dense;
 }
 
 AnalysisType InteriorAnalysis::type() {
   return {"interior",
           "A = 1 - err(M*) / min(err(Q*), err(E*)) per head and budget; rho(dominated share, A) across cells",
-          {},
+          {"dense_routing"},
           parse,
           figures};
 }

@@ -31,6 +31,11 @@ namespace tierlab {
 
 class InteriorAnalysis final : public Analysis {
  public:
+  // `dense_routing: [turboquant, kivi, kvquant]`: per head, the reference paper's router
+  // between M* and these dense quantizers outside the ladder (pipeline/dense_routing.hpp);
+  // heads JSON keys dense_surrogate, dense_obs (the choice) and err_dense_surrogate,
+  // err_dense_obs (its error on the verdict query set).
+  std::vector<std::string> dense_quantizers;
   std::string name() const override { return "interior"; }
   void compute_cell(const CellContext&, nlohmann::json& cell) const override;
   std::string write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "scenarios/analyses/stats.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/run/table_numbers.hpp"
@@ -27,8 +28,16 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   const YAML::Node st = root["staleness"];
   if (!st) return nullptr;
   StalenessSpec spec;
-  if (!st.IsMap()) c.fail(st, "key 'staleness' must be a mapping with the keys steps, budget, window, horizon.");
-  c.keys(st, "staleness", {"steps", "budget", "window", "horizon"});
+  if (!st.IsMap()) c.fail(st, "key 'staleness' must be a mapping with the keys steps, budget, window, windows, horizon.");
+  c.keys(st, "staleness", {"steps", "budget", "window", "windows", "horizon"});
+  if (st["windows"])
+    for (const auto& x : c.list(st["windows"], "staleness.windows")) {
+      const int v = static_cast<int>(c.integer(x, "staleness.windows", 1, 4096));
+      if (!spec.windows.empty() && v <= spec.windows.back())
+        c.fail(x, "key 'staleness.windows' must be increasing; " + std::to_string(v) + " follows " +
+                      std::to_string(spec.windows.back()) + ".");
+      spec.windows.push_back(v);
+    }
   if (st["steps"]) {
     spec.steps.clear();
     for (const auto& x : c.list(st["steps"], "staleness.steps")) {
@@ -153,6 +162,30 @@ void StalenessAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) 
                        {"steps", steps}});
     }
   j["staleness"] = {{"budget", so.budget}, {"window", so.window}, {"horizon", so.horizon}, {"heads", heads}};
+  // The same out-of-sample comparison per decision window (compact: what the window changes).
+  if (!spec.windows.empty()) {
+    nlohmann::json by = nlohmann::json::array();
+    for (const int w : spec.windows) {
+      StalenessOptions ow = so;
+      ow.window = w;
+      nlohmann::json wh = nlohmann::json::array();
+      for (int l = 0; l < m.n_layers; ++l)
+        for (int h = 0; h < m.n_kv_heads; ++h) {
+          ctx.check_stop();
+          const StalenessHead r = staleness_head(ctx.trace.head(l, h), ow, ctx.backend);
+          nlohmann::json steps = nlohmann::json::array();
+          for (const StalenessStep& st : r.steps)
+            steps.push_back({{"step", st.step},
+                             {"err_stale", finite_or_null(st.err_stale)},
+                             {"err_fresh", finite_or_null(st.err_fresh)},
+                             {"ratio", finite_or_null(st.ratio)},
+                             {"family", st.family}});
+          wh.push_back({{"layer", l}, {"kv_head", h}, {"family_prefill", r.family_obs}, {"steps", steps}});
+        }
+      by.push_back({{"window", w}, {"heads", wh}});
+    }
+    j["staleness_by_window"] = by;
+  }
 }
 
 namespace {
@@ -173,8 +206,8 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
        "prefill (Q*, E*, M* from the observation queries, recomputed on step 1). The surrogate's argmin is M by "
        "construction and is not used.\n\n"
     << "| step s | heads | median out of sample | fresh better (of heads where they differ) | median aging | median bound (in-sample) | "
-       "median Jaccard | median tier agreement | best Q / E / M | same family as after prefill |\n"
-       "|---|---|---|---|---|---|---|---|---|---|\n";
+       "median Jaccard | median tier agreement | best Q / E / M | same family as after prefill | Cohen's kappa (family vs after prefill) [95%] |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     s << "| " << r["step"] << " | " << r["heads"] << " | " << num3(double_or_nan(r, "median_ratio")) << " | "
       << pct(double_or_nan(r, "share_fresh_better")) << " | " << num3(double_or_nan(r, "median_aging")) << " | "
@@ -184,7 +217,9 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
       << format_or_nan(100 * double_or_nan(r, "share_Q"), "%.0f") << " / "
       << format_or_nan(100 * double_or_nan(r, "share_E"), "%.0f") << " / "
       << format_or_nan(100 * double_or_nan(r, "share_M"), "%.0f") << "% | "
-      << pct(double_or_nan(r, "share_same_family")) << " |\n";
+      << pct(double_or_nan(r, "share_same_family")) << " | " << format_or_nan(double_or_nan(r, "kappa"), "%.2f") << " ["
+      << format_or_nan(double_or_nan(r, "kappa_lo"), "%.2f") << ", " << format_or_nan(double_or_nan(r, "kappa_hi"), "%.2f")
+      << "] |\n";
   // The verdict, over the steps after the first (at s = 1 with W = W_obs fresh is stale).
   std::vector<double> later_ratio, later_share, later_same;
   for (const auto& r : rows)
@@ -251,12 +286,85 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
               "error.")
     << " The recomputed-best family is the one after prefill for "
     << pct(double_or_nan(r1, "share_same_family")) << " of heads at step " << r1["step"]
-    << " (lowest over the steps: " << pct(min_same) << "): the family is "
-    << (min_same >= 0.9 ? "stable" : min_same >= 0.7 ? "mostly stable" : "NOT stable");
+    << " (lowest over the steps: " << pct(min_same) << "); chance-corrected, Cohen's kappa at step " << r1["step"] << " is "
+    << format_or_nan(double_or_nan(r1, "kappa"), "%.2f") << " [" << format_or_nan(double_or_nan(r1, "kappa_lo"), "%.2f")
+    << ", " << format_or_nan(double_or_nan(r1, "kappa_hi"), "%.2f") << "]: the family is ";
+  {
+    const double klo = double_or_nan(r1, "kappa_lo"), k = double_or_nan(r1, "kappa");
+    if (!std::isfinite(k))
+      s << "the same for every head at both times (one family wins every head: agreement cannot tell stability from chance)";
+    else if (std::isfinite(klo) && klo > 0.6) s << "stable beyond chance";
+    else if (std::isfinite(klo) && klo > 0) s << "more stable than chance, but not strongly (kappa's interval is below 0.6 at its lower end)";
+    else
+      s << (min_same >= 0.9 ? "NOT shown stable: agreement is high but no better than chance (one family wins most heads)"
+                            : "NOT stable");
+  }
   if (horizon == 1 && min_same < 0.9)
     s << " (each step is scored on its own g query rows, so close families can swap from one step to the next; "
          "`staleness.horizon` > 1 scores steps s..s+k-1 together)";
   s << ".\n";
+  return s.str();
+}
+
+// The out-of-sample comparison per decision window (cell key staleness_by_window): per window
+// and step, the median err_stale / err_fresh, the share of heads where fresh beats stale (of
+// those where they differ) and Cohen's kappa of the family at s with the family after prefill.
+// Writes staleness_windows.csv; returns the summary section ("" without windows).
+std::string window_section(const Scenario& sc, const std::vector<nlohmann::json>& cells, const std::string& dir) {
+  struct Acc {
+    std::vector<double> ratio;
+    int better = 0, compared = 0;
+    std::vector<std::string> fam, prefill;
+  };
+  std::map<int, std::map<int, Acc>> by;  // window -> step
+  for (const auto& c : cells)
+    if (c.contains("staleness_by_window"))
+      for (const auto& w : c["staleness_by_window"])
+        for (const auto& h : w["heads"])
+          for (const auto& st : h["steps"]) {
+            Acc& a = by[w["window"].get<int>()][st["step"].get<int>()];
+            const double r = double_or_nan(st, "ratio"), es = double_or_nan(st, "err_stale"), ef = double_or_nan(st, "err_fresh");
+            if (std::isfinite(r)) a.ratio.push_back(r);
+            if (std::isfinite(es) && std::isfinite(ef) && es != ef) ++a.compared, a.better += ef < es ? 1 : 0;
+            const std::string f = st["family"].get<std::string>(), p = h["family_prefill"].get<std::string>();
+            if (!f.empty() && !p.empty()) a.fam.push_back(f), a.prefill.push_back(p);
+          }
+  if (by.empty()) return "";
+  std::ostringstream csv, s;
+  csv << "window,step,median_ratio,share_fresh_better,kappa\n";
+  std::set<int> steps;
+  for (const auto& [w, per] : by)
+    for (const auto& [st, a] : per) {
+      steps.insert(st);
+      csv << w << ',' << st << ',' << format_or_nan(quantile_or_nan(a.ratio, 0.5)) << ','
+          << format_or_nan(a.compared ? static_cast<double>(a.better) / a.compared : kNaN) << ','
+          << format_or_nan(cohen_kappa(a.fam, a.prefill)) << '\n';
+    }
+  write_file_atomically(dir + "/staleness_windows.csv", csv.str());
+  s << "\n### By decision window\n\nThe fresh allocation at step s decided from the W decode steps before s: with a "
+       "long W the fresh decision at small s shares most of its query rows with the stale one (observation rows fill "
+       "in while s - 1 < W), so only short windows can show staleness within a few steps. Each entry: median "
+       "err_stale / err_fresh (fresh better for the share of heads where they differ; kappa of the family at s with "
+       "the family after prefill).\n\n| step s |";
+  for (const auto& [w, per] : by) s << " W = " << w << " |";
+  s << "\n|---|";
+  for (std::size_t i = 0; i < by.size(); ++i) s << "---|";
+  s << '\n';
+  for (const int st : steps) {
+    s << "| " << st << " |";
+    for (auto& [w, per] : by) {
+      auto it = per.find(st);
+      if (it == per.end()) {
+        s << " - |";
+        continue;
+      }
+      const Acc& a = it->second;
+      s << ' ' << num3(quantile_or_nan(a.ratio, 0.5)) << " (" << pct(a.compared ? static_cast<double>(a.better) / a.compared : kNaN)
+        << "; kappa " << format_or_nan(cohen_kappa(a.fam, a.prefill), "%.2f") << ") |";
+    }
+    s << '\n';
+  }
+  (void)sc;
   return s.str();
 }
 
@@ -268,11 +376,13 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
   hc << "cell,layer,kv_head,step,scored_steps,err_stale,err_fresh,err_insample,ratio,aging,ratio_insample,jaccard,"
         "agreement,err_Q,err_E,err_M,family_prefill,family,same_family,family_surrogate\n";
   pc << "step,heads,median_ratio,mean_ratio,share_fresh_better,median_aging,mean_aging,median_ratio_insample,"
-        "median_jaccard,mean_jaccard,median_agreement,mean_agreement,share_Q,share_E,share_M,share_same_family\n";
+        "median_jaccard,mean_jaccard,median_agreement,mean_agreement,share_Q,share_E,share_M,share_same_family,kappa,"
+        "kappa_lo,kappa_hi\n";
   struct Acc {
     std::vector<double> ratio, aging, bound, jaccard, agreement;
     int heads = 0, same = 0, fresh_better = 0, compared = 0;
     std::map<std::string, int> family;
+    std::vector<std::string> fam_s, fam_prefill, cluster;  // heads where both families are defined
   };
   std::map<int, Acc> by_step;
   std::set<int> windows;
@@ -313,12 +423,23 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
         ++a.heads;
         a.same += same ? 1 : 0;
         if (!fam.empty()) ++a.family[fam];
+        if (const std::string fp = h["family_prefill"].get<std::string>(); !fam.empty() && !fp.empty())
+          a.fam_s.push_back(fam), a.fam_prefill.push_back(fp), a.cluster.push_back(c["id"].get<std::string>());
       }
   }
   nlohmann::json rows = nlohmann::json::array();
   const auto share_of = [](int n, int d) { return d ? static_cast<double>(n) / d : kNaN; };
+  std::set<std::string> cell_ids;
+  for (const auto& c : cells) cell_ids.insert(c["id"].get<std::string>());
   for (auto& [step, a] : by_step) {
+    // Chance-corrected family stability; clusters = cells when there are several.
+    const double kappa = cohen_kappa(a.fam_s, a.fam_prefill);
+    const Interval kiv = bootstrap_kappa(a.fam_s, a.fam_prefill, cell_ids.size() > 1 ? a.cluster : std::vector<std::string>{},
+                                         sc.bootstrap, sc.seed);
     const nlohmann::json r = {{"step", step},
+                              {"kappa", finite_or_null(kappa)},
+                              {"kappa_lo", finite_or_null(kiv.used > 0 ? kiv.lo : kNaN)},
+                              {"kappa_hi", finite_or_null(kiv.used > 0 ? kiv.hi : kNaN)},
                               {"heads", a.heads},
                               {"median_ratio", finite_or_null(quantile_or_nan(a.ratio, 0.5))},
                               {"mean_ratio", finite_or_null(mean_or_nan(a.ratio))},
@@ -337,7 +458,8 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
     pc << step << ',' << a.heads;
     for (const char* k : {"median_ratio", "mean_ratio", "share_fresh_better", "median_aging", "mean_aging",
                           "median_ratio_insample", "median_jaccard", "mean_jaccard", "median_agreement",
-                          "mean_agreement", "share_Q", "share_E", "share_M", "share_same_family"})
+                          "mean_agreement", "share_Q", "share_E", "share_M", "share_same_family", "kappa", "kappa_lo",
+                          "kappa_hi"})
       pc << ',' << format_or_nan(double_or_nan(r, k));
     pc << '\n';
     rows.push_back(r);
@@ -349,11 +471,12 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
                                 {"windows", std::vector<int>(windows.begin(), windows.end())},
                                 {"horizon", horizon},
                                 {"rows", rows}};
+  const std::string by_window = window_section(sc, cells, dir);
   write_file_atomically(dir + "/staleness_heads.csv", hc.str());
   write_file_atomically(dir + "/staleness.csv", pc.str());
   write_file_atomically(dir + "/staleness.json", stale.dump(1) + "\n");
   if (rows.empty()) return "";
-  return staleness_summary(spec, rows, window_text, horizon);
+  return staleness_summary(spec, rows, window_text, horizon) + by_window;
 }
 
 AnalysisType StalenessAnalysis::type() {

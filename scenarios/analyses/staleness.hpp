@@ -13,8 +13,17 @@
 // prefill. Cell key "staleness". Tables: staleness.csv/.json (per step), staleness_heads.csv
 // (cell x head x step). Figures: staleness (ratios, log), staleness_overlap.
 //
+// Family stability is reported twice: as the share of heads whose family at s is the one
+// after prefill, and chance-corrected, as Cohen's kappa of the two labellings over the heads
+// (analyses/stats.hpp) with a bootstrap interval over the cells (over the heads with one
+// cell): when one family wins nearly every head, agreement is high by chance alone and
+// kappa is near 0.
+//
 // Keys: steps (increasing, in [1, 4096]), budget (0, 16], window W in [1, 4096] (default:
-// each trace's observation window), horizon k in [1, 4096] (default 1).
+// each trace's observation window), windows (a list of W: the out-of-sample comparison
+// repeated per decision window, cell key "staleness_by_window"; with W = 32 the fresh
+// decision at a small s shares most of its rows with the stale one, so short windows are
+// what can show staleness within a few steps), horizon k in [1, 4096] (default 1).
 #include <vector>
 
 #include "scenarios/analyses/analysis.hpp"
@@ -25,6 +34,7 @@ struct StalenessSpec {
   std::vector<int> steps{1, 2, 4, 8, 16};  // increasing, each in [1, 4096]; steps > S are skipped
   double budget = 2.0;                     // (0, 16]
   int window = 0;                          // W; 0: the trace's observation window
+  std::vector<int> windows;                // further W, each in [1, 4096], increasing
   int horizon = 1;                         // k
 };
 

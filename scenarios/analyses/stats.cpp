@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -101,6 +103,46 @@ Interval cluster_bootstrap_spearman(const std::vector<double>& x, const std::vec
     }
   }
   return percentile_interval(rhos);
+}
+
+double cohen_kappa(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  if (n == 0) return std::numeric_limits<double>::quiet_NaN();
+  std::map<std::string, double> pa, pb;
+  double agree = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    pa[a[i]] += 1.0 / n, pb[b[i]] += 1.0 / n;
+    agree += a[i] == b[i] ? 1.0 : 0.0;
+  }
+  double pe = 0;
+  for (const auto& [k, p] : pa)
+    if (auto it = pb.find(k); it != pb.end()) pe += p * it->second;
+  const double po = agree / n;
+  if (pe >= 1.0 - 1e-12) return std::numeric_limits<double>::quiet_NaN();
+  return (po - pe) / (1.0 - pe);
+}
+
+Interval bootstrap_kappa(const std::vector<std::string>& a, const std::vector<std::string>& b,
+                         const std::vector<std::string>& cluster, int resamples, std::uint64_t seed) {
+  const std::size_t n = std::min(a.size(), b.size());
+  // Items grouped by cluster (each item its own cluster when none is given).
+  std::map<std::string, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < n; ++i) groups[cluster.empty() ? std::to_string(i) : cluster[i]].push_back(i);
+  std::vector<const std::vector<std::size_t>*> g;
+  for (const auto& [k, v] : groups) g.push_back(&v);
+  std::vector<double> kappas;
+  if (!g.empty()) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<std::size_t> pick(0, g.size() - 1);
+    std::vector<std::string> ra, rb;
+    for (int r = 0; r < resamples; ++r) {
+      ra.clear(), rb.clear();
+      for (std::size_t k = 0; k < g.size(); ++k)
+        for (std::size_t i : *g[pick(rng)]) ra.push_back(a[i]), rb.push_back(b[i]);
+      if (const double k = cohen_kappa(ra, rb); std::isfinite(k)) kappas.push_back(k);
+    }
+  }
+  return percentile_interval(kappas);
 }
 
 }  // namespace tierlab

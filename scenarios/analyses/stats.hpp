@@ -30,6 +30,15 @@ Interval bootstrap_spearman(const std::vector<double>& x, const std::vector<doub
                             std::uint64_t seed);
 Interval cluster_bootstrap_spearman(const std::vector<double>& x, const std::vector<double>& y,
                                     const std::vector<std::string>& cluster, int resamples, std::uint64_t seed);
+// Cohen's kappa of two labellings of the same items: (p_o - p_e) / (1 - p_e), p_o the share
+// of items with equal labels, p_e = sum_k pa(k) pb(k) the agreement expected from the
+// marginals alone. 0 when the labels are as independent as their marginals say; NaN when
+// p_e = 1 (both labellings constant on one label: agreement says nothing) or no item.
+double cohen_kappa(const std::vector<std::string>& a, const std::vector<std::string>& b);
+// Percentile interval [2.5%, 97.5%] of kappa over resamples of the items (pairs) with
+// replacement, or of whole clusters when `cluster` is non-empty; undefined resamples skipped.
+Interval bootstrap_kappa(const std::vector<std::string>& a, const std::vector<std::string>& b,
+                         const std::vector<std::string>& cluster, int resamples, std::uint64_t seed);
 // The number of distinct labels.
 std::size_t distinct_count(const std::vector<std::string>& labels);
 

@@ -10,6 +10,7 @@
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
+#include "scenarios/pipeline/budget_repair.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/report.hpp"
 #include "scenarios/pipeline/head.hpp"
@@ -26,21 +27,22 @@ struct KeptCosts {
 };
 
 // One family pooled over every head of the trace at model budget B, repaired until the mean
-// measured rate meets B, materialised and recomputed head by head.
-ModelFamily model_family(const TraceReader& trace, const InteriorOptions& opt, const std::vector<KeptCosts>& costs,
-                         const std::vector<double>& rates, double B, FamilyChoice family, Recomputer& backend,
-                         std::vector<int>* routed_counts) {
+// measured rate meets B (budget_repair.hpp: the least objective of every allocation tried
+// that meets B). Not yet recomputed.
+struct ModelSolution {
+  bool feasible = false, repaired = false;
+  FamilyResult result;
+  Rate rate;  // mean measured rate over the heads
+  double objective = std::numeric_limits<double>::quiet_NaN();
+};
+
+ModelSolution solve_model_family(const TraceReader& trace, const InteriorOptions& opt,
+                                 const std::vector<KeptCosts>& costs, const std::vector<double>& rates, double B,
+                                 FamilyChoice family) {
   const TraceMeta& meta = trace.meta();
   const std::vector<TierOption> options = family_options(opt.ladder, family);
   FamilyOptions fo;
   fo.exact = opt.exact;
-  auto solve = [&](double b) {
-    FamilyProblem p;
-    p.rates = rates;
-    p.budget = b;
-    for (const KeptCosts& k : costs) p.heads.push_back(FamilyHead{&k.cost, &k.a, {}});
-    return solve_families_pooled(p, options, fo);
-  };
   // The mean measured rate of an allocation over the heads (equal T, so a plain mean), without
   // materialising it (allocation_rate: the same accounting); heads are read only for the tiers
   // whose bits depend on the data.
@@ -57,32 +59,49 @@ ModelFamily model_family(const TraceReader& trace, const InteriorOptions& opt, c
     sum.code_bits /= meta.n_heads(), sum.total_bits /= meta.n_heads();
     return sum;
   };
-  ModelFamily out;
-  const double tol = 1e-12 * std::max(1.0, B);
-  FamilyResult r = solve(B);
-  if (!r.has_solution()) return out;
-  Rate rate = measure(r);
-  double b = B;
-  for (int i = 0; i < 8 && rate_of(rate, opt.rate_kind) > B + tol; ++i) {  // repair: shrink by the excess
-    b = std::max(0.0, b - std::max(rate_of(rate, opt.rate_kind) - B, 1e-6));
-    r = solve(b);
-    if (!r.has_solution()) return out;
-    rate = measure(r);
-    out.repaired = true;
-  }
-  if (rate_of(rate, opt.rate_kind) > B + tol) return out;
+  struct Attempt {
+    FamilyResult r;
+    Rate rate;
+  };
+  auto attempt = [&](double b) {
+    FamilyProblem p;
+    p.rates = rates;
+    p.budget = b;
+    for (const KeptCosts& k : costs) p.heads.push_back(FamilyHead{&k.cost, &k.a, {}});
+    Attempt a{solve_families_pooled(p, options, fo), {}};
+    if (a.r.has_solution()) a.rate = measure(a.r);
+    return a;
+  };
+  RepairedSolution<Attempt> rep = repair_to_measured_budget<Attempt>(
+      B, attempt, [](const Attempt& a) { return a.r.has_solution(); },
+      [&](const Attempt& a) { return rate_of(a.rate, opt.rate_kind); },
+      [](const Attempt& a) { return a.r.objective; });
+  ModelSolution out;
+  if (!rep.best) return out;
   out.feasible = true;
-  out.rate = rate;
-  if (routed_counts) {
-    *routed_counts = {0, 0, 0};
-    for (const FamilyHeadResult& h : r.heads)
-      ++(*routed_counts)[static_cast<std::size_t>(r.options[static_cast<std::size_t>(h.option)].family)];
-  }
+  out.repaired = rep.repaired;
+  out.rate = rep.best->rate;
+  out.objective = rep.best->r.objective;
+  out.result = std::move(rep.best->r);
+  return out;
+}
+
+// The solved allocation recomputed head by head.
+ModelFamily recompute_model_family(const TraceReader& trace, const InteriorOptions& opt, const ModelSolution& s,
+                                   Recomputer& backend) {
+  ModelFamily out;
+  if (!s.feasible) return out;
+  const TraceMeta& meta = trace.meta();
+  out.feasible = true;
+  out.rate = s.rate;
+  out.repaired = s.repaired;
+  out.surrogate = s.objective;
   double ed = 0, eo = 0;
   for (int l = 0, i = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h, ++i) {
       const HeadData head = trace.head(l, h);
-      const MaterializedKeys mk = materialize(head, meta.rope, opt.ladder, r.heads[static_cast<std::size_t>(i)].tiers);
+      const MaterializedKeys mk =
+          materialize(head, meta.rope, opt.ladder, s.result.heads[static_cast<std::size_t>(i)].tiers);
       eo += evaluate_obs_queries(head, mk.keys, mk.kept, backend).rel_error;
       if (meta.decode_steps > 0) ed += evaluate_decode_steps(head, mk.keys, mk.kept, backend).rel_error;
     }
@@ -96,11 +115,29 @@ ModelScopeReport model_scope_report(const TraceReader& trace, const InteriorOpti
                                     Recomputer& backend) {
   ModelScopeReport m;
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  if (opt.ladder.size() > 2) m.Q = model_family(trace, opt, costs, rates, B, FamilyChoice::Quantize, backend, nullptr);
-  m.E = model_family(trace, opt, costs, rates, B, FamilyChoice::Evict, backend, nullptr);
-  std::vector<int> counts;
-  m.routed = model_family(trace, opt, costs, rates, B, FamilyChoice::Routed, backend, &counts);
-  if (m.routed.feasible) m.routed_Q = counts[0], m.routed_E = counts[1], m.routed_M = counts[2];
+  ModelSolution q, e, routed;
+  if (opt.ladder.size() > 2) q = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Quantize);
+  e = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Evict);
+  routed = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Routed);
+  // Nested at equal memory: Q*'s and E*'s allocations meet the measured budget and are
+  // allocations of the routed family (its options contain Q's and E's), so the routed one is
+  // never worse under the surrogate than either.
+  for (const ModelSolution* endpoint : {&q, &e})
+    if (endpoint->feasible && (!routed.feasible || endpoint->objective < routed.objective)) {
+      routed = *endpoint;
+      m.routed_is_endpoint = endpoint == &q ? "Q" : "E";
+    }
+  if (routed.feasible) {
+    for (const FamilyHeadResult& h : routed.result.heads) {
+      const Family f = routed.result.options[static_cast<std::size_t>(h.option)].family;
+      (f == Family::Quantize ? m.routed_Q : f == Family::Evict ? m.routed_E : m.routed_M) += 1;
+    }
+  }
+  m.Q = recompute_model_family(trace, opt, q, backend);
+  m.E = recompute_model_family(trace, opt, e, backend);
+  m.routed = m.routed_is_endpoint == "Q"   ? m.Q  // the same allocation: recomputed once
+             : m.routed_is_endpoint == "E" ? m.E
+                                           : recompute_model_family(trace, opt, routed, backend);
   auto err = [nan](const ModelFamily& f, bool decode) { return f.feasible ? (decode ? f.err_decode : f.err_obs) : nan; };
   m.advantage_decode = interior_advantage_of(err(m.routed, true), err(m.Q, true), err(m.E, true), opt.error_floor);
   m.advantage_obs = interior_advantage_of(err(m.routed, false), err(m.Q, false), err(m.E, false), opt.error_floor);

@@ -37,16 +37,23 @@ namespace tierlab {
 //   A_model = 1 - err(routed) / min(err(Q pooled), err(E pooled)),
 // err = the mean over heads of the recomputed relative error (decode or observation
 // queries), errors compared as max(err, floor). Each allocation is repaired at model scope
-// until the mean MEASURED rate over the heads meets B (equal memory), as solve_within_budget
-// does for one head.
+// until the mean MEASURED rate over the heads meets B (equal memory, budget_repair.hpp), as
+// solve_within_budget does for one head. Nested at equal memory: the routed family's options
+// contain Q's and E's, so when the (repaired) Q or E allocation has the smaller surrogate
+// objective it IS the routed allocation (routed_is_endpoint names it): routed is never worse
+// than Q or E under the surrogate. (Routed over Q/E/M therefore equals M in effect: M's tiers
+// contain Q's and E's. The reference paper's router also chooses dense quantizers that are not
+// tiers of the ladder: DenseRouting, head.hpp.)
 struct ModelFamily {
   bool feasible = false;
   double err_decode = std::numeric_limits<double>::quiet_NaN(), err_obs = err_decode;
   Rate rate;                 // mean measured rate over the heads
+  double surrogate = std::numeric_limits<double>::quiet_NaN();  // sum over heads of sum_t c_t (the objective)
   bool repaired = false;
 };
 struct ModelScopeReport {
   ModelFamily Q, E, routed;
+  std::string routed_is_endpoint;  // "Q" or "E" when that endpoint's allocation beat the routed solve; "" otherwise
   double advantage_decode = std::numeric_limits<double>::quiet_NaN(), advantage_obs = advantage_decode;
   int routed_Q = 0, routed_E = 0, routed_M = 0;  // heads routed to each family
 };

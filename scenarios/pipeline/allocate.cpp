@@ -11,6 +11,7 @@
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
+#include "scenarios/pipeline/budget_repair.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "model/clock.hpp"
 
@@ -190,58 +191,37 @@ AllocationReport allocate_trace(const TraceReader& trace, const AllocateOptions&
 
 namespace {
 
-// Equal memory (MODEL.md section 9): while the materialised allocation r measures more than
-// B, re-solve at a smaller B' (shrink by the excess, then bisect), as solve_within_budget
-// does for one head. The bound stays the one at B: measured >= nominal, so every
-// allocation that measures <= B is nominally feasible at B. Returns the budget r was solved at.
+// Equal memory (docs/model.md section 6): while the materialised allocation r measures more than B,
+// re-solve at a smaller B' and keep the least objective of every allocation tried that meets B
+// (budget_repair.hpp, the same repair as solve_within_budget). The bound stays the one at B:
+// measured >= nominal, so every allocation that measures <= B is nominally feasible at B.
+// Returns the budget r was solved at.
 template <class SolveAt, class Measured>
-double repair_to_measured_budget(FamilyResult& r, const AllocateOptions& opt, SolveAt solve_at, Measured measured) {
-  double solved_budget = opt.budget;
+double repair_scope_to_measured_budget(FamilyResult& r, const AllocateOptions& opt, SolveAt solve_at, Measured measured) {
   const double tol = 1e-12 * std::max(1.0, opt.budget);
-  if (r.has_solution() && measured(r) > opt.budget + tol) {
-    const double bound_at_B = r.lower_bound;
-    std::vector<double> head_bounds_at_B;
-    for (const FamilyHeadResult& h : r.heads) head_bounds_at_B.push_back(h.bound);
-    double hi = opt.budget, lo = opt.budget;
-    double excess = measured(r) - opt.budget;
-    FamilyResult best;
-    best.status = SolveStatus::Infeasible;  // none found yet (a default result's status is Feasible)
-    for (int i = 0; i < 8 && lo > 0; ++i) {
-      lo = std::max(0.0, lo - std::max(excess, 1e-6));
-      FamilyResult x = solve_at(lo);
-      if (!x.has_solution()) break;
-      const double mx = measured(x);
-      if (mx <= opt.budget + tol) {
-        best = std::move(x);
-        break;
-      }
-      hi = lo, excess = mx - opt.budget;
-    }
-    if (best.has_solution())
-      for (int i = 0; i < 24 && hi - lo > 1e-4 * std::max(1.0, opt.budget); ++i) {
-        const double mid = 0.5 * (lo + hi);
-        FamilyResult x = solve_at(mid);
-        if (x.has_solution() && measured(x) <= opt.budget + tol) lo = mid, best = std::move(x);
-        else hi = mid;
-      }
-    if (best.has_solution()) {
-      r = std::move(best);
-      r.lower_bound = bound_at_B;
-      for (std::size_t k = 0; k < r.heads.size() && k < head_bounds_at_B.size(); ++k) r.heads[k].bound = head_bounds_at_B[k];
-      // Optimal at B' is not a certificate at B: the gap to B's bound decides.
-      const double gap = std::max(0.0, r.objective - r.lower_bound);
-      if (r.status == SolveStatus::Optimal && gap > 1e-12 * std::max(std::fabs(r.objective), 1e-300))
-        r.status = SolveStatus::Feasible;
-      r.method += "; repaired to the measured budget (solved at B' = " + format_number(lo, 6) + ")";
-      solved_budget = lo;
-    } else {
-      r = FamilyResult{};
-      r.status = SolveStatus::Infeasible;
-      r.message = "no allocation measures <= B = " + format_number(opt.budget) + " " +
-                  std::string(to_string(opt.rate_kind)) + " bits once materialised";
-    }
+  if (!r.has_solution() || measured(r) <= opt.budget + tol) return opt.budget;
+  const double bound_at_B = r.lower_bound;
+  std::vector<double> head_bounds_at_B;
+  for (const FamilyHeadResult& h : r.heads) head_bounds_at_B.push_back(h.bound);
+  RepairedSolution<FamilyResult> rep = repair_to_measured_budget<FamilyResult>(
+      opt.budget, solve_at, [](const FamilyResult& x) { return x.has_solution(); }, measured,
+      [](const FamilyResult& x) { return x.objective; });
+  if (!rep.best) {
+    r = FamilyResult{};
+    r.status = SolveStatus::Infeasible;
+    r.message = "no allocation measures <= B = " + format_number(opt.budget) + " " +
+                std::string(to_string(opt.rate_kind)) + " bits once materialised";
+    return opt.budget;
   }
-  return solved_budget;
+  r = std::move(*rep.best);
+  r.lower_bound = bound_at_B;
+  for (std::size_t k = 0; k < r.heads.size() && k < head_bounds_at_B.size(); ++k) r.heads[k].bound = head_bounds_at_B[k];
+  // Optimal at B' is not a certificate at B: the gap to B's bound decides.
+  const double gap = std::max(0.0, r.objective - r.lower_bound);
+  if (r.status == SolveStatus::Optimal && gap > 1e-12 * std::max(std::fabs(r.objective), 1e-300))
+    r.status = SolveStatus::Feasible;
+  r.method += "; repaired to the measured budget (solved at B' = " + format_number(rep.solved_budget, 6) + ")";
+  return rep.solved_budget;
 }
 
 // Head k of a solved scope r: its report (all but the measured rate); truth = the exact solve's
@@ -347,8 +327,8 @@ AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCos
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const auto tg = std::chrono::steady_clock::now();
     FamilyResult r = solve(make_problem(groups[g], smoothed, opt.budget), fo);
-    // Equal memory: repaired to the measured budget (repair_to_measured_budget).
-    const double solved_budget = repair_to_measured_budget(
+    // Equal memory: repaired to the measured budget (repair_scope_to_measured_budget).
+    const double solved_budget = repair_scope_to_measured_budget(
         r, opt, [&](double budget) { return solve(make_problem(groups[g], smoothed, budget), fo); },
         [&](const FamilyResult& x) { return measured(groups[g], x); });
     FamilyResult r_true;

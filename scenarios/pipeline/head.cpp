@@ -8,6 +8,7 @@
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/text.hpp"
+#include "scenarios/pipeline/budget_repair.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 
 namespace tierlab {
@@ -37,10 +38,9 @@ HeadSolution solve_head(const MatrixRMd& cost, const VectorD& a, const std::vect
 BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
                                      const std::vector<double>& rates, const RateLadder& ladder, double budget,
                                      RateKind kind, FamilyChoice family, const FamilyOptions& options) {
-  const double tol = 1e-12 * std::max(1.0, budget);
-  BudgetedSolution best;  // the last solution whose measured rate met B
-  // Attempts measure the allocation's rate without materialising it (same accounting);
-  // only the allocation returned is materialised.
+  // Attempts measure the allocation's rate without materialising it (same accounting); only
+  // the allocation returned is materialised. The repair keeps the least objective of every
+  // attempt that meets B (budget_repair.hpp).
   auto attempt = [&](double b) {
     BudgetedSolution r;
     r.solved_budget = b;
@@ -48,28 +48,12 @@ BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rop
     if (r.solution.feasible) r.keys.rate = allocation_rate(head, rope, ladder, r.solution.tiers);
     return r;
   };
-  auto measured = [&](const BudgetedSolution& r) { return rate_of(r.keys.rate, kind); };
-  auto finish = [&](BudgetedSolution r) {
-    if (r.solution.feasible) r.keys = materialize(head, rope, ladder, r.solution.tiers);
-    return r;
-  };
-  BudgetedSolution first = attempt(budget);
-  if (!first.solution.feasible || measured(first) <= budget + tol) return finish(std::move(first));
-  // Shrink B' by the excess until the measured rate meets B (or no allocation is feasible).
-  double hi = budget, lo = budget;  // hi: measured > B; lo: the candidate
-  double excess = measured(first) - budget;
-  for (int i = 0; i < 8; ++i) {
-    lo = std::max(0.0, lo - std::max(excess, 1e-6));
-    BudgetedSolution r = attempt(lo);
-    if (!r.solution.feasible) break;
-    if (measured(r) <= budget + tol) {
-      best = std::move(r);
-      break;
-    }
-    hi = lo, excess = measured(r) - budget;
-    if (lo == 0.0) break;
-  }
-  if (!best.solution.feasible) {
+  RepairedSolution<BudgetedSolution> rep = repair_to_measured_budget<BudgetedSolution>(
+      budget, attempt, [](const BudgetedSolution& r) { return r.solution.feasible; },
+      [&](const BudgetedSolution& r) { return rate_of(r.keys.rate, kind); },
+      [](const BudgetedSolution& r) { return r.solution.objective; });
+  if (rep.first_infeasible) return attempt(budget);  // its message says why
+  if (!rep.best) {
     BudgetedSolution none;
     none.solved_budget = budget;
     none.repaired = true;
@@ -77,15 +61,11 @@ BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rop
                             format_number(budget) + " " + std::string(to_string(kind)) + " bits once materialised";
     return none;
   }
-  // Tighten: the largest B' in [lo, hi) found by bisection whose measured rate meets B.
-  for (int i = 0; i < 24 && hi - lo > 1e-4 * std::max(1.0, budget); ++i) {
-    const double mid = 0.5 * (lo + hi);
-    BudgetedSolution r = attempt(mid);
-    if (r.solution.feasible && measured(r) <= budget + tol) lo = mid, best = std::move(r);
-    else hi = mid;
-  }
-  best.repaired = true;
-  return finish(std::move(best));
+  BudgetedSolution best = std::move(*rep.best);
+  best.repaired = rep.repaired;
+  best.solved_budget = rep.solved_budget;
+  best.keys = materialize(head, rope, ladder, best.solution.tiers);
+  return best;
 }
 
 void InteriorOptions::validate() const {
@@ -95,6 +75,7 @@ void InteriorOptions::validate() const {
     throw InputError("interior error_floor = " + format_number(error_floor) + "; it must be finite and >= 0.");
   ladder.validate();
   exact.validate();
+  validate_dense_quantizers(dense_quantizers, "interior dense_routing");
 }
 
 bool all_below_floor(double err_m, double err_q, double err_e, double floor) {
@@ -181,6 +162,9 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
   hi.advantage_obs = interior_advantage_of(err(hi.M, false), err(hi.Q, false), err(hi.E, false), f);
   hi.below_floor_obs = all_below_floor(err(hi.M, false), err(hi.Q, false), err(hi.E, false), f);
   hi.advantage_surrogate = interior_advantage_of(sur(hi.M), sur(hi.Q), sur(hi.E));
+  if (!opt.dense_quantizers.empty())
+    hi.dense = route_dense(head, rope, opt.dense_quantizers, opt.budget, opt.rate_kind, hi.M.feasible, sur(hi.M),
+                           hi.M.obs, hi.M.decode, backend);
   return hi;
 }
 

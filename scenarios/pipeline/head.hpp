@@ -23,6 +23,7 @@
 #include "model/surrogate.hpp"
 #include "model/tier.hpp"
 #include "model/trace.hpp"
+#include "scenarios/pipeline/dense_routing.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/families.hpp"
 
@@ -42,13 +43,13 @@ HeadSolution solve_head(const MatrixRMd& cost, const VectorD& a, const std::vect
                         const RateLadder& ladder, double budget, FamilyChoice family,
                         const FamilyOptions& options = {}, DistortionModel noise = {});
 
-// Equal memory (MODEL.md section 9): solve_head budgets the nominal per-tier rates r_j, but a
+// Equal memory (docs/model.md section 6): solve_head budgets the nominal per-tier rates r_j, but a
 // materialised allocation can measure more (tier-local partial groups carry a whole group's
-// metadata; published quantizers' side data). solve_within_budget repairs that: it solves at
-// B' = B, materialises, and while the measured rate (in the budget's kind) exceeds B it
-// re-solves at a smaller B' (B' <- B' - excess, then bisection between the last B' that met B
-// and the first that did not, 24 steps at most), so the returned allocation's MEASURED rate is
-// <= B. `solved_budget` is the B' used (= B when no repair was needed).
+// metadata; published quantizers' side data). solve_within_budget repairs that
+// (budget_repair.hpp): it solves at B' = B and, while the measured rate (in the budget's
+// kind) exceeds B, re-solves at smaller B' (shrink by the excess, then bisection), keeping of
+// every allocation tried that measures <= B the one of least objective. `solved_budget` is
+// the B' of the allocation returned (= B when no repair was needed).
 struct BudgetedSolution {
   HeadSolution solution;
   MaterializedKeys keys;    // the materialised allocation (empty when infeasible)
@@ -70,6 +71,9 @@ struct InteriorOptions {
   RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
   ExactOptions exact;
   double error_floor = kFloat32ErrorFloor;  // >= 0
+  // Dense quantizers outside the ladder that the reference paper's router may send a head to
+  // (dense_routing.hpp: "turboquant", "kivi", "kvquant"); empty: no dense routing.
+  std::vector<std::string> dense_quantizers;
   void validate() const;  // InputError naming the option and value
 };
 
@@ -95,6 +99,8 @@ struct HeadInterior {
   double R_2bit = std::numeric_limits<double>::quiet_NaN();
   // Every feasible family's recomputed error is at or below the floor (a tie: A not reported).
   bool below_floor_decode = false, below_floor_obs = false;
+  // Routing between M* and the dense quantizers (options.dense_quantizers non-empty).
+  DenseRouting dense;
 };
 
 // A = 1 - m / min(q, e) with NaN (infeasible) inputs left out of the min; NaN when undefined.

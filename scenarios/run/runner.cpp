@@ -198,6 +198,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
                       {"ladder", sc.ladder.name()},
                       {"queries", std::string(to_string(sc.queries))},
                       {"backend", backend.name()}};
+  if (!cell.sweep_key.empty()) j["sweep_key"] = cell.sweep_key, j["sweep_value"] = cell.sweep_value;
 
   CellContext ctx{sc, cell, trace, backend, stop, on_step};
   for (const auto& a : sc.analyses) {

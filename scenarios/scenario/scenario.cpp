@@ -31,6 +31,16 @@ QuerySet parse_query_set(const std::string& s) { return parse_enum(kQuerySets, s
 
 namespace {
 
+// The synthetic parameters a scenario may set (overrides) or sweep (sweep), in one list.
+const std::vector<std::string>& synthetic_override_keys() {
+  static const std::vector<std::string> keys = {
+      "n_layers", "n_kv_heads", "group_size", "head_dim", "prompt_len", "obs_window", "decode_steps", "mix_sink",
+      "mix_local", "mix_retrieval", "mix_diffuse", "logit_scale_min", "logit_scale_max", "outlier_channels",
+      "outlier_strength", "outlier_token_rate", "query_outlier_strength", "spans_per_head", "span_len", "query_drift",
+      "query_drift_reversion", "rope_theta"};
+  return keys;
+}
+
 // Synthetic parameter overrides: name -> setter with its range.
 void apply_override(const YamlReader& c, SynthParams& p, const std::string& k, const YAML::Node& v) {
   const std::string key = "synthetic.overrides." + k;
@@ -54,18 +64,18 @@ void apply_override(const YamlReader& c, SynthParams& p, const std::string& k, c
   else if (k == "spans_per_head") i(p.spans_per_head, 0, 1024);
   else if (k == "span_len") i(p.span_len, 1, 4096);
   else if (k == "query_drift") d(p.query_drift, 0, 10);
+  else if (k == "query_drift_reversion") d(p.query_drift_reversion, 0, 0.999);
+  else if (k == "outlier_token_rate") d(p.outlier_token_rate, 0, 1);
+  else if (k == "query_outlier_strength") d(p.query_outlier_strength, 0, 1e4);
   else if (k == "rope_theta") d(p.rope_theta, 1, 1e9);
   else
-    c.fail(v, "unknown key '" + k + "' in synthetic.overrides; the valid keys are n_layers, n_kv_heads, group_size, "
-              "head_dim, prompt_len, obs_window, decode_steps, mix_sink, mix_local, mix_retrieval, mix_diffuse, "
-              "logit_scale_min, logit_scale_max, outlier_channels, outlier_strength, spans_per_head, span_len, "
-              "query_drift, rope_theta.");
+    c.fail(v, "unknown key '" + k + "' in synthetic.overrides; the valid keys are " + join(synthetic_override_keys()) + ".");
 }
 
 // traces.synthetic: presets x seeds x context_lengths x logit_scales.
 void parse_synthetic_cells(const YamlReader& c, const YAML::Node& syn, int decode_steps, std::set<std::string>& ids,
                            Scenario& s) {
-  c.keys(syn, "traces.synthetic", {"presets", "seeds", "context_lengths", "logit_scales", "overrides"});
+  c.keys(syn, "traces.synthetic", {"presets", "seeds", "context_lengths", "logit_scales", "overrides", "sweep"});
   if (!syn["presets"]) c.fail(syn, "traces.synthetic needs the key 'presets' (one of " + [] {
     std::string l;
     for (const auto& n : synth_preset_names()) l += (l.empty() ? "" : ", ") + n;
@@ -93,18 +103,39 @@ void parse_synthetic_cells(const YamlReader& c, const YAML::Node& syn, int decod
       scales.push_back(c.num(x, "traces.synthetic.logit_scales", 0.01, 100));
     s.sweeps_logit_scales = true;
   }
+  // sweep: {parameter: [values]}: one generator parameter varied within each preset (a
+  // dose-response), one cell per value; the cell id ends in "-<parameter><value>".
+  std::string sweep_key;
+  std::vector<YAML::Node> sweep_values{YAML::Node()};
+  if (const YAML::Node sw = syn["sweep"]) {
+    if (!sw.IsMap() || sw.size() != 1)
+      c.fail(sw, "traces.synthetic.sweep must be a mapping of ONE parameter to a list of values, e.g. "
+                 "{outlier_token_rate: [0, 0.002, 0.01]}.");
+    sweep_key = sw.begin()->first.as<std::string>();
+    const auto& keys = synthetic_override_keys();
+    if (std::find(keys.begin(), keys.end(), sweep_key) == keys.end())
+      c.fail(sw.begin()->first, "unknown key '" + sweep_key + "' in traces.synthetic.sweep; the valid keys are " + join(keys) + ".");
+    sweep_values = c.list(sw.begin()->second, "traces.synthetic.sweep." + sweep_key);
+    if (sweep_values.empty()) c.fail(sw, "traces.synthetic.sweep." + sweep_key + " gives no value.");
+  }
   for (SynthParams& p : presets) {
     if (const YAML::Node ov = syn["overrides"]) {
       if (!ov.IsMap()) c.fail(ov, "traces.synthetic.overrides must be a mapping of parameter: value.");
       for (const auto& kv : ov) apply_override(c, p, kv.first.as<std::string>(), kv.second);
     }
     if (decode_steps > 0) p.decode_steps = decode_steps;
+    for (const YAML::Node& sv : sweep_values)
     for (const std::uint64_t seed : seeds)
       for (const int T : lengths)
         for (const double ls : scales) {
           ScenarioCell cell;
           cell.source = "synthetic";
           cell.synth = p;
+          if (!sweep_key.empty()) {
+            apply_override(c, cell.synth, sweep_key, sv);
+            cell.sweep_key = sweep_key;
+            cell.sweep_value = c.num(sv, "traces.synthetic.sweep." + sweep_key, -1e300, 1e300);
+          }
           cell.synth.seed = seed;
           if (T > 0) cell.synth.prompt_len = T;
           if (cell.synth.obs_window > cell.synth.prompt_len) cell.synth.obs_window = cell.synth.prompt_len;
@@ -112,6 +143,7 @@ void parse_synthetic_cells(const YamlReader& c, const YAML::Node& syn, int decod
           c.wrap(syn, "traces.synthetic", [&] { cell.synth.validate(); return 0; });
           cell.id = p.preset + "-s" + std::to_string(seed) + "-T" + std::to_string(cell.synth.prompt_len);
           if (ls > 0) cell.id += "-ls" + format_number(ls);
+          if (!sweep_key.empty()) cell.id += "-" + sweep_key + format_number(cell.sweep_value);
           if (!ids.insert(cell.id).second) c.fail(syn, "traces.synthetic gives the cell '" + cell.id + "' twice (repeated value in a list).");
           s.cells.push_back(cell);
         }

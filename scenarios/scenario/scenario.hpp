@@ -12,6 +12,7 @@
 // and validates it. Validation errors are InputErrors naming the file, the line (1-based)
 // and the valid choices or range.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +37,10 @@ struct ScenarioCell {
   SynthParams synth;   // synthetic cells: the full parameters (preset + overrides + cell values)
   std::string path;    // file cells: the trace path
   double logit_scale = 0;  // > 0 when the scenario sweeps logit_scales (min = max = this)
+  // traces.synthetic.sweep: the one generator parameter varied and this cell's value ("" and
+  // NaN otherwise); cell JSON keys sweep_key, sweep_value.
+  std::string sweep_key;
+  double sweep_value = std::numeric_limits<double>::quiet_NaN();
   // model cells: the checkpoint and its capture: a prompt of prompt_len tokens sampled by
   // the model itself from BOS (temperature, seed; greedy when temperature = 0), then
   // decode_steps greedy decode steps.
