@@ -178,7 +178,7 @@ CaptureResult capture(const Llama2cModel& model, const CaptureOptions& options) 
   m.obs_window = W;
   m.decode_steps = S;
   m.has_pre_rope = true;
-  m.rope = llama2c_rope();
+  m.rope = llama2c_rope(c);
   m.storage = DType::F32;
   m.token_ids = tokens;
   nlohmann::ordered_json prov = {
@@ -194,7 +194,8 @@ CaptureResult capture(const Llama2cModel& model, const CaptureOptions& options) 
         {"n_heads", c.n_heads},
         {"n_kv_heads", c.n_kv_heads},
         {"vocab_size", c.vocab_size},
-        {"seq_len", c.seq_len}}},
+        {"seq_len", c.seq_len},
+        {"rope_theta", c.rope_theta}}},
       {"prompt", options.prompt.describe()},
       {"decode", "greedy (full cache)"},
       {"tool", "tierlab capture"}};

@@ -12,7 +12,8 @@
 //   token_ids                       x_0..x_{T+S-1} (prompt, then the S decoded tokens)
 // so decode step s's query attends to the T prompt keys and decode keys 1..s, and the
 // observation query i attends (causally, in the model) to positions 0..T-W+i.
-// RoPE metadata: theta 10000, whole head, style "interleaved".
+// RoPE metadata: the checkpoint's theta (Llama2cConfig::rope_theta, 10000 for stories260K),
+// whole head, style "interleaved".
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -23,7 +24,8 @@ using ConstVecMap = Eigen::Map<const Eigen::VectorXf>;
 using VecMap = Eigen::Map<Eigen::VectorXf>;
 
 constexpr float kRmsEps = 1e-5f;
-constexpr double kRopeTheta = 10000.0;
+// The theta recorded when the tables cannot tell (one pair per head, or seq_len 1).
+constexpr double kDefaultRopeTheta = 10000.0;
 
 // y = W x with W (rows x cols) row-major.
 inline void matvec(float* y, const float* w, const float* x, int rows, int cols) {
@@ -134,14 +136,14 @@ std::uint64_t Llama2cConfig::expected_floats() const {
   n += L * D;                     // rms_ffn
   n += 3 * L * H * D;             // w1, w2, w3
   n += D;                         // rms_final
-  n += 2 * (S * hs / 2);          // RoPE tables (unused)
+  n += 2 * (S * hs / 2);          // RoPE tables (cos, sin): theta is read from them
   if (!shared_classifier) n += V * D;
   return n;
 }
 
-RopeParams llama2c_rope() {
+RopeParams llama2c_rope(const Llama2cConfig& config) {
   RopeParams r;
-  r.theta = 10000.0;
+  r.theta = config.rope_theta;
   r.rotary_dim = 0;
   r.style = "interleaved";
   return r;
@@ -153,6 +155,84 @@ std::string Llama2cConfig::describe() const {
          " n_kv_heads=" + std::to_string(n_kv_heads) + " vocab_size=" + std::to_string(vocab_size) +
          " seq_len=" + std::to_string(seq_len) + (shared_classifier ? " (shared classifier)" : " (unshared classifier)");
 }
+
+namespace {
+
+// RoPE angle of position pos, pair i, in double: pos / theta^(2i/hs).
+double rope_angle(double theta, std::size_t pos, std::size_t i, std::size_t hs) {
+  return static_cast<double>(pos) / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(hs));
+}
+
+// The largest difference tolerated between a stored table entry and cos/sin of the exact
+// angle: tables computed in float32 (llama2.c's export) carry an angle error of a few ulp
+// of pos, stories260K's at most 2.3e-6 at position 511.
+double rope_tolerance(std::size_t pos) { return 1e-5 + 4e-7 * static_cast<double>(pos); }
+
+// The first table entry that RoPE with `theta` does not reproduce, or an empty string.
+std::string rope_mismatch(const float* cos_table, const float* sin_table, std::size_t S, std::size_t hs, double theta) {
+  for (std::size_t pos = 0; pos < S; ++pos) {
+    for (std::size_t i = 0; i < hs / 2; ++i) {
+      const double angle = rope_angle(theta, pos, i, hs);
+      const float stored[2] = {cos_table[pos * hs / 2 + i], sin_table[pos * hs / 2 + i]};
+      const double exact[2] = {std::cos(angle), std::sin(angle)};
+      for (int t = 0; t < 2; ++t) {
+        if (!(std::abs(static_cast<double>(stored[t]) - exact[t]) <= rope_tolerance(pos))) {
+          char buf[320];
+          std::snprintf(buf, sizeof buf,
+                        "field rope_tables (%s) at position %zu, pair %zu is %.9g, but RoPE with theta = %.9g gives "
+                        "%.9g (tolerance %.2g)",
+                        t == 0 ? "cos" : "sin", pos, i, static_cast<double>(stored[t]), theta, exact[t],
+                        rope_tolerance(pos));
+          return buf;
+        }
+      }
+    }
+  }
+  return "";
+}
+
+// theta of the checkpoint's RoPE tables (Llama2cConfig::rope_theta); FormatError when the
+// tables are not RoPE's for any theta > 1.
+double read_rope_theta(const float* cos_table, const float* sin_table, std::size_t S, std::size_t hs,
+                       const std::string& file) {
+  const std::size_t half = hs / 2;
+  double theta = kDefaultRopeTheta;
+  std::string where = "the default: these tables are the same for every theta";
+  if (half >= 2 && S >= 2) {
+    // Position 1, last pair: angle = theta^(-2i/hs) with i = half - 1, the smallest angle,
+    // whose sine float32 stores to a relative 6e-8, so theta comes out to about 1e-7.
+    const std::size_t i = half - 1;
+    const double c = cos_table[half + i], s = sin_table[half + i];
+    const double angle = std::atan2(s, c);
+    if (!(angle > 0.0 && angle < 1.0)) {
+      char buf[400];
+      std::snprintf(buf, sizeof buf,
+                    "%s: field rope_tables at position 1, pair %zu holds cos = %.9g, sin = %.9g: an angle of %.9g, but "
+                    "RoPE with any theta > 1 gives an angle in (0, 1) there; the tables are not llama2.c's RoPE "
+                    "(pos / theta^(2i/head_size)).",
+                    file.c_str(), i, c, s, angle);
+      throw FormatError(buf);
+    }
+    const double estimate = std::exp(-std::log(angle) * static_cast<double>(hs) / static_cast<double>(2 * i));
+    // Round to 6 significant digits (10000, 500000, 1e6 exactly) when that still fits.
+    const double unit = std::pow(10.0, std::floor(std::log10(estimate)) - 5.0);
+    const double rounded = std::round(estimate / unit) * unit;
+    // The estimate itself when only it fits; a mismatch is reported against the rounded value.
+    theta = !rope_mismatch(cos_table, sin_table, S, hs, rounded).empty() &&
+                    rope_mismatch(cos_table, sin_table, S, hs, estimate).empty()
+                ? estimate
+                : rounded;
+    where = "inferred from position 1, pair " + std::to_string(i);
+  }
+  const std::string mismatch = rope_mismatch(cos_table, sin_table, S, hs, theta);
+  if (!mismatch.empty()) {
+    throw FormatError(file + ": " + mismatch + " (theta " + where +
+                      "); the tables are not llama2.c's RoPE (pos / theta^(2i/head_size)) for one theta.");
+  }
+  return theta;
+}
+
+}  // namespace
 
 // ---- loading ---------------------------------------------------------------------
 
@@ -258,13 +338,14 @@ Llama2cModel::Llama2cModel(const std::string& path) : path_(path) {
   }
   if (cfg_.shared_classifier) wcls_ = tok_emb_;
 
-  // RoPE angles pos / 10000^(2i/hs), computed in double (FORMAT.md's formula).
+  // RoPE angles pos / theta^(2i/hs), theta read from the stored tables, computed in double
+  // (FORMAT.md's formula): the forward pass uses these, not the stored float32 tables.
+  cfg_.rope_theta = read_rope_theta(&w_[rope], &w_[rope + S * hs / 2], S, hs, file);
   rope_cos_.resize(S * hs / 2);
   rope_sin_.resize(S * hs / 2);
   for (std::size_t pos = 0; pos < S; ++pos) {
     for (std::size_t i = 0; i < hs / 2; ++i) {
-      const double angle =
-          static_cast<double>(pos) / std::pow(kRopeTheta, static_cast<double>(2 * i) / static_cast<double>(hs));
+      const double angle = rope_angle(cfg_.rope_theta, pos, i, hs);
       rope_cos_[pos * hs / 2 + i] = static_cast<float>(std::cos(angle));
       rope_sin_[pos * hs / 2 + i] = static_cast<float>(std::sin(angle));
     }

@@ -7,9 +7,12 @@
 // token_embedding (V, dim), rms_att (L, dim), wq (L, n_heads*hs, dim),
 // wk (L, n_kv_heads*hs, dim), wv (L, n_kv_heads*hs, dim), wo (L, dim, n_heads*hs),
 // rms_ffn (L, dim), w1 (L, hidden, dim), w2 (L, dim, hidden), w3 (L, hidden, dim),
-// rms_final (dim), two RoPE tables of seq_len*hs/2 floats (unused), and, only when the
-// header's vocab_size is negative (llama2.c's convention for an unshared classifier),
-// wcls (V, dim). hs = dim / n_heads is the head size.
+// rms_final (dim), two RoPE tables of seq_len*hs/2 floats (cos, then sin, of the angle
+// pos / theta^(2i/hs) at [pos * hs/2 + i]), and, only when the header's vocab_size is
+// negative (llama2.c's convention for an unshared classifier), wcls (V, dim). hs = dim /
+// n_heads is the head size. The format stores no theta: the loader reads it from the RoPE
+// tables (Llama2cConfig::rope_theta), so checkpoints trained with theta 1e6 (tierlab's zoo,
+// data/zoo/) run with their own RoPE.
 //
 // Forward pass for token x at position pos (float32, one token at a time, KV cache):
 //   h = E[x]
@@ -17,7 +20,7 @@
 //     u = rmsnorm(h) * w_att,            rmsnorm(z) = z / sqrt(mean(z^2) + 1e-5)
 //     q = Wq u (n_heads x hs), k = Wk u, v = Wv u (n_kv_heads x hs)
 //     RoPE on q and k: within each head, the pair (2i, 2i+1) is rotated by the angle
-//       pos / 10000^(2i/hs)                                   ("interleaved" style)
+//       pos / theta^(2i/hs), theta from the RoPE tables      ("interleaved" style)
 //     query head j uses KV head j / g, g = n_heads / n_kv_heads (GQA);
 //       a_j = sum_{t <= pos, t kept} softmax_t(q_j . k_t / sqrt(hs)) v_t
 //     h += Wo a
@@ -42,6 +45,11 @@ using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
 struct Llama2cConfig {
   int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, seq_len = 0;
   bool shared_classifier = true;  // header vocab_size > 0
+  // RoPE base, read from the checkpoint's RoPE tables at load time: the estimate from the
+  // angle of (position 1, last pair), rounded to 6 significant digits when the rounded value
+  // reproduces every table entry (10000 for stories260K). With one pair per head or a
+  // one-position context every theta gives the same tables and 10000 is recorded.
+  double rope_theta = 10000.0;
 
   int head_size() const { return dim / n_heads; }
   int kv_dim() const { return n_kv_heads * head_size(); }
@@ -52,17 +60,19 @@ struct Llama2cConfig {
   std::string describe() const;  // "dim=64 hidden_dim=172 ... (shared classifier)"
 };
 
-// llama2.c's RoPE as a trace records it (TraceMeta::rope): theta = 10000 on every channel
-// (rotary_dim 0 = the whole head), interleaved pairs (2i, 2i + 1).
-RopeParams llama2c_rope();
+// A checkpoint's RoPE as a trace records it (TraceMeta::rope): the config's theta on every
+// channel (rotary_dim 0 = the whole head), interleaved pairs (2i, 2i + 1).
+RopeParams llama2c_rope(const Llama2cConfig& config);
 
 // The first token of every llama2.c sequence.
 inline constexpr std::int32_t kLlama2cBos = 1;
 
 // A loaded checkpoint (weights in memory, read-only). Construction validates the header
 // (every field positive, dim % n_heads == 0, n_heads % n_kv_heads == 0, even head size),
-// the exact file size and that every weight is finite; failures are InputError/FormatError
-// naming the file, the field and the value.
+// the exact file size, that every weight is finite and that the RoPE tables are RoPE's
+// for one theta (every entry within 1e-5 + 4e-7 pos of cos/sin(pos / theta^(2i/hs)): the
+// float32 rounding of tables computed in float32, as llama2.c's export does); failures are
+// InputError/FormatError naming the file, the field and the value.
 class Llama2cModel {
  public:
   explicit Llama2cModel(const std::string& path);
@@ -80,7 +90,7 @@ class Llama2cModel {
   // Offsets into w_.
   std::size_t tok_emb_ = 0, rms_att_ = 0, wq_ = 0, wk_ = 0, wv_ = 0, wo_ = 0, rms_ffn_ = 0, w1_ = 0, w2_ = 0,
               w3_ = 0, rms_final_ = 0, wcls_ = 0;
-  std::vector<float> rope_cos_, rope_sin_;  // [pos * hs/2 + i], angle pos / 10000^(2i/hs) (double, rounded)
+  std::vector<float> rope_cos_, rope_sin_;  // [pos * hs/2 + i], angle pos / theta^(2i/hs) (double, rounded)
 };
 
 // What one layer of one forward step exposes to an observer (capture); the pointers are

@@ -4,6 +4,7 @@
 // logits 9.489, 9.543, 9.644, and the file's sha256). They do not come from this code.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -256,4 +257,94 @@ TEST_CASE("the sampler is greedy at temperature 0, seeded otherwise, and follows
   CHECK(counts[2] / double(n) == Approx(e2 / z).margin(0.005));
 
   CHECK_THROWS_AS(Sampler(-1.0f), InputError);
+}
+
+namespace {
+
+// stories260K with its RoPE tables rewritten for `theta` (cos, then sin, of pos / theta^(2i/8),
+// computed here in double): the same weights with another RoPE base.
+std::vector<char> with_rope_theta(double theta) {
+  std::vector<char> bytes = read_bytes(kCheckpoint);
+  const std::size_t S = 512, hs = 8, tables = (1056540 - 28) / 4 - S * hs;  // the tables end the file
+  float* cos_table = reinterpret_cast<float*>(bytes.data() + 28) + tables;
+  float* sin_table = cos_table + S * hs / 2;
+  for (std::size_t pos = 0; pos < S; ++pos) {
+    for (std::size_t i = 0; i < hs / 2; ++i) {
+      const double angle = static_cast<double>(pos) / std::pow(theta, static_cast<double>(2 * i) / 8.0);
+      cos_table[pos * hs / 2 + i] = static_cast<float>(std::cos(angle));
+      sin_table[pos * hs / 2 + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return bytes;
+}
+
+// Captures layer 0's pre- and post-RoPE keys of one forward step.
+struct KeyObserver : ForwardObserver {
+  std::vector<float> k_pre, k;
+  void on_layer(const LayerActivations& a) override {
+    if (a.layer != 0) return;
+    k_pre.assign(a.k_pre, a.k_pre + 32);  // kv_dim = 4 KV heads x 8
+    k.assign(a.k, a.k + 32);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the RoPE theta is read from the checkpoint's RoPE tables and used by the forward pass", "[llama2c]") {
+  Llama2cModel stories(kCheckpoint);
+  CHECK(stories.config().rope_theta == 10000.0);  // exactly: the estimate rounds to 6 digits
+  CHECK(llama2c_rope(stories.config()).theta == 10000.0);
+
+  for (double theta : {1e6, 5e5, 12345.6}) {
+    INFO("theta " << theta);
+    Llama2cModel model(write_temp("theta", with_rope_theta(theta)));
+    CHECK(model.config().rope_theta == Approx(theta).epsilon(1e-7));
+    CHECK(llama2c_rope(model.config()).theta == model.config().rope_theta);
+    // Position 300: the post-RoPE key is the pre-RoPE key with pair (2i, 2i+1) of each head
+    // rotated by 300 / theta^(2i/8), computed here independently.
+    Llama2cSession s(model);
+    KeyObserver obs;
+    for (int pos = 0; pos <= 300; ++pos) s.forward(kGoldenTokens[pos % 10], pos, pos == 300 ? &obs : nullptr);
+    REQUIRE(obs.k.size() == 32);
+    for (int h = 0; h < 4; ++h) {
+      for (int i = 0; i < 4; ++i) {
+        const double angle = 300.0 / std::pow(theta, 2.0 * i / 8.0);
+        const double a = obs.k_pre[h * 8 + 2 * i], b = obs.k_pre[h * 8 + 2 * i + 1];
+        CHECK(obs.k[h * 8 + 2 * i] == Approx(a * std::cos(angle) - b * std::sin(angle)).margin(1e-5));
+        CHECK(obs.k[h * 8 + 2 * i + 1] == Approx(a * std::sin(angle) + b * std::cos(angle)).margin(1e-5));
+      }
+    }
+  }
+  // Another theta changes what the model computes (greedy decoding leaves stories260K's path).
+  Llama2cModel far(write_temp("theta_far", with_rope_theta(1e6)));
+  std::vector<std::int32_t> tokens;
+  std::vector<float> max_logits;
+  greedy(far, 10, tokens, max_logits);
+  CHECK(max_logits[1] != Approx(kGoldenMaxLogits[1]).margin(1e-3));
+}
+
+TEST_CASE("RoPE tables of no single theta are refused, naming the entry", "[llama2c]") {
+  std::vector<char> bytes = read_bytes(kCheckpoint);
+  const std::size_t tables = (1056540 - 28) / 4 - 512 * 8;
+  float* cos_table = reinterpret_cast<float*>(bytes.data() + 28) + tables;
+  float* sin_table = cos_table + 512 * 4;
+
+  SECTION("one entry off") {
+    std::vector<char> bad = bytes;
+    reinterpret_cast<float*>(bad.data() + 28)[tables + 100 * 4 + 2] += 0.01f;  // cos, position 100, pair 2
+    const std::string path = write_temp("rope_entry", bad);
+    const std::string msg = load_error(path);
+    CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("rope_tables (cos) at position 100, pair 2") &&
+                        Catch::Contains("theta = 10000"));
+  }
+  SECTION("an angle no theta gives") {
+    sin_table[4 + 3] = -sin_table[4 + 3];  // position 1, pair 3: a negative angle
+    const std::string path = write_temp("rope_negative", bytes);
+    CHECK_THAT(load_error(path), Catch::Contains(path) && Catch::Contains("position 1, pair 3") &&
+                                     Catch::Contains("angle in (0, 1)"));
+  }
+  SECTION("tables of zeros") {
+    std::fill(cos_table, cos_table + 2 * 512 * 4, 0.0f);
+    CHECK_THAT(load_error(write_temp("rope_zeros", bytes)), Catch::Contains("rope_tables"));
+  }
 }

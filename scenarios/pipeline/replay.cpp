@@ -237,7 +237,7 @@ void CompressedReplay::decide(int end) {
       }
       // The head-aware form for every ladder (kvquant and kvcobra tiers need the pre-RoPE
       // keys, the observation queries and llama2.c's RoPE; the other tiers read the keys).
-      const MaterializedKeys mk = materialize(hd, llama2c_rope(), comp.ladder, tiers);
+      const MaterializedKeys mk = materialize(hd, llama2c_rope(full.model().config()), comp.ladder, tiers);
       store_head(l, h, mk.keys, mk.kept, mk.rate);
     }
   }

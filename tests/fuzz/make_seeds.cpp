@@ -50,14 +50,24 @@ std::string llama2c_checkpoint(bool shared) {
   const std::int32_t dim = 4, hidden = 8, layers = 1, heads = 2, kv = 2, vocab = 8, seq = 4;
   const std::int32_t header[7] = {dim, hidden, layers, heads, kv, shared ? vocab : -vocab, seq};
   const std::size_t hs = dim / heads;
-  std::size_t floats = vocab * dim + layers * dim + 2 * layers * dim * dim + 2 * layers * kv * hs * dim +
-                       layers * dim + 3 * layers * hidden * dim + dim + 2 * (seq * hs / 2);
-  if (!shared) floats += vocab * dim;
+  const std::size_t weights = vocab * dim + layers * dim + 2 * layers * dim * dim + 2 * layers * kv * hs * dim +
+                              layers * dim + 3 * layers * hidden * dim + dim;
   std::string out(reinterpret_cast<const char*>(header), sizeof header);
-  for (std::size_t i = 0; i < floats; ++i) {
-    const float v = 0.05f * static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 0.3));
-    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  auto append = [&](float v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  auto append_weights = [&](std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) append(0.05f * static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 0.3)));
+  };
+  append_weights(weights);
+  // The RoPE tables (cos, then sin) of pos / 10000^(2i/hs), which the loader checks.
+  for (int t = 0; t < 2; ++t) {
+    for (std::size_t pos = 0; pos < static_cast<std::size_t>(seq); ++pos) {
+      for (std::size_t i = 0; i < hs / 2; ++i) {
+        const double angle = static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(2 * i) / static_cast<double>(hs));
+        append(static_cast<float>(t == 0 ? std::cos(angle) : std::sin(angle)));
+      }
+    }
   }
+  if (!shared) append_weights(vocab * dim);
   return out;
 }
 
