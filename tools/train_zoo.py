@@ -248,6 +248,31 @@ def write_llama2c(model, cfg, path):
     os.replace(tmp, path)
 
 
+SAMPLE_BYTES = 256
+
+
+def reference_outputs(torch, model, sample, out_dir):
+    """What the training code's forward pass gives on a shipped held-out sample, for readers of
+    the checkpoint to reproduce without torch (tests/test_zoo.cpp): the sample's mean next-byte
+    loss with BOS in front (nats per byte, float64 sum of float32 log-softmax), the logits of
+    its last position, and 32 greedy bytes decoded from BOS."""
+    path = os.path.join(out_dir, "heldout-sample.txt")
+    with open(path, "wb") as f:
+        f.write(sample.tobytes())
+    model.eval()
+    with torch.no_grad():
+        x = torch.from_numpy(np.concatenate([[BOS], sample[:-1]]).astype(np.int64))[None]
+        logp = torch.log_softmax(model(x)[0], dim=-1)
+        nll = -logp[torch.arange(len(sample)), torch.from_numpy(sample.astype(np.int64))].double()
+        last = model(x)[0, -1].tolist()
+        ids = [BOS]
+        for _ in range(32):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    model.train()
+    return {"sample": os.path.basename(path), "sample_bytes": int(len(sample)),
+            "sample_loss_nats_per_byte": float(nll.mean()), "last_logits": last, "greedy_from_bos": ids[1:]}
+
+
 # ----------------------------------------------------------------------------- training
 
 def parse_args(argv):
@@ -489,6 +514,7 @@ def main(argv):
         f"; {abs(100 * (1 - final / best)):.1f}% {'below' if final < best else 'above'} the best n-gram")
     bin_path = os.path.join(out_dir, f"{a.name}.bin")
     write_llama2c(model, cfg, bin_path)
+    sample = reference_outputs(torch, model, held[0][:min(a.ctx, SAMPLE_BYTES)], out_dir)
     with open(bin_path, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     result = {
@@ -498,6 +524,7 @@ def main(argv):
                      "stopped_by": stopped, "threads": a.threads, "torch": torch.__version__},
         "held_out_loss_nats_per_byte": final, "held_out_windows": a.final_eval_windows,
         "baselines_nats_per_byte": baselines,
+        "reference": sample,
         "checkpoint": {"file": os.path.basename(bin_path), "bytes": os.path.getsize(bin_path), "sha256": sha,
                        "format": "llama2.c legacy (float32), RoPE tables carry theta"},
         "command": "/usr/bin/python3 tools/train_zoo.py " + " ".join(argv),

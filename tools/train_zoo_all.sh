@@ -10,7 +10,7 @@ minutes=${1:-24}
 py=/usr/bin/python3
 train() { "$py" tools/train_zoo.py --max-minutes "$minutes" "$@"; }
 lane_a() {
-  train --name kjv-l8-gqa4-d16 --layers 8 --heads 8 --kv-heads 2 --head-dim 16 --rope-theta 1e6 --ctx 512 --batch 4 --steps 4000
+  train --name kjv-l8-gqa4-d16 --layers 8 --heads 8 --kv-heads 2 --head-dim 16 --rope-theta 1e6 --ctx 256 --batch 8 --steps 4000
   train --name kjv-l4-mha-d32 --layers 4 --heads 4 --kv-heads 4 --head-dim 32 --rope-theta 1e4 --ctx 256 --batch 8 --steps 4000
   train --name kjv-l6-gqa2-d64 --layers 6 --heads 2 --kv-heads 1 --head-dim 64 --rope-theta 5e5 --ctx 512 --batch 4 --steps 4000
 }
