@@ -378,8 +378,13 @@ FamilyResult solve_families_per_head(const FamilyProblem& p, const std::vector<T
     if (best < 0) {
       res.status = SolveStatus::Infeasible;
       res.heads.clear();
-      res.message = "Budget B = " + number_text(p.budget) + " bits per element is below the smallest rate of every option (head " +
-                    std::to_string(h) + "): no allocation fits.";
+      // The caller names the head (allocate's scope names): an index into this problem's
+      // heads is only worth giving when it holds several.
+      res.message = "Budget B = " + number_text(p.budget) + " bits per element is below the smallest rate of every option" +
+                    (p.heads.size() > 1 ? " (head " + std::to_string(h) + " of the " + std::to_string(p.heads.size()) +
+                                              " solved together)"
+                                        : std::string()) +
+                    ": no allocation fits.";
       res.seconds = seconds_since(t0);
       return res;
     }

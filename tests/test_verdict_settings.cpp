@@ -17,6 +17,7 @@
 #include "model/synthetic.hpp"
 #include "scenarios/analyses/interior_verdict.hpp"
 #include "scenarios/analyses/stats.hpp"
+#include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/dense_routing.hpp"
 #include "scenarios/pipeline/head.hpp"
 #include "scenarios/run/runner.hpp"
@@ -82,6 +83,31 @@ TEST_CASE("a family infeasible at a budget is reported as infeasible in JSON and
   const std::string summary = slurp(out + "/summary.md");
   CHECK(summary.find("is withheld: Q is infeasible at B = 2 total bits") != std::string::npos);
   CHECK(summary.find("(Q infeasible: M vs E only, no verdict)") != std::string::npos);
+}
+
+TEST_CASE("tierlab solve's JSON says infeasible with no objective or rate, and its message names the right head",
+          "[verdicts][infeasible]") {
+  SynthParams p = synth_preset("tiny");
+  p.seed = 2;
+  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdict_settings_solve.safetensors";
+  write_synthetic_trace(p, path);
+  const TraceReader trace(path);
+  AllocateOptions o;
+  o.budget = 1.0;
+  o.rate_kind = RateKind::Total;
+  o.family = FamilyChoice::Quantize;
+  const AllocationReport r = allocate_trace(trace, o);
+  REQUIRE_FALSE(r.has_solution());
+  const nlohmann::json j = to_json(r);
+  CHECK(j["model"]["feasible"] == false);
+  for (const char* k : {"objective", "bound", "gap", "rate", "budget_rate"}) CHECK(j["model"][k].is_null());
+  for (const auto& s : j["scopes"]) {
+    CHECK(s["feasible"] == false);
+    CHECK(s["objective"].is_null());
+    CHECK(s["rate_used_bits"].is_null());
+    CHECK(s["message"].get<std::string>().find("(head 0)") == std::string::npos);  // the scope name says which head
+  }
+  CHECK(j["message"].get<std::string>().rfind("L", 0) == 0);
 }
 
 TEST_CASE("the dense candidate of a quantizer is its largest bits whose dense rate fits the budget",

@@ -329,8 +329,7 @@ std::string cell_cluster(const nlohmann::json& c) {
 // rho(dominated share, one cell summary) at one budget across cells.
 struct RhoOf {
   std::vector<double> xs, ys;
-  std::vector<std::string> presets;
-  std::vector<int> lengths;
+  std::vector<std::string> presets, groups;
   double rho = kNaN, rho_within = kNaN;
   Interval iv;  // cluster bootstrap
   std::size_t clusters = 0;
@@ -344,7 +343,7 @@ RhoOf rho_of(const Scenario& sc, const std::vector<nlohmann::json>& cells, std::
     const double y = cell_aggregates(c["budgets"][bi], sc.error_floor).of(agg);
     if (std::isfinite(x) && std::isfinite(y))
       r.xs.push_back(x), r.ys.push_back(y), models.push_back(c["preset"]), clusters.push_back(cell_cluster(c)),
-          r.lengths.push_back(c["prompt_len"].get<int>());
+          r.groups.push_back(seed_group_of(c));
   r.presets = models;
   }
   r.rho = spearman(r.xs, r.ys);
@@ -413,7 +412,7 @@ RhoAcrossCells rho_across_cells(const Scenario& sc, const std::vector<nlohmann::
   const RhoOf primary = rho_of(sc, cells, pb, sc.primary_aggregation);
   r.xs = primary.xs, r.ys = primary.ys, r.rho = primary.rho, r.iv = primary.iv, r.rho_within = primary.rho_within;
   r.clusters = primary.clusters;
-  r.seed_level = seed_level_rho(primary.xs, primary.ys, primary.presets, primary.lengths);
+  r.seed_level = seed_level_rho(primary.xs, primary.ys, primary.groups);
   r.presets = primary.presets;
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) r.q.push_back(q_feasibility(cells, bi));
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi)
@@ -437,14 +436,7 @@ RhoAcrossCells rho_across_cells(const Scenario& sc, const std::vector<nlohmann::
     const auto& b = c["budgets"][pb];
     if (const double a = cell_aggregates(b, sc.error_floor).of(sc.primary_aggregation); std::isfinite(a))
       medT[T].push_back(a);
-    double se = 0, sm = 0;
-    bool ok = true;
-    for (const auto& h : b["heads"]) {
-      const double e = double_or_nan(h, "err_E"), m = double_or_nan(h, "err_M");
-      ok = ok && std::isfinite(e) && std::isfinite(m);
-      if (ok) se += e, sm += m;
-    }
-    if (ok && sm > 0) ratioT[T].push_back(se / sm);
+    if (const double q = summed_error_ratio(b); std::isfinite(q)) ratioT[T].push_back(q);
     if (const double f = double_or_nan(b, "share_below_floor"); std::isfinite(f)) floorT[T].push_back(f);
     t[0] += b["wins"]["E"].get<int>();
     t[1] += static_cast<double>(b["heads"].size());
@@ -501,8 +493,14 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
       s << "- Controlling for the model (per-preset residual ranks, the within-model partial rho): "
         << format_or_nan(rho_within, "%.3f") << ".\n";
     if (r.seed_level.groups > 0)
-      s << "- Seed level (ranks minus each preset x T group's mean rank, " << r.seed_level.cells << " cells in "
-        << r.seed_level.groups << " groups: architecture and length held fixed): rho = "
+      s << "- Seed level (ranks minus each group's mean rank, a group = preset x T"
+        << (sc.sweeps_logit_scales ? " x logit scale" : "")
+        << (std::any_of(cells.begin(), cells.end(), [](const nlohmann::json& c) { return c.contains("sweep_key"); })
+                ? " x swept value"
+                : "")
+        << "; " << r.seed_level.cells << " cells in "
+        << r.seed_level.groups << (r.seed_level.groups == 1 ? " group" : " groups")
+        << ": everything but the seed held fixed): rho = "
         << format_or_nan(r.seed_level.rho, "%.3f") << ".\n";
     std::string verdict;
     if (!qp.feasible()) verdict = "is withheld: " + qp.reason(sc.ladder.name(), sc.primary_budget, std::string(to_string(sc.rate_kind)));
@@ -531,8 +529,12 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
           << "; the ladder, the rate convention and the generator settings are varied by the sensitivity scenarios "
              "(docs/scenarios.md, \"What the headline depends on\").\n";
     }
-    s << "- The interval resamples clusters (preset x seed); the presets are " << distinct_count(r.presets)
-      << " fixed architectures, a fixed effect: it covers new seeds of these presets, not new architectures.\n";
+    if (const std::size_t np = distinct_count(r.presets); np == 1)
+      s << "- The interval resamples clusters (seeds of one preset): it covers new seeds of this preset, not other "
+           "architectures.\n";
+    else
+      s << "- The interval resamples clusters (preset x seed); the presets are " << np
+        << " fixed architectures, a fixed effect: it covers new seeds of these presets, not new architectures.\n";
     if (r.clusters < 12) s << "- Note: " << r.clusters << " independent clusters; the interval is wide.\n";
     s << "\nSensitivity (rho and its cluster-bootstrap interval for each cell summary and budget; **bold** = primary; "
          "no verdict where Q is infeasible):\n\n| B |";

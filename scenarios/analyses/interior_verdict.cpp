@@ -64,6 +64,16 @@ QFeasibility q_feasibility(const std::vector<nlohmann::json>& cells, std::size_t
   return q;
 }
 
+double summed_error_ratio(const nlohmann::json& budget) {
+  double se = 0, sm = 0;
+  for (const auto& h : budget["heads"]) {
+    const double e = double_or_nan(h, "err_E"), m = double_or_nan(h, "err_M");
+    if (!std::isfinite(e) || !std::isfinite(m)) return kNaN;
+    se += e, sm += m;
+  }
+  return sm > 0 ? se / sm : kNaN;
+}
+
 double stop_of(const std::vector<double>& budgets, const std::vector<double>& medians) {
   double stop = kNaN;
   for (std::size_t k = budgets.size(); k-- > 0;) {
@@ -127,12 +137,19 @@ std::vector<StopBudget> stop_budgets(const Scenario& sc, const std::vector<nlohm
   return out;
 }
 
+std::string seed_group_of(const nlohmann::json& c) {
+  std::string g = c.value("preset", std::string()) + "/T" + std::to_string(c.value("prompt_len", 0));
+  if (c.contains("sweep_key")) g += "/" + c["sweep_key"].get<std::string>() + format_or_nan(double_or_nan(c, "sweep_value"));
+  if (const double ls = double_or_nan(c, "logit_scale"); std::isfinite(ls)) g += "/ls" + format_or_nan(ls);
+  return g;
+}
+
 SeedLevelRho seed_level_rho(const std::vector<double>& xs, const std::vector<double>& ys,
-                            const std::vector<std::string>& presets, const std::vector<int>& lengths) {
+                            const std::vector<std::string>& labels) {
   SeedLevelRho r;
   const std::vector<double> rx = mid_ranks(xs), ry = mid_ranks(ys);
   std::map<std::string, std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < xs.size(); ++i) groups[presets[i] + "/T" + std::to_string(lengths[i])].push_back(i);
+  for (std::size_t i = 0; i < xs.size(); ++i) groups[labels[i]].push_back(i);
   std::vector<double> ex, ey;
   for (const auto& [name, idx] : groups) {
     if (idx.size() < 2) continue;  // a lone cell has no residual
@@ -159,19 +176,13 @@ std::vector<ContextTrend> context_trends(const Scenario& sc, const std::vector<n
   for (const auto& c : cells) {
     const int T = c["prompt_len"].get<int>();
     const auto& b = c["budgets"][bi];
-    double se = 0, sm = 0;
-    bool ok = true;
-    for (const auto& h : b["heads"]) {
-      const double e = double_or_nan(h, "err_E"), m = double_or_nan(h, "err_M");
-      ok = ok && std::isfinite(e) && std::isfinite(m);
-      if (ok) se += e, sm += m;
-    }
+    const double ratio = summed_error_ratio(b);
     const std::string keys[2] = {c.value("preset", std::string()), std::string("(pooled)")};
     for (const std::string& key : keys) {
       Acc& a = by[key][T];
       a.e += b["wins"]["E"].get<int>();
       a.heads += static_cast<double>(b["heads"].size());
-      if (ok && sm > 0) a.ratio.push_back(se / sm);
+      if (std::isfinite(ratio)) a.ratio.push_back(ratio);
     }
   }
   std::vector<ContextTrend> out;

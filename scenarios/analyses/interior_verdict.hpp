@@ -13,8 +13,9 @@
 //                     interval from resampling the preset's clusters (seeds) with replacement;
 //                     a resample without a stop counts as "beyond the sweep" (+infinity).
 //   seed_level_rho    Pearson correlation of the mid-ranks of (dominated share, A) after each
-//                     preset x T group's mean rank is removed: does the dominated share order
-//                     A across seeds where architecture and length are held fixed?
+//                     group's mean rank is removed, a group being one preset x T (x swept
+//                     value or logit scale, where the scenario sweeps one): does the dominated
+//                     share order A across seeds where everything else is held fixed?
 //   context_trend     per preset (and pooled beside it): from the shortest to the longest T,
 //                     the share of heads won by eviction (discrete) and err(E*)/err(M*)
 //                     (continuous); "toward eviction" only where both move that way.
@@ -55,11 +56,19 @@ double stop_of(const std::vector<double>& budgets, const std::vector<double>& me
 
 struct SeedLevelRho {
   double rho = std::numeric_limits<double>::quiet_NaN();
-  std::size_t cells = 0, groups = 0;  // cells used; preset x T groups with >= 2 cells
+  std::size_t cells = 0, groups = 0;  // cells used; groups with >= 2 cells
 };
-// xs, ys, presets, lengths: the cells of the primary verdict (finite x and y).
+// xs, ys, groups: the cells of the primary verdict (finite x and y) and their group labels
+// (seed_group_of).
 SeedLevelRho seed_level_rho(const std::vector<double>& xs, const std::vector<double>& ys,
-                            const std::vector<std::string>& presets, const std::vector<int>& lengths);
+                            const std::vector<std::string>& groups);
+// A cell's group for seed_level_rho: "preset/T<T>" and, where set, "/<sweep_key><value>" or
+// "/ls<logit scale>".
+std::string seed_group_of(const nlohmann::json& cell);
+
+// err(E*)/err(M*) of a cell at one budget: sum over heads of err_E over the sum of err_M (NaN
+// when a head lacks either, or the sum of err_M is 0).
+double summed_error_ratio(const nlohmann::json& budget);
 
 struct ContextTrend {
   std::string preset;  // "(pooled)" for all presets together

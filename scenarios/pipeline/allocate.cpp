@@ -472,27 +472,34 @@ nlohmann::json to_json(const AllocationReport& r) {
     if (o.solver == AllocSolver::Waterfill) j["noise_fit"] = {{"alpha", h.noise_alpha}, {"beta", h.noise_beta}};
     heads.push_back(std::move(j));
   }
+  // An infeasible scope or call has no objective, bound, gap or rate: null, never 0.
+  auto if_feasible = [](bool ok, double v) { return ok ? nlohmann::json(v) : nlohmann::json(); };
   nlohmann::json scopes = nlohmann::json::array();
-  for (const auto& s : r.scopes)
+  for (const auto& s : r.scopes) {
+    const bool ok = s.status != SolveStatus::Infeasible;
     scopes.push_back({{"name", s.name},
                       {"status", std::string(to_string(s.status))},
+                      {"feasible", ok},
                       {"message", s.message},
                       {"method", s.method},
-                      {"objective", s.objective},
-                      {"bound", s.lower_bound},
-                      {"gap", s.gap},
+                      {"objective", if_feasible(ok, s.objective)},
+                      {"bound", if_feasible(ok, s.lower_bound)},
+                      {"gap", if_feasible(ok, s.gap)},
                       {"lambda", s.lambda},
-                      {"rate_used_bits", s.rate_used},
+                      {"rate_used_bits", if_feasible(ok, s.rate_used)},
                       {"rate_budget_bits", s.rate_budget},
                       {"seconds", s.seconds}});
-  nlohmann::json model = {{"histogram", histogram_json(o.ladder, r.histogram)},
-                          {"rate", rate_json(r.rate)},
-                          {"budget_rate", r.budget_rate},
-                          {"objective", r.objective},
-                          {"relative_objective", r.relative_objective},
-                          {"bound", r.lower_bound},
-                          {"gap", r.gap},
-                          {"relative_gap", r.relative_gap},
+  }
+  const bool ok = r.has_solution();
+  nlohmann::json model = {{"feasible", ok},
+                          {"histogram", histogram_json(o.ladder, r.histogram)},
+                          {"rate", ok ? rate_json(r.rate) : nlohmann::json()},
+                          {"budget_rate", if_feasible(ok, r.budget_rate)},
+                          {"objective", if_feasible(ok, r.objective)},
+                          {"relative_objective", if_feasible(ok, r.relative_objective)},
+                          {"bound", if_feasible(ok, r.lower_bound)},
+                          {"gap", if_feasible(ok, r.gap)},
+                          {"relative_gap", if_feasible(ok, r.relative_gap)},
                           {"family_share", {{"Q", r.family_share[0]}, {"E", r.family_share[1]}, {"M", r.family_share[2]}}},
                           {"option_counts", r.option_counts}};
   if (r.has_spans) model["span_truncation"] = spans_json(r.spans);
