@@ -1,7 +1,7 @@
 #!/bin/bash
 # Real cells from the zoo (data/zoo/): each model captured on held-out text
 # (data/zoo/prompt.txt, BOS then its bytes), one capture per model at the longest prompt
-# its context allows (T = seq_len - 64, S = 32 decode steps) with an observation window
+# its context allows (T = seq_len - 32, S = 32 decode steps) with an observation window
 # reaching back to position 0, then the realism statistics at several prompt lengths
 # (tierlab info --realism --lengths ..., --window 32; for a causal model they equal those
 # of captures at each length, docs/synthetic.md).
@@ -16,10 +16,10 @@ for dir in data/zoo/*/; do
   bin="$dir$name.bin"
   [ -f "$bin" ] || continue
   seq_len=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['architecture']['seq_len'])" "$dir/config.json")
-  T=$((seq_len - 64))
+  T=$((seq_len - 32))
   ids="1,$(head -c $((T - 1)) data/zoo/prompt.txt | od -An -tu1 -v | tr -s ' \n' ',' | sed 's/^,//; s/,$//')"
   lengths=64
-  for L in 128 192 256 448; do [ "$L" -le "$T" ] && lengths="$lengths,$L"; done
+  for L in 128 256 448; do [ "$L" -le "$T" ] && lengths="$lengths,$L"; done
   [ "${lengths##*,}" = "$T" ] || lengths="$lengths,$T"
   "$tierlab" capture --checkpoint "$bin" --prompt-ids "$ids" --decode 32 --obs-window "$T" \
       -o "$out/$name-T$T.safetensors" > /dev/null

@@ -22,7 +22,9 @@ def main(argv):
         g = a["n_heads"] // a["n_kv_heads"]
         kv = "MHA" if g == 1 else f"GQA g={g}"
         theta = a["rope_theta"]
-        theta_text = f"1e{round(math.log10(theta))}" if 10 ** round(math.log10(theta)) == theta else f"{theta:.0e}"
+        mantissa, exponent = f"{theta:.0e}".split("e")
+        theta_text = (f"{mantissa}e{int(exponent)}" if mantissa != "1" else f"1e{int(exponent)}") \
+            if float(f"{theta:.0e}") == theta else f"{theta:g}"
         rows.append(
             f"| `{c['name']}` | {a['n_layers']} | {a['n_heads']} / {a['n_kv_heads']} ({kv}) | {a['head_dim']} | "
             f"{a['dim']} / {a['hidden_dim']} | {theta_text} | {a['seq_len']} | {c['parameters'] / 1e6:.2f} M | "
