@@ -20,6 +20,17 @@ namespace tierlab {
 
 std::vector<std::filesystem::path> data_roots();
 
+// Where an atomic write of `path` (temporary file, then rename over the destination) may
+// land without replacing what is not tierlab's to replace. Every writer of a result file
+// calls it first (traces, allocations, tables, figures):
+//   - a destination that does not exist, or is a regular file: `path` itself;
+//   - a symbolic link to a regular file (or to nothing yet): the link's target, so the link
+//     is kept and its file replaced;
+//   - anything else (a character or block device such as /dev/null, a FIFO, a socket, a
+//     folder): InputError naming `what`, the path and its kind; nothing is written.
+// (Renaming over /dev/null as root replaces the device node for the whole machine.)
+std::string writable_destination(const std::string& path, const std::string& what);
+
 std::filesystem::path resolve_shipped(const std::filesystem::path& p, const std::filesystem::path& base,
                                       std::vector<std::string>* tried = nullptr);
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
+#include "model/paths.hpp"
 #include "model/safetensors.hpp"
 #include "model/safetensors_parts.hpp"
 
@@ -89,7 +90,9 @@ struct SafetensorsWriter::Impl {
 
 SafetensorsWriter::SafetensorsWriter(std::string path, std::map<std::string, std::string> metadata)
     : impl_(std::make_unique<Impl>()) {
-  impl_->path = std::move(path);
+  // Never rename over a device, FIFO or folder (model/paths.hpp); a link keeps pointing at
+  // the replaced file.
+  impl_->path = writable_destination(path, "output file");
   impl_->tmp = impl_->path + ".tmp-" + std::to_string(::getpid());
   impl_->metadata = std::move(metadata);
   impl_->file = std::fopen(impl_->tmp.c_str(), "wb");

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -164,4 +165,43 @@ TEST_CASE("A text file longer than its reader's limit is refused naming the limi
   CHECK_THAT(error_of<InputError>([&] { read_regular_file(path, "scenario file", 1000); }),
              Catch::Contains("2000 bytes long, more than the limit of 1000 bytes"));
   CHECK(read_regular_file(path, "scenario file", 2000).size() == 2000);
+}
+
+TEST_CASE("Writers never replace a device node, a FIFO or a folder, and write through a link to its file",
+          "[reliability][writers]") {
+  SynthParams p = synth_preset("tiny");
+  p.n_layers = 1;
+  // /dev/null: a character device. As root, a rename over it would replace it for the machine.
+  struct stat before {};
+  REQUIRE(::stat("/dev/null", &before) == 0);
+  CHECK_THROWS_WITH(write_synthetic_trace(p, "/dev/null"), Catch::Contains("is a character device, not a regular file"));
+  struct stat after {};
+  REQUIRE(::stat("/dev/null", &after) == 0);
+  CHECK(S_ISCHR(after.st_mode));
+  CHECK(after.st_ino == before.st_ino);
+  // A FIFO stays a FIFO; nothing is left beside it.
+  const std::string dir = std::string(TIERLAB_BINARY_DIR) + "/test_reliability_writers";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/pipe.safetensors";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(write_synthetic_trace(p, fifo), Catch::Contains("is a FIFO (named pipe)"));
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
+  // A folder is refused by name.
+  CHECK_THROWS_WITH(write_synthetic_trace(p, dir), Catch::Contains("is a folder"));
+  // A link to a regular file: the file is replaced, the link kept.
+  const std::string real = dir + "/real.safetensors", link = dir + "/link.safetensors";
+  { std::ofstream(real) << "old"; }
+  std::filesystem::create_symlink("real.safetensors", link);
+  write_synthetic_trace(p, link);
+  CHECK(std::filesystem::is_symlink(link));
+  CHECK(std::filesystem::file_size(real) > 3);
+  CHECK(TraceReader(link).meta().n_layers == 1);
+  // A link to a device is refused, naming both.
+  const std::string to_null = dir + "/null.safetensors";
+  std::filesystem::create_symlink("/dev/null", to_null);
+  CHECK_THROWS_WITH(write_synthetic_trace(p, to_null), Catch::Contains("(a link to '/dev/null') is a character device"));
 }

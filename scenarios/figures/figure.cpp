@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/paths.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
@@ -46,9 +47,17 @@ void ensure_app() {
 // A temporary name beside `path` for an atomic write (renamed over it when complete).
 std::string temp_beside(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
 
-// Renames the finished temporary file over `path`; removes it and throws on failure.
-void publish(const std::string& tmp, const std::string& path) {
+// Renames the finished temporary file over `path` (never over a device, FIFO or folder:
+// writable_destination); removes it and throws on failure.
+void publish(const std::string& tmp, const std::string& given) {
   std::error_code ec;
+  std::string path;
+  try {
+    path = writable_destination(given, "figure");
+  } catch (...) {
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);

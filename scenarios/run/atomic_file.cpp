@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "model/error.hpp"
+#include "model/paths.hpp"
 
 namespace tierlab {
 
@@ -23,9 +24,10 @@ void make_directories(const std::string& dir) {
   if (ec) throw InputError("cannot create the folder '" + dir + "': " + ec.message() + ".");
 }
 
-void write_file_atomically(const std::string& path, const std::string& contents) {
-  const std::filesystem::path target(path);
+void write_file_atomically(const std::string& given, const std::string& contents) {
+  const std::filesystem::path target(given);
   if (target.has_parent_path()) make_directories(target.parent_path().string());
+  const std::string path = writable_destination(given, "output file");  // model/paths.hpp
   const std::string tmp = path + ".tmp-" + process_tag();
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw InputError("cannot write '" + tmp + "': " + std::strerror(errno) + ".");
