@@ -268,3 +268,20 @@ TEST_CASE("a generator parameter swept within a preset gives one cell per value 
   CHECK_THROWS_WITH(parse_scenario("name: x\ntraces:\n  synthetic:\n    presets: [tiny]\n    sweep: {bogus: [1]}\n", "x.yaml"),
                     Catch::Contains("unknown key 'bogus' in traces.synthetic.sweep"));
 }
+
+TEST_CASE("traces.model takes a list of checkpoints: one cell per model, prompt seed and length, models as clusters",
+          "[verdicts][zoo]") {
+  const std::string src = TIERLAB_SOURCE_DIR;
+  const std::string yaml = "name: two-models\n"
+                           "traces:\n"
+                           "  model:\n"
+                           "    - {checkpoint: " + src + "/data/stories260K/stories260K.bin, seeds: [0, 1], context_lengths: [32]}\n"
+                           "    - {checkpoint: " + src + "/data/zoo/kjv-l4-mha-d32/kjv-l4-mha-d32.bin, seeds: [0], context_lengths: [32, 64]}\n"
+                           "budgets: [2]\n";
+  const Scenario s = parse_scenario(yaml, "two.yaml");
+  REQUIRE(s.cells.size() == 4);
+  CHECK(s.cells[0].id == "stories260K-s0-T32");
+  CHECK(s.cells[2].id == "kjv-l4-mha-d32-s0-T32");
+  CHECK(s.cells[3].model_name == "kjv-l4-mha-d32");
+  CHECK_THROWS_WITH(parse_scenario("name: x\ntraces:\n  model: []\n", "x.yaml"), Catch::Contains("empty list"));
+}

@@ -504,6 +504,9 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
         << format_or_nan(r.seed_level.rho, "%.3f") << ".\n";
     std::string verdict;
     if (!qp.feasible()) verdict = "is withheld: " + qp.reason(sc.ladder.name(), sc.primary_budget, std::string(to_string(sc.rate_kind)));
+    else if (std::all_of(xs.begin(), xs.end(), [&](double x) { return x == xs.front(); }))
+      verdict = "cannot be tested here: the dominated share is " + format_or_nan(xs.front(), "%.3g") +
+                " in every cell (no head's 2-bit tier is dominated, or every one is), so it orders nothing";
     else if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
     else if (iv.hi < 0) verdict = "holds in sign: cells with more dominated heads gain less from the interior (interval below 0); " + paper_comparison(iv.lo, iv.hi);
     else if (iv.lo > 0) verdict = "is reversed: " + paper_comparison(iv.lo, iv.hi);

@@ -371,7 +371,16 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   c.keys(traces, "traces", {"synthetic", "model", "files"});
   std::set<std::string> ids;
   if (const YAML::Node syn = traces["synthetic"]) parse_synthetic_cells(c, syn, decode_steps, ids, s);
-  if (const YAML::Node mod = traces["model"]) parse_model_cells(c, mod, base, decode_steps, ids, s);
+  // traces.model: one checkpoint's mapping, or a list of them (several models in one study:
+  // each model x prompt seed is a cluster of the bootstrap).
+  if (const YAML::Node mod = traces["model"]) {
+    if (mod.IsSequence()) {
+      if (mod.size() == 0) c.fail(mod, "traces.model is an empty list; give one mapping per checkpoint.");
+      for (const auto& m : mod) parse_model_cells(c, m, base, decode_steps, ids, s);
+    } else {
+      parse_model_cells(c, mod, base, decode_steps, ids, s);
+    }
+  }
   if (const YAML::Node files = traces["files"]) parse_file_cells(c, files, base, ids, s);
   if (s.cells.empty()) c.fail(traces, "traces gives no cell.");
   if (const YAML::Node m = root["methods"]) s.methods = parse_method_specs(m, file_name, "methods", s.ladder);
