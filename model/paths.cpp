@@ -1,6 +1,7 @@
 #include "model/paths.hpp"
 
 #include "model/error.hpp"
+#include "model/safetensors.hpp"  // non_regular_kind
 
 #include <sys/stat.h>
 
@@ -45,19 +46,6 @@ fs::path resolve_shipped(const fs::path& p, const fs::path& base, std::vector<st
   return {};
 }
 
-namespace {
-
-const char* kind_of(mode_t m) {
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISDIR(m)) return "a folder";
-  return "not a regular file";
-}
-
-}  // namespace
-
 std::string writable_destination(const std::string& path, const std::string& what) {
   std::string target = path;
   for (int hops = 0; hops < 40; ++hops) {
@@ -66,7 +54,7 @@ std::string writable_destination(const std::string& path, const std::string& wha
     if (S_ISREG(st.st_mode)) return target;
     if (!S_ISLNK(st.st_mode))
       throw InputError(what + " '" + path + "'" + (target == path ? "" : " (a link to '" + target + "')") + " is " +
-                       kind_of(st.st_mode) + ", not a regular file; tierlab writes results only to regular files "
+                       non_regular_kind(st.st_mode) + ", not a regular file; tierlab writes results only to regular files "
                        "(it would replace it). Give a file path.");
     std::error_code ec;
     const std::filesystem::path link = std::filesystem::read_symlink(target, ec);

@@ -27,7 +27,7 @@ std::vector<std::filesystem::path> data_roots();
 //   - a symbolic link to a regular file (or to nothing yet): the link's target, so the link
 //     is kept and its file replaced;
 //   - anything else (a character or block device such as /dev/null, a FIFO, a socket, a
-//     folder): InputError naming `what`, the path and its kind; nothing is written.
+//     directory): InputError naming `what`, the path and its kind; nothing is written.
 // (Renaming over /dev/null as root replaces the device node for the whole machine.)
 std::string writable_destination(const std::string& path, const std::string& what);
 

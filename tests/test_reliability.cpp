@@ -191,7 +191,7 @@ TEST_CASE("Writers never replace a device node, a FIFO or a folder, and write th
   CHECK(S_ISFIFO(st.st_mode));
   CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
   // A folder is refused by name.
-  CHECK_THROWS_WITH(write_synthetic_trace(p, dir), Catch::Contains("is a folder"));
+  CHECK_THROWS_WITH(write_synthetic_trace(p, dir), Catch::Contains("is a directory"));
   // A link to a regular file: the file is replaced, the link kept.
   const std::string real = dir + "/real.safetensors", link = dir + "/link.safetensors";
   { std::ofstream(real) << "old"; }
