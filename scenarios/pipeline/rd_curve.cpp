@@ -135,7 +135,7 @@ double sum_row(const MatrixRMd& cost, const std::vector<std::uint8_t>& tiers) {
   return static_cast<double>(s);
 }
 
-// Is y above the hull at x (relative and absolute tolerance)?
+// Is y above the surrogate hull at x? The surrogate is double precision: 1e-9 relative.
 bool above(const RdHull& h, double x, double y) {
   const double v = h.at(x);
   if (std::isnan(v)) return false;
@@ -218,7 +218,7 @@ void add_hulls(RdCurve& out, bool recompute) {
   if (recompute) out.hull = hull_of(x, y, label);
   out.surrogate_hull = hull_of(x, ys, label);
   for (RdLadderPoint& l : out.ladder) {
-    l.above_hull = recompute && above(out.hull, l.x, l.error);
+    l.above_hull = recompute && above_recomputed_hull(out.hull, l.x, l.error);
     l.above_surrogate_hull = above(out.surrogate_hull, l.x, l.surrogate);
   }
 }
@@ -723,6 +723,12 @@ void RdCurveOptions::validate() const {
   if (decode_step < 1)
     throw InputError("rd_curve decode_step = " + std::to_string(decode_step) + "; it must be >= 1.");
   solve.validate();
+}
+
+bool above_recomputed_hull(const RdHull& h, double x, double y) {
+  const double v = h.at(x);
+  if (std::isnan(v) || std::isnan(y)) return false;
+  return y > v * (1 + kRecomputedHullTolerance) + 1e-15;
 }
 
 double RdHull::at(double v) const {

@@ -126,6 +126,18 @@ struct RdHull {
   double at(double x) const;  // piecewise-linear value (NaN outside [x_0, x_last])
 };
 
+// The tolerance of "above the recomputed hull", relative to the hull's value (docs/model.md
+// section 4). Recomputed errors are float32 attention outputs accumulated in double; the same
+// allocation evaluated by two paths (the prepared CPU head, evaluate_decode_steps, an
+// incremental E point) agrees to about 1e-8-1e-7 relative, so a point within 1e-5 (about 80
+// float32 ulps) of the hull is on it: the eviction tier and the E B=0 vertex that is the same
+// allocation are never "dominated" by each other's rounding.
+inline constexpr double kRecomputedHullTolerance = 1e-5;
+
+// Is the recomputed error y above hull h at rate x (y > h(x) (1 + kRecomputedHullTolerance)
+// + 1e-15)? False where the hull does not reach x or y is NaN.
+bool above_recomputed_hull(const RdHull& h, double x, double y);
+
 struct RdCurve {
   RdCurveOptions options;
   std::string source;   // trace path, or "heads"

@@ -76,7 +76,7 @@ std::vector<RdMethodPoint> rd_method_points(const std::vector<std::vector<HeadDa
     p.surrogate = sur;
     p.error = err;
     const double at = curve.hull.at(p.x);
-    p.above_hull = std::isfinite(at) && err > at * (1 + kRdMethodHullTolerance);
+    p.above_hull = std::isfinite(at) && above_recomputed_hull(curve.hull, p.x, err);
     out.push_back(std::move(p));
     if (progress) progress(static_cast<int>(out.size()), static_cast<int>(methods.size()));
   }

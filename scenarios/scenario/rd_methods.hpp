@@ -13,13 +13,14 @@
 //   error                  mean_h of the exactly recomputed relative error on the curve's query
 //                          set (decode steps, the observation queries, or one decode step s's g
 //                          query rows over the T + s tokens they see); NaN when not recomputed
-//   above_hull             error > hull(rate) (1 + kRdMethodHullTolerance), the families' lower
-//                          convex hull of the recomputed errors (RdCurve::hull); false where the
-//                          hull does not reach the rate or the error is not recomputed. The
-//                          tolerance is the two recomputation paths' agreement (a method's
-//                          error: evaluate_decode_steps; the curve's: the prepared CPU head),
-//                          ~1e-8 relative, so that a family optimum named as a method (M* B=2)
-//                          is not above the hull it is a vertex of
+//   above_hull             above_recomputed_hull (rd_curve.hpp): error > hull(rate) (1 +
+//                          kRecomputedHullTolerance), the families' lower convex hull of the
+//                          recomputed errors (RdCurve::hull); false where the hull does not
+//                          reach the rate or the error is not recomputed. The tolerance covers
+//                          the two recomputation paths' agreement (a method's error:
+//                          evaluate_decode_steps; the curve's: the prepared CPU head), so that a
+//                          family optimum named as a method (M* B=2) is not above the hull it
+//                          is a vertex of
 #include <limits>
 #include <string>
 #include <vector>
@@ -34,8 +35,6 @@
 #include "scenarios/scenario/methods_spec.hpp"
 
 namespace tierlab {
-
-inline constexpr double kRdMethodHullTolerance = 1e-6;  // relative
 
 struct RdMethodPoint {
   std::string label;
