@@ -1,5 +1,6 @@
 // tierlab-explorer [TRACE|SCENARIO|RUN_DIR|PRESET|CHECKPOINT]: the interactive explorer
-// (gui/main_window.hpp). --screenshot DIR grabs each view into DIR/explorer-<view>.png and exits.
+// (gui/main_window.hpp). --screenshot DIR grabs each view into DIR/explorer-<view>.png and exits;
+// without a display it runs on Qt's offscreen platform.
 #include <QApplication>
 #include <QTimer>
 
@@ -33,21 +34,26 @@ const char* kHelp =
     "\n"
     "options:\n"
     "  --view NAME               view in front: waterfill, headmap, interior, dominance, staleness, rdcurve\n"
-    "  --budget B                budget in bits per key element (default 2)\n"
+    "  --budget B                budget in bits per key element, 0.05 to 16 (default 2; a scenario's own\n"
+    "                            budget when SOURCE is one)\n"
     "  --head L.H                the head (layer L, KV head H)\n"
+    "  --type FIELD=TEXT         type TEXT into a field and press Enter, as a user does (repeatable;\n"
+    "                            fields: budget, context, layer, kv_head, step, bits, rd_methods); with\n"
+    "                            --screenshot only the view in front is grabbed, after the fields took\n"
+    "                            the text (or refused it, beside the field and in the status bar)\n"
     "  --out DIR                 the run folder of a SCENARIO.yaml (default out/<name>)\n"
     "  --run                     run the scenario first when its tables are missing\n"
-    "  --screenshot DIR          open SOURCE, grab every view into DIR/explorer-<view>.png, exit\n"
+    "  --screenshot DIR          open SOURCE, grab every view into DIR/explorer-<view>.png, exit (no\n"
+    "                            display needed: Qt's offscreen platform when DISPLAY is unset)\n"
     "  -h, --help                this help\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   tierlab::use_passive_openmp_wait(argv);  // model/openmp_policy.hpp
-  std::string source = "preset:llama-like:1024", shots, view, out;
+  std::string source = "preset:llama-like:1024", shots, view, out, budget, layer, head;
+  std::vector<std::pair<std::string, std::string>> typed;  // --type FIELD=TEXT, in order
   bool run = false;
-  double budget = -1;
-  int layer = -1, head = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -69,13 +75,23 @@ int main(int argc, char** argv) {
     } else if (a == "--view") {
       view = value();
     } else if (a == "--budget") {
-      budget = std::atof(value().c_str());
+      budget = value();  // typed into the budget field: checked there, never clamped
     } else if (a == "--head") {
       const std::string v = value();
-      if (std::sscanf(v.c_str(), "%d.%d", &layer, &head) != 2) {
+      const auto dot = v.find('.');
+      if (dot == std::string::npos || dot == 0 || dot + 1 == v.size()) {
         std::fprintf(stderr, "tierlab-explorer: --head wants L.H (e.g. 0.3), not '%s'\n", v.c_str());
         return 2;
       }
+      layer = v.substr(0, dot), head = v.substr(dot + 1);
+    } else if (a == "--type") {
+      const std::string v = value();
+      const auto eq = v.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "tierlab-explorer: --type wants FIELD=TEXT (e.g. budget=100), not '%s'\n", v.c_str());
+        return 2;
+      }
+      typed.emplace_back(v.substr(0, eq), v.substr(eq + 1));
     } else if (!a.empty() && a[0] == '-' && a != "-") {
       std::fprintf(stderr, "tierlab-explorer: unknown option '%s' (see --help)\n", a.c_str());
       return 2;
@@ -88,6 +104,9 @@ int main(int argc, char** argv) {
     ::mkdir(dir.c_str(), 0700);
     setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
   }
+  // --screenshot needs no display: Qt's offscreen platform, as scenarios/figures does.
+  if (!shots.empty() && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") && !std::getenv("QT_QPA_PLATFORM"))
+    setenv("QT_QPA_PLATFORM", "offscreen", 1);
   QApplication app(argc, argv);
   app.setApplicationName("tierlab-explorer");
   tierlab::explorer::MainWindow w;
@@ -109,10 +128,27 @@ int main(int argc, char** argv) {
     w.runScenario();
     w.waitIdle(3600000);
   }
-  if (layer >= 0) w.setHead(layer, head);
-  if (budget > 0) w.setBudget(budget);
+  // The command line's values go through the fields, as typed: a refused one is said and,
+  // for a screenshot, ends the run (exit 2).
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (!layer.empty()) fields.emplace_back("layer", layer), fields.emplace_back("kv_head", head);
+  if (!budget.empty()) fields.emplace_back("budget", budget);
+  for (const auto& [field, text] : fields)
+    if (!w.typeIntoField(QString::fromStdString(field), QString::fromStdString(text))) {
+      std::fprintf(stderr, "tierlab-explorer: %s\n", w.lastError().toLocal8Bit().constData());
+      if (!shots.empty()) return 2;
+    }
   for (int v = 0; v < tierlab::explorer::ViewCount; ++v)
     if (view == tierlab::explorer::view_name(v)) w.setCurrentView(v);
+  if (!shots.empty() && !typed.empty()) {  // the fields' answers to what was typed, over the view in front
+    w.waitIdle(600000);
+    for (const auto& [field, text] : typed) w.typeIntoField(QString::fromStdString(field), QString::fromStdString(text));
+    w.waitIdle(600000);
+    const QStringList files = w.saveScreenshots(QString::fromStdString(shots), true);
+    for (const QString& f : files) std::printf("%s\n", f.toLocal8Bit().constData());
+    return files.size() == 1 ? 0 : 1;
+  }
+  for (const auto& [field, text] : typed) w.typeIntoField(QString::fromStdString(field), QString::fromStdString(text));
   if (!shots.empty()) {
     w.waitIdle(600000);
     const QStringList files = w.saveScreenshots(QString::fromStdString(shots));

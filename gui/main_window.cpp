@@ -198,6 +198,7 @@ void MainWindow::onOpened(std::shared_ptr<Source> src, std::shared_ptr<Engine> e
   for (auto& r : results_) r.reset();
   dirty_.assign(ViewCount, true);
   updateSourceControls();
+  takeScenarioSettings();
   setWindowTitle("tierlab-explorer: " + QString::fromStdString(source_->description()));  // says what is open
   status_->setText("opened " + QString::fromStdString(source_->description()) + " (backend " +
                    QString::fromStdString(engine_->backend_description()) + ")");
@@ -221,6 +222,12 @@ void MainWindow::updateSourceControls() {
                        .arg(m.prompt_len)
                        .arg(m.head_dim)
                        .arg(m.decode_steps);
+    if (const Scenario* sc = source_->scenario()) {
+      QString budgets;
+      for (double b : sc->budgets) budgets += (budgets.isEmpty() ? "" : ", ") + QString::number(b, 'g', 10);
+      text += "\nscenario: " + QString::fromStdString(sc->ladder.name()) + ", B = " + budgets + " (" +
+              QString::fromStdString(std::string(to_string(sc->rate_kind))) + " bits)";
+    }
     if (source_->is_scenario())
       text += "\nrun: " + QString::fromStdString(source_->run_dir()) + (source_->has_tables() ? " (tables found)" : " (no tables yet: Run scenario)");
     source_label_->setText(text);
@@ -463,7 +470,15 @@ void MainWindow::installHover(QCustomPlot* plot, int view, int figure) {
 // ---------------------------------------------------------------------------------------
 // Controls for tests and scripts
 
-void MainWindow::setBudget(double bits) { budget_->setValue(bits); }
+void MainWindow::setBudget(double bits) {
+  const QString text = QString::number(bits, 'g', 10);
+  const QString why = budget_->problem(text);
+  if (!why.isEmpty()) {  // never clamped: said as a typed value is
+    refuseField("budget", "budget B: " + why + "; the views keep B = " + budget_->text() + ".");
+    return;
+  }
+  budget_->setValue(bits);
+}
 
 void MainWindow::setHead(int layer, int kv_head) {
   updating_controls_ = true;
@@ -530,10 +545,10 @@ void MainWindow::exportDialog(bool csv) {
   if (!path.isEmpty()) exportView(view, path);
 }
 
-QStringList MainWindow::saveScreenshots(const QString& dir) {
+QStringList MainWindow::saveScreenshots(const QString& dir, bool current_only) {
   QStringList files;
   QDir().mkpath(dir);
-  for (int v = 0; v < ViewCount; ++v) {
+  for (int v = current_only ? tabs_->currentIndex() : 0; v < (current_only ? tabs_->currentIndex() + 1 : ViewCount); ++v) {
     setCurrentView(v);
     waitIdle();
     QApplication::processEvents();

@@ -10,11 +10,15 @@
 // the latest request is computed next; results are applied on the UI thread only if their
 // generation is still current, and the slow views' partial results (PartialView, head by
 // head) are drawn as they come while their job is the running one. Errors of a job
-// (unreadable trace, bad scenario, bad preset) and refused field values (a context length out
-// of range, a bad bits ladder) are shown in the status bar and in the view's text, never in a
-// dialog and never thrown out of the event loop. Built in main_window.cpp (the queue, sources,
+// (unreadable trace, bad scenario, bad preset) are shown in the status bar and in the view's
+// text, never in a dialog and never thrown out of the event loop. A field's value (budget,
+// context length, layer, KV head, decode step, bits ladder, RD methods) is applied only when
+// it is committed (Enter or focus left) and valid; a refused one is named, with the valid
+// range, beside the field and in the status bar, and the views keep the last valid value
+// (gui/typed_field.hpp). Built in main_window.cpp (the queue, sources,
 // views, export) and main_window_controls.cpp (menus, boxes, fields).
 #include <QFuture>
+#include <QHash>
 #include <QMainWindow>
 #include <QPoint>
 #include <QRect>
@@ -28,10 +32,12 @@
 #include <vector>
 
 #include "gui/explorer_core.hpp"
+#include "gui/typed_field.hpp"
 
 class QCustomPlot;
 class QComboBox;
 class QDoubleSpinBox;
+class QFormLayout;
 class QGroupBox;
 class QSpinBox;
 class QSlider;
@@ -74,7 +80,13 @@ class MainWindow : public QMainWindow {
   void setFamily(const QString& name);
   void setSmoothing(int kernel);
   void setDecodeStep(int step);
-  void setLadderBits(const QString& kind, const QString& bits);  // "kivi", "2,4,8"
+  void setLadderBits(const QString& kind, const QString& bits);  // "kivi", "2,4,8"; refused as typed text is
+  // Types `text` into a field as a user does (its text selected, key by key, then Enter) and
+  // returns whether the field took it; a refusal is fieldError(field) and lastError(). The
+  // fields: typedFieldNames() (budget, context, layer, kv_head, step, bits, rd_methods).
+  bool typeIntoField(const QString& field, const QString& text);
+  static QStringList typedFieldNames();
+  QString fieldError(const QString& field) const;  // the sentence shown beside the field ("" when none)
   // The RD view's named methods (the field's text, entries separated by ';'); a text the
   // library refuses is refused at the field (status bar) and the view keeps the last good one.
   void setRdMethods(const QString& text);
@@ -106,8 +118,9 @@ class MainWindow : public QMainWindow {
   // Returns the files written; on failure the message is in lastError() and it returns {}.
   QStringList exportView(int view, const QString& path);
 
-  // Grabs the window with each view in front into DIR/explorer-<view>.png.
-  QStringList saveScreenshots(const QString& dir);
+  // Grabs the window with each view in front into DIR/explorer-<view>.png (current_only: the
+  // view in front only, as it is).
+  QStringList saveScreenshots(const QString& dir, bool current_only = false);
 
  signals:
   void idle();
@@ -136,7 +149,16 @@ class MainWindow : public QMainWindow {
   void startNext();
   void jobFinished();
   void showError(const QString& message);
-  void bitsEdited();  // the bits-ladder field changed: checked here, the views recomputed if it is a ladder
+  void commitBits();  // the bits-ladder field was committed (Enter, focus left, a list entry): checked here
+  // A number field's commit (Enter or focus left): the text typed since the last commit is
+  // applied when it is a value in range, else refused with `label`, the text, the range and
+  // `kept()` (what the views keep); on_commit runs after a valid commit or one with nothing typed.
+  template <class Field>
+  void connectTyped(Field* field, const QString& label, std::function<QString()> kept, std::function<void()> on_commit);
+  QLabel* addErrorRow(QFormLayout* form, const QString& field);  // the sentence row under a field
+  void refuseField(const QString& field, const QString& message);
+  void clearFieldError(const QString& field);
+  void takeScenarioSettings();  // a scenario or run folder opened: its rate kind, ladder and budget
   void rdMethodsEdited();  // the methods field was edited (Enter, focus left, the menu): checked as bitsEdited
   void toggleRdMethod(const QString& text, bool on);  // a menu entry checked or unchecked
   void settingsChanged();
@@ -144,9 +166,6 @@ class MainWindow : public QMainWindow {
   void applyView(int view, const ViewResult& r);
   void drawView(int view, const ViewResult& r, bool final);  // final: the view is up to date (else a partial result)
   void showTip(QWidget* over, const QPoint& pos, const QString& text);  // a hover's text, kept inside the window
-  // The T field, as typed (finished: Enter or focus left): a value out of range is refused
-  // there, with the range in the status bar; never clamped.
-  void contextEdited(const QString& text, bool finished);
   void onOpened(std::shared_ptr<Source> src, std::shared_ptr<Engine> engine);
   void updateSourceControls();
   void exportDialog(bool csv);
@@ -157,15 +176,14 @@ class MainWindow : public QMainWindow {
   // Controls.
   QLabel* source_label_ = nullptr;
   QComboBox* preset_ = nullptr;
-  QSpinBox* context_ = nullptr;
-  QSpinBox* layer_ = nullptr;
-  QSpinBox* head_ = nullptr;
-  QDoubleSpinBox* budget_ = nullptr;
+  IntField* context_ = nullptr;
+  IntField* layer_ = nullptr;
+  IntField* head_ = nullptr;
+  NumberField* budget_ = nullptr;
   QSlider* budget_slider_ = nullptr;
   QComboBox* quantizer_ = nullptr;
   QComboBox* bits_ = nullptr;
-  QString last_good_bits_;
-  QString refused_T_;  // the context length typed last, when out of range (refused at Enter)  // the ladder the views use while the field holds an incomplete or bad text
+  QString last_good_bits_;  // the ladder the views use (the field's last committed valid text)
   QComboBox* rate_kind_ = nullptr;
   QComboBox* solver_ = nullptr;
   QComboBox* family_ = nullptr;
@@ -173,7 +191,9 @@ class MainWindow : public QMainWindow {
   QLineEdit* rd_methods_ = nullptr;
   QString last_good_methods_;  // the methods the RD view uses (the field's last accepted text)
   QMenu* rd_methods_menu_ = nullptr;
-  QSpinBox* step_ = nullptr;
+  IntField* step_ = nullptr;
+  QHash<QString, QLabel*> field_errors_;  // per field (typedFieldNames), its refusal sentence
+  QString error_field_;                   // the field whose refusal lastError() holds ("" when none)
   QPushButton* run_button_ = nullptr;
   QPlainTextEdit* info_ = nullptr;
   QTabWidget* tabs_ = nullptr;

@@ -7,16 +7,19 @@
 #include <algorithm>
 
 #include "model/paths.hpp"
+#include "scenarios/analyses/waterfill.hpp"
 #include "model/tier_quantizer.hpp"
 #include "solvers/families.hpp"
 
 #include <QAction>
+#include <QApplication>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenu>
@@ -24,8 +27,6 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
-#include <QRegularExpression>
-#include <QRegularExpressionValidator>
 #include <QScrollArea>
 #include <QSlider>
 #include <QSpinBox>
@@ -48,37 +49,34 @@ namespace {
 
 constexpr double kSliderScale = 20.0;  // slider steps per bit
 
-// Why the bits-ladder text is not a ladder (empty when it is): each entry an integer 1..15.
-QString bitsProblem(const QString& text) {
-  const QStringList parts = text.split(',');
-  if (text.trimmed().isEmpty()) return "no bit width given (e.g. 2,4,8)";
-  for (const QString& raw : parts) {
+const QString kRed = "background: #ffe0e0;";
+
+// Why the bits-ladder text is not a ladder of `quantizer` (empty when it is): whole numbers
+// 1..15, strictly increasing, that the quantizer accepts (RateLadder::validate).
+QString bitsProblem(const QString& text, const QString& quantizer) {
+  const QString valid = "valid: bit widths from 1 to 15, increasing, separated by commas (e.g. 2,4,8)";
+  const QString t = text.trimmed();
+  if (t.isEmpty()) return "the field is empty; " + valid;
+  int previous = 0;
+  QString ladder = "evict";
+  for (const QString& raw : t.split(',')) {
     const QString p = raw.trimmed();
     bool ok = false;
     const int b = p.toInt(&ok);
-    if (p.isEmpty()) return "'" + text + "' has an empty entry";
-    if (!ok || b < 1 || b > 15) return "'" + p + "' is not a bit width from 1 to 15";
+    if (p.isEmpty()) return "'" + t + "' has an empty entry; " + valid;
+    if (!ok) return "'" + t + "': '" + p + "' is not a whole number; " + valid;
+    if (b < 1 || b > 15) return "'" + t + "': " + p + " is outside the valid range 1 to 15; " + valid;
+    if (b <= previous) return QString("'%1': %2 does not follow %3 (the widths must increase); %4").arg(t).arg(b).arg(previous).arg(valid);
+    previous = b;
+    ladder += "," + quantizer + QString::number(b);
+  }
+  try {
+    RateLadder::parse((ladder + ",exact").toStdString()).validate();
+  } catch (const std::exception& e) {
+    return "'" + t + "': " + QString::fromStdString(e.what());
   }
   return {};
 }
-
-// The context length field: a number outside the range can be typed, so that the field can
-// refuse it with the range (contextEdited), instead of QSpinBox's silent refusal of the digit
-// that would leave the range (100000 became 10000). Enter with such a value keeps the last T.
-class ContextField : public QSpinBox {
- public:
-  using QSpinBox::QSpinBox;
-  QValidator::State validate(QString& input, int&) const override {
-    const QString t = input.trimmed();
-    if (t.isEmpty()) return QValidator::Intermediate;
-    for (const QChar c : t)
-      if (!c.isDigit()) return QValidator::Invalid;
-    bool ok = false;
-    const long long v = t.toLongLong(&ok);
-    return ok && v >= minimum() && v <= maximum() ? QValidator::Acceptable : QValidator::Intermediate;
-  }
-  QLineEdit* editor() const { return lineEdit(); }
-};
 
 QString shipped_model() {  // from any folder: model/paths.hpp (the current folder, $TIERLAB_DATA, the repository)
   const std::filesystem::path p = resolve_shipped("data/stories260K/stories260K.bin", {});
@@ -188,14 +186,14 @@ void MainWindow::rdMethodsEdited() {
   try {
     check_rd_methods(s);
   } catch (const std::exception& e) {  // said at the field; the RD view keeps the last good methods
-    rd_methods_->setStyleSheet("QLineEdit { background: #ffe0e0; }");
-    showError(QString::fromStdString(e.what()) + " The RD view keeps '" + last_good_methods_ + "'.");
+    rd_methods_->setStyleSheet("QLineEdit { " + kRed + " }");
+    refuseField("rd_methods", QString::fromStdString(e.what()) + " The RD view keeps '" + last_good_methods_ + "'.");
     return;
   }
   rd_methods_->setStyleSheet(QString());
+  clearFieldError("rd_methods");
   if (rd_methods_->text() == last_good_methods_) return;
   last_good_methods_ = rd_methods_->text();
-  last_error_.clear();
   dirty_[RdCurveView] = true;  // only the RD view draws them
   if (engine_ && tabs_->currentIndex() == RdCurveView) requestView(RdCurveView);
 }
@@ -243,15 +241,15 @@ QGroupBox* MainWindow::buildSourceBox() {
   prow->addWidget(preset_, 1);
   prow->addWidget(open_preset);
   sf->addRow("preset / model", prow);
-  context_ = new ContextField;
+  context_ = new IntField("tokens");
   context_->setObjectName("context");
-  context_->setKeyboardTracking(false);  // the value is what Enter accepts, not each keystroke
   context_->setRange(16, 1 << 16);
   context_->setValue(1024);
   context_->setSingleStep(256);
   context_->setToolTip("Context length T (prompt tokens) of a synthetic preset or of the captured model; "
                        "press Enter to reopen the source at this length.");
   sf->addRow("context length T", context_);
+  addErrorRow(sf, "context");
   auto* open_file = new QPushButton("Open file...");
   sf->addRow(open_file);
   run_button_ = new QPushButton("Run scenario");
@@ -297,14 +295,20 @@ QGroupBox* MainWindow::buildSourceBox() {
 QGroupBox* MainWindow::buildHeadBox() {
   auto* head_box = new QGroupBox("Head");
   auto* hf = new QFormLayout(head_box);
-  layer_ = new QSpinBox;
-  head_ = new QSpinBox;
+  layer_ = new IntField;
+  layer_->setObjectName("layer");
+  head_ = new IntField;
+  head_->setObjectName("kv_head");
   hf->addRow("layer l", layer_);
+  addErrorRow(hf, "layer");
   hf->addRow("KV head h", head_);
-  step_ = new QSpinBox;
+  addErrorRow(hf, "kv_head");
+  step_ = new IntField;
+  step_->setObjectName("step");
   step_->setRange(1, 1);
   step_->setToolTip("Decode step s: the water-filling view recomputes the error of the allocation on this step's queries.");
   hf->addRow("decode step s", step_);
+  addErrorRow(hf, "step");
   return head_box;
 }
 
@@ -313,16 +317,19 @@ QGroupBox* MainWindow::buildHeadBox() {
 QGroupBox* MainWindow::buildAllocationBox() {
   auto* alloc_box = new QGroupBox("Allocation");
   auto* af = new QFormLayout(alloc_box);
-  budget_ = new QDoubleSpinBox;
+  budget_ = new NumberField("bits");
+  budget_->setObjectName("budget");
   budget_->setRange(0.05, 16.0);
-  budget_->setDecimals(2);
+  budget_->setDecimals(4);  // more is refused, not rounded
   budget_->setSingleStep(0.25);
   budget_->setValue(2.0);
   budget_->setSuffix(" bits");
   budget_slider_ = new QSlider(Qt::Horizontal);
   budget_slider_->setRange(1, static_cast<int>(16 * kSliderScale));
   budget_slider_->setValue(static_cast<int>(2 * kSliderScale));
+  budget_->setToolTip("Budget B in bits per key element, 0.05 to 16 (at most 4 decimals); Enter applies.");
   af->addRow("budget B", budget_);
+  addErrorRow(af, "budget");
   af->addRow(budget_slider_);
   quantizer_ = new QComboBox;
   quantizer_->setObjectName("quantizer");
@@ -332,13 +339,15 @@ QGroupBox* MainWindow::buildAllocationBox() {
     if (f.has_bits) quantizer_->addItem(QString::fromStdString(f.prefix + "   (" + f.form + ")"), QString::fromStdString(f.prefix));
   af->addRow("quantizer", quantizer_);
   bits_ = new QComboBox;
+  bits_->setObjectName("bits");
   bits_->setEditable(true);
+  bits_->setInsertPolicy(QComboBox::NoInsert);  // a refused text never joins the list
   for (const char* b : {"2,4,8", "2,4", "4,8", "2", "4", "1,2,4,8", "3,6"}) bits_->addItem(b);
-  bits_->setToolTip("Bits of the finite tiers (comma-separated, each 1 to 15); the ladder always has evict and exact (16 bits).");
-  // Digits and commas only: a letter is refused as it is typed.
-  bits_->setValidator(new QRegularExpressionValidator(QRegularExpression(R"(\s*\d{0,2}(\s*,\s*\d{0,2})*\s*)"), bits_));
+  bits_->setToolTip("Bits of the finite tiers (comma-separated, each 1 to 15, increasing); the ladder always has evict and "
+                    "exact (16 bits). Enter applies.");
   last_good_bits_ = bits_->currentText();
   af->addRow("bits ladder", bits_);
+  addErrorRow(af, "bits");
   rate_kind_ = new QComboBox;
   rate_kind_->setObjectName("rate_kind");
   rate_kind_->addItems({"code", "total"});
@@ -370,6 +379,7 @@ QGroupBox* MainWindow::buildAllocationBox() {
                           "from the menu Methods on the RD curve. Enter applies.");
   last_good_methods_ = rd_methods_->text();
   af->addRow("RD methods", rd_methods_);
+  addErrorRow(af, "rd_methods");
   return alloc_box;
 }
 
@@ -412,32 +422,25 @@ void MainWindow::buildStatusBar() {
 }
 
 // The controls' signals: cancel, the budget's spin box and slider kept in step, every setting
-// recomputing the current view, a tab change computing its view when stale.
+// recomputing the current view, a tab change computing its view when stale. The fields apply
+// what is committed (Enter, focus left) and valid; a value from the arrows or the slider is
+// in range and applied at once.
 void MainWindow::connectControls() {
   connect(run_button_, &QPushButton::clicked, this, [this] { runScenario(); });
-  connect(context_, &QSpinBox::editingFinished, this, [this] {
-    if (refused_T_.isEmpty()) {
-      reopenWithContext();
-      return;
-    }
-    const QString refused = refused_T_;  // the field goes back to the open source's T: say why
-    refused_T_.clear();
-    if (source_) {
-      updating_controls_ = true;
-      context_->setValue(source_->meta().prompt_len);
-      updating_controls_ = false;
-    }
-    contextEdited(refused, true);
-    refused_T_.clear();
-  });
-  connect(static_cast<ContextField*>(context_)->editor(), &QLineEdit::textEdited, this,
-          [this](const QString& text) { contextEdited(text, false); });
   connect(cancel_, &QToolButton::clicked, this, [this] {
     if (cancel_flag_) *cancel_flag_ = true;
     pending_.reset();
   });
+  connectTyped(context_, "context length T",
+               [this] { return QString("T stays %1 (type a value in range and press Enter)").arg(context_->value()); },
+               [this] { reopenWithContext(); });
+  connectTyped(budget_, "budget B", [this] { return "the views keep B = " + budget_->text(); }, nullptr);
+  connectTyped(layer_, "layer l", [this] { return QString("the views keep layer %1").arg(layer_->value()); }, nullptr);
+  connectTyped(head_, "KV head h", [this] { return QString("the views keep KV head %1").arg(head_->value()); }, nullptr);
+  connectTyped(step_, "decode step s", [this] { return QString("the views keep step %1").arg(step_->value()); }, nullptr);
   connect(budget_, &QDoubleSpinBox::valueChanged, this, [this](double b) {
     if (updating_controls_) return;
+    clearFieldError("budget");
     updating_controls_ = true;
     budget_slider_->setValue(static_cast<int>(std::lround(b * kSliderScale)));
     updating_controls_ = false;
@@ -447,16 +450,26 @@ void MainWindow::connectControls() {
     if (updating_controls_) return;
     budget_->setValue(v / kSliderScale);  // triggers settingsChanged
   });
-  for (QSpinBox* sb : {layer_, head_, step_})
-    connect(sb, &QSpinBox::valueChanged, this, [this] {
-      if (!updating_controls_) settingsChanged();
+  for (IntField* sb : {layer_, head_, step_})
+    connect(sb, &QSpinBox::valueChanged, this, [this, sb] {
+      if (updating_controls_) return;
+      clearFieldError(sb->objectName());
+      settingsChanged();
     });
   for (QComboBox* cb : {quantizer_, rate_kind_, solver_, family_, smoothing_})
     connect(cb, &QComboBox::currentIndexChanged, this, [this] {
       if (!updating_controls_) settingsChanged();
     });
-  connect(bits_, &QComboBox::currentTextChanged, this, [this] {
-    if (!updating_controls_) bitsEdited();
+  // The bits ladder: red while the text is not a ladder; judged when committed.
+  connect(bits_->lineEdit(), &QLineEdit::textEdited, this, [this](const QString& text) {
+    bits_->setStyleSheet(bitsProblem(text, quantizer_->currentData().toString()).isEmpty() ? QString()
+                                                                                           : "QComboBox { " + kRed + " }");
+  });
+  connect(bits_->lineEdit(), &QLineEdit::editingFinished, this, [this] {
+    if (!updating_controls_) commitBits();
+  });
+  connect(bits_, &QComboBox::activated, this, [this] {
+    if (!updating_controls_) commitBits();
   });
   connect(rd_methods_, &QLineEdit::editingFinished, this, [this] { rdMethodsEdited(); });
   connect(tabs_, &QTabWidget::currentChanged, this, [this](int v) {
@@ -468,6 +481,86 @@ void MainWindow::connectControls() {
   });
 }
 
+template <class Field>
+void MainWindow::connectTyped(Field* field, const QString& label, std::function<QString()> kept,
+                              std::function<void()> on_commit) {
+  connect(field, &QAbstractSpinBox::editingFinished, this, [this, field, label, kept, on_commit] {
+    const std::optional<QString> typed = field->takeTyped();  // Qt has put back the last value if it was refused
+    if (typed) {
+      const QString why = field->problem(*typed);
+      if (!why.isEmpty()) {
+        refuseField(field->objectName(), label + ": " + why + "; " + kept() + ".");
+        return;
+      }
+      clearFieldError(field->objectName());
+    }
+    if (on_commit) on_commit();
+  });
+}
+
+QLabel* MainWindow::addErrorRow(QFormLayout* form, const QString& field) {
+  auto* label = new QLabel;
+  label->setObjectName(field + "_error");
+  label->setWordWrap(true);
+  label->setTextFormat(Qt::PlainText);
+  label->setStyleSheet("QLabel { color: #b00000; }");
+  label->setVisible(false);
+  form->addRow(label);
+  field_errors_.insert(field, label);
+  return label;
+}
+
+void MainWindow::refuseField(const QString& field, const QString& message) {
+  last_error_ = message;
+  error_field_ = field;
+  status_->setText("Refused: " + message);
+  status_->setToolTip(message);
+  if (QLabel* l = field_errors_.value(field)) {
+    l->setText(message);
+    l->setVisible(true);
+  }
+}
+
+void MainWindow::clearFieldError(const QString& field) {
+  if (QLabel* l = field_errors_.value(field)) {
+    l->clear();
+    l->setVisible(false);
+  }
+  if (error_field_ != field) return;
+  error_field_.clear();
+  last_error_.clear();
+  if (status_->text().startsWith("Refused: ")) status_->clear();
+}
+
+QString MainWindow::fieldError(const QString& field) const {
+  const QLabel* l = field_errors_.value(field);
+  return l ? l->text() : QString();
+}
+
+QStringList MainWindow::typedFieldNames() { return {"budget", "context", "layer", "kv_head", "step", "bits", "rd_methods"}; }
+
+bool MainWindow::typeIntoField(const QString& field, const QString& text) {
+  QWidget* target = nullptr;
+  QLineEdit* line = nullptr;
+  if (field == "bits") target = line = bits_->lineEdit();
+  else if (field == "rd_methods") target = line = rd_methods_;
+  else if (auto* sb = findChild<QAbstractSpinBox*>(field)) target = sb, line = sb->findChild<QLineEdit*>();
+  if (!target || !line) {
+    showError("no field named '" + field + "' (" + typedFieldNames().join(", ") + ")");
+    return false;
+  }
+  target->setFocus();
+  if (auto* sb = qobject_cast<QAbstractSpinBox*>(target)) sb->selectAll();
+  else line->selectAll();
+  for (const QChar c : text) {
+    QKeyEvent press(QEvent::KeyPress, 0, Qt::NoModifier, QString(c));
+    QApplication::sendEvent(target, &press);
+  }
+  QKeyEvent enter(QEvent::KeyPress, Qt::Key_Return, Qt::NoModifier);
+  QApplication::sendEvent(target, &enter);
+  return fieldError(field).isEmpty();
+}
+
 Settings MainWindow::settings() const {
   Settings s;
   s.layer = layer_->value();
@@ -475,8 +568,7 @@ Settings MainWindow::settings() const {
   s.budget = budget_->value();
   const QString kind = quantizer_->currentData().toString();
   QString ladder = "evict";
-  const QString bits = bitsProblem(bits_->currentText()).isEmpty() ? bits_->currentText() : last_good_bits_;
-  for (const QString& b : bits.split(',', Qt::SkipEmptyParts)) ladder += "," + kind + b.trimmed();
+  for (const QString& b : last_good_bits_.split(',', Qt::SkipEmptyParts)) ladder += "," + kind + b.trimmed();
   ladder += ",exact";
   s.ladder = ladder.toStdString();
   s.rate_kind = parse_rate_kind(rate_kind_->currentText().toStdString());
@@ -495,40 +587,71 @@ void MainWindow::setLadderBits(const QString& kind, const QString& bits) {
   if (i >= 0) quantizer_->setCurrentIndex(i);
   bits_->setCurrentText(bits);
   updating_controls_ = false;
-  bitsEdited();
+  commitBits();
 }
 
-void MainWindow::bitsEdited() {
-  const QString why = bitsProblem(bits_->currentText());
-  if (!why.isEmpty()) {  // incomplete or out of range: said at the field; the views keep the last ladder
-    bits_->setStyleSheet("QComboBox { background: #ffe0e0; }");
-    showError("bits ladder: " + why + "; the views keep " + last_good_bits_ + ".");
+void MainWindow::commitBits() {
+  const QString text = bits_->currentText().trimmed();
+  const QString why = bitsProblem(text, quantizer_->currentData().toString());
+  if (!why.isEmpty()) {  // said at the field; the views keep the last ladder
+    bits_->setStyleSheet("QComboBox { " + kRed + " }");
+    refuseField("bits", "bits ladder: " + why + "; the views keep " + last_good_bits_ + ".");
     return;
   }
   bits_->setStyleSheet(QString());
-  last_good_bits_ = bits_->currentText();
-  last_error_.clear();
+  clearFieldError("bits");
+  if (text == last_good_bits_) return;
+  last_good_bits_ = text;
   settingsChanged();
 }
 
-void MainWindow::contextEdited(const QString& text, bool finished) {
-  bool ok = false;
-  const long long T = text.trimmed().toLongLong(&ok);
-  if (ok && T >= context_->minimum() && T <= context_->maximum()) {
-    context_->setStyleSheet(QString());
-    refused_T_.clear();
-    return;
+// A scenario (or a run folder) was opened: the live views take its rate kind, its ladder (when
+// it is one quantizer's bit widths, as the fields can hold) and its water-filling budget (else
+// its primary budget), so that they and the run's tables count the same bits.
+void MainWindow::takeScenarioSettings() {
+  const Scenario* sc = source_ ? source_->scenario() : nullptr;
+  if (!sc) return;
+  QStringList notes;
+  updating_controls_ = true;
+  rate_kind_->setCurrentText(QString::fromStdString(std::string(to_string(sc->rate_kind))));
+  QString kind, bits;
+  const auto& tiers = sc->ladder.tiers;
+  for (std::size_t j = 1; j + 1 < tiers.size(); ++j) {
+    QString k;
+    for (int i = 0; i < quantizer_->count() && k.isEmpty(); ++i) {
+      const QString prefix = quantizer_->itemData(i).toString();
+      if (QString::fromStdString(tiers[j].name()) == prefix + QString::number(tiers[j].bits)) k = prefix;
+    }
+    if (k.isEmpty() || (!kind.isEmpty() && k != kind)) {
+      kind.clear();
+      break;
+    }
+    kind = k;
+    bits += (bits.isEmpty() ? "" : ",") + QString::number(tiers[j].bits);
   }
-  context_->setStyleSheet("QSpinBox { background: #ffe0e0; }");
-  refused_T_ = text;
-  // Below the range, more digits may still make it valid: said when editing ends.
-  if (ok && T < context_->minimum() && !finished) return;
-  showError(QString("context length T: %1 is outside the valid range %2 to %3 for this source; T stays %4 (type a "
-                    "value in range and press Enter).")
-                .arg(text.trimmed().isEmpty() ? QString("an empty field") : text.trimmed())
-                .arg(context_->minimum())
-                .arg(context_->maximum())
-                .arg(context_->value()));
+  if (!kind.isEmpty()) {
+    quantizer_->setCurrentIndex(quantizer_->findData(kind));
+    bits_->setCurrentText(bits);
+    bits_->setStyleSheet(QString());
+    last_good_bits_ = bits;
+  } else {
+    notes << "its ladder " + QString::fromStdString(sc->ladder.name()) + " is not one quantizer's bit widths; the live views use " +
+                 QString::fromStdString(settings().ladder);
+  }
+  double budget = sc->primary_budget;
+  if (const WaterfillAnalysis* w = sc->find<WaterfillAnalysis>()) budget = w->spec.budget;
+  if (budget >= budget_->minimum() && budget <= budget_->maximum()) {
+    budget_->setValue(budget);
+    budget_slider_->setValue(static_cast<int>(std::lround(budget * kSliderScale)));
+  } else {
+    notes << QString("its budget %1 is outside the field's range; B stays %2").arg(budget).arg(budget_->text());
+  }
+  updating_controls_ = false;
+  for (const QString& f : typedFieldNames()) clearFieldError(f);
+  QString said = "scenario settings: " + rate_kind_->currentText() + " bits, ladder " + QString::fromStdString(settings().ladder) +
+                 ", B = " + budget_->text();
+  if (!notes.isEmpty()) said += " (" + notes.join("; ") + ")";
+  sticky_status_ = said;
 }
 
 }  // namespace tierlab::explorer
