@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -173,6 +174,14 @@ struct WaterfillNumbers {
   int step_used = 0;                       // s actually used (0 when S = 0)
   double solve_ms = 0, materialize_ms = 0, recompute_ms = 0;  // materialize: the tier-local quantization
   int tiers_quantized = 0;                 // finite tiers quantized again by this call (the others were cached)
+  // The discrete allocation's eviction cut beside the continuous water level theta: the
+  // largest g_t(0) of an evicted token (NaN when none is), and where the tokens fall.
+  double eviction_cut = std::numeric_limits<double>::quiet_NaN();
+  int evicted = 0;              // tokens evicted by the allocation
+  int below_level = 0;          // tokens with g_t(0) < theta (0 continuous bits; 0 when theta is not defined)
+  int evicted_above_level = 0;  // evicted although g_t(0) >= theta (the continuous solution gives them bits)
+  int kept_below_level = 0;     // kept although g_t(0) < theta
+  int kept_below_cut = 0;       // kept although g_t(0) < the cut (the discrete cut is not a clean threshold)
 };
 
 struct HeadMapEntry {

@@ -2,6 +2,10 @@
 // What every explorer test needs: one headless QApplication (the offscreen platform, a private
 // runtime folder), created on first use, shared by the test file's cases.
 #include <QApplication>
+#include <QFocusEvent>
+#include <QKeyEvent>
+#include <QString>
+#include <QWidget>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,6 +43,29 @@ inline const std::filesystem::path& process_temp_dir(const char* what) {
     }
   } base{std::filesystem::temp_directory_path() / ("tierlab-test-" + std::string(what) + "-" + std::to_string(::getpid()))};
   return base.path;
+}
+
+// Typing as a user does: each character a key press (text only; a field inserts it), then
+// Enter, or the focus leaving the field; `clear` selects the field's text and deletes it.
+inline void type_keys(QWidget* field, const QString& text) {
+  for (const QChar c : text) {
+    QKeyEvent press(QEvent::KeyPress, 0, Qt::NoModifier, QString(c));
+    QApplication::sendEvent(field, &press);
+  }
+}
+inline void press_return(QWidget* field) {
+  QKeyEvent press(QEvent::KeyPress, Qt::Key_Return, Qt::NoModifier);
+  QApplication::sendEvent(field, &press);
+}
+inline void leave_field(QWidget* field) {
+  QFocusEvent out(QEvent::FocusOut, Qt::TabFocusReason);
+  QApplication::sendEvent(field, &out);
+}
+inline void select_all_and_delete(QWidget* field) {
+  QKeyEvent all(QEvent::KeyPress, Qt::Key_A, Qt::ControlModifier);
+  QApplication::sendEvent(field, &all);
+  QKeyEvent del(QEvent::KeyPress, Qt::Key_Delete, Qt::NoModifier);
+  QApplication::sendEvent(field, &del);
 }
 
 }  // namespace tierlab::testing

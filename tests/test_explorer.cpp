@@ -358,11 +358,11 @@ TEST_CASE("explorer window: open a trace, change the budget, export every view, 
   CHECK(w.lastError().contains("/nonexistent/scenario.yaml"));
   w.setLadderBits("kivi", "2,x");
   REQUIRE(w.waitIdle());
-  CHECK(w.lastError().contains("bits ladder: 'x' is not a bit width from 1 to 15"));
+  CHECK(w.lastError().contains("bits ladder: '2,x': 'x' is not a whole number; valid: bit widths from 1 to 15"));
   CHECK(w.statusText().contains("kivi<b>") == false);  // plain text, about the field, not a tier 'kivix'
   w.setLadderBits("kivi", "2,99");
   REQUIRE(w.waitIdle());
-  CHECK(w.lastError().contains("'99' is not a bit width"));
+  CHECK(w.lastError().contains("99 is outside the valid range 1 to 15"));
   w.setLadderBits("kivi", "2,4");
   REQUIRE(w.waitIdle());
   CHECK(w.lastError().isEmpty());

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "gui/engine_detail.hpp"
+#include "scenarios/analyses/analysis.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/head.hpp"
@@ -51,34 +52,23 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
   const std::string dir = source_->run_dir();
   if (source_->has_tables()) {
     const nlohmann::json in = read_table_json(dir + "/tables/interior.json");
-    const std::string verdict = in.value("queries", std::string("decode"));
+    std::string skipped;  // why `tierlab run` does not draw interior_vs_dominated ("" when it does)
     {
+      // The figure of `tierlab run` (its own builder, labels and statistics; the analysis says
+      // when it skips it), with the cells to hover.
       Figure f;
-      f.title = "Interior advantage vs dominated share per cell (B = " + format_label(val(in, "primary_budget")) +
-                "): rho = " + format_label(val(in, "rho"), "%.2f") + " [" + format_label(val(in, "ci_lo"), "%.2f") + ", " +
-                format_label(val(in, "ci_hi"), "%.2f") + "]";
-      f.xlabel = "dominated share (heads with R_h(2-bit) >= 1)";
-      f.ylabel = "median over heads of A (" + verdict + ")";
-      std::map<std::string, Series> by;
+      for (const AnalysisType& t : analysis_types())
+        if (t.name == "interior" && t.figures)
+          for (NamedFigure& nf : t.figures(dir))
+            if (nf.name == "interior_vs_dominated") f = std::move(nf.figure), skipped = std::move(nf.skipped);
+      if (!skipped.empty()) f.title += " - not drawn by tierlab run (see the text)";
       std::vector<HoverPoint> hv;
-      double ylo = 0, yhi = 0;
       for (const auto& p : in.value("points", nlohmann::json::array())) {
         const double x = val(p, "dominated_share"), y = val(p, "A");
         if (!std::isfinite(x) || !std::isfinite(y)) continue;
-        const std::string preset = p.value("preset", std::string("cells"));
-        Series& se = by[preset];
-        se.x.push_back(x), se.y.push_back(y);
-        ylo = std::min(ylo, y), yhi = std::max(yhi, y);
-        hv.push_back({x, y, p.value("cell", preset) + "\ndominated share " + format_label(x, "%.3f") + "\nmedian A " + format_label(y, "%.4g")});
+        hv.push_back({x, y, p.value("cell", p.value("preset", std::string("cell"))) + "\ndominated share " + format_label(x, "%.3f") + "\n" +
+                                f.ylabel + " " + format_label(y, "%.4g")});
       }
-      int k = 0;
-      for (auto& [name, se] : by) {
-        se.name = name, se.color = palette(k++), se.size = 10;
-        f.series.push_back(se);
-      }
-      pad_range(ylo, yhi, 0.12);
-      f.xmin = -0.05, f.xmax = 1.05, f.ymin = ylo, f.ymax = yhi;
-      f.series.push_back({"", Rgb{120, 120, 120}, Style::Dashed, {-1, 2}, {0, 0}, 1});
       v.figures.push_back(f);
       v.hover.push_back(hv);
     }
@@ -98,9 +88,10 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
       v.figures.push_back(f);
       v.hover.push_back(hv);
     }
-    v.info = "From the scenario run " + dir + " (tables/interior.json, tables/heads.csv).\nrho = " +
-             format_label(val(in, "rho"), "%.3f") + ", interval [" + format_label(val(in, "ci_lo"), "%.3f") + ", " +
-             format_label(val(in, "ci_hi"), "%.3f") + "], cells " + std::to_string(in.value("n_cells", 0));
+    v.info = "From the scenario run " + dir + " (tables/interior.json, tables/heads.csv): the figures of `tierlab run` "
+             "(figures/interior_vs_dominated, figures/advantage_vs_budget); summary.md states rho, its interval and the "
+             "verdict when the cells allow them.\ncells: " + std::to_string(in.value("n_cells", 0)) +
+             (skipped.empty() ? std::string() : "\ninterior_vs_dominated is not drawn by tierlab run: " + skipped);
     v.seconds = ms_since(t0) / 1000;
     return v;
   }

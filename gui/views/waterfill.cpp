@@ -65,18 +65,66 @@ std::vector<int> plot_ranks(int n, int target = 700) {
   return r;
 }
 
-// What the water level means for the allocation shown (its family: num.option's letter).
-std::string family_level_text(const WaterfillNumbers& num) {
+// The title's short form: the water level (family M) or the option shown without one.
+std::string family_level_title(const WaterfillNumbers& num) {
+  const char family = num.option.empty() ? '-' : num.option[0];
+  if (family == 'M') return "water level theta = " + format_label(num.theta, "%.3g");
+  if (family == 'Q' || family == 'E') return num.option + ", no water level";
+  return "no feasible allocation";
+}
+
+// What the allocation shown is, in words, with its counts per tier (its family: num.option's
+// letter): Q:tau holds tau and exact (no eviction), E exact and evict, M the whole ladder.
+std::string family_level_text(const WaterfillNumbers& num, const RateLadder& ladder) {
   const char family = num.option.empty() ? '-' : num.option[0];
   const std::string theta = "theta = " + format_label(num.theta, "%.3g");
-  if (family == 'M') return "water level " + theta;
+  std::vector<int> count(static_cast<std::size_t>(ladder.size()), 0);
+  for (auto t : num.tiers) ++count[t];
+  std::string used;
+  for (int j = ladder.size() - 1; j >= 0; --j)
+    if (count[static_cast<std::size_t>(j)] > 0)
+      used += (used.empty() ? "" : ", ") + std::to_string(count[static_cast<std::size_t>(j)]) + " " +
+              (j == 0 ? std::string("evicted") : ladder.tiers[static_cast<std::size_t>(j)].name());
+  if (family == 'M') return "water level " + theta + "; allocation M: " + used;
   if (family == 'Q')
-    return "family Q has no water level (every token at " + num.option.substr(num.option.find(':') + 1) +
-           "; the mixed family's continuous " + theta + " not drawn)";
+    return "family Q has no water level: " + num.option + " quantizes every kept token at " + num.option.substr(num.option.find(':') + 1) +
+           " or keeps it exact, evicting none (" + used + "); the mixed family's continuous " + theta + " is not drawn";
   if (family == 'E')
-    return "family E has no water level (tokens kept exact or evicted; the mixed family's continuous " + theta +
-           " not drawn)";
+    return "family E has no water level: tokens kept exact or evicted (" + used + "); the mixed family's continuous " + theta +
+           " is not drawn";
   return "no feasible allocation at this budget";
+}
+
+// Where the tokens fall: the discrete eviction cut (the heaviest evicted token's g_t(0))
+// against the continuous water level theta.
+void eviction_cut(const std::vector<double>& g0, const std::vector<std::uint8_t>& tiers, WaterfillNumbers& num) {
+  const bool level = std::isfinite(num.theta) && num.theta > 0;
+  double cut = -1;
+  for (std::size_t t = 0; t < tiers.size(); ++t)
+    if (tiers[t] == 0) ++num.evicted, cut = std::max(cut, g0[t]);
+  num.eviction_cut = num.evicted > 0 ? cut : kNaN;
+  for (std::size_t t = 0; t < tiers.size(); ++t) {
+    const bool below = level && g0[t] < num.theta;
+    num.below_level += below;
+    num.evicted_above_level += level && tiers[t] == 0 && !below;
+    num.kept_below_level += below && tiers[t] != 0;
+    num.kept_below_cut += num.evicted > 0 && tiers[t] != 0 && g0[t] < cut;
+  }
+}
+
+// The eviction cut in words, beside the water level.
+std::string eviction_cut_text(const WaterfillNumbers& num, int T) {
+  if (num.tiers.empty()) return {};
+  if (num.evicted == 0) return "discrete allocation: no token evicted (no eviction cut)";
+  std::string s = "discrete eviction cut at g_t(0) = " + format_label(num.eviction_cut, "%.3g") + ": " + std::to_string(num.evicted) +
+                  " of " + std::to_string(T) + " tokens evicted";
+  if (num.kept_below_cut > 0) s += " (" + std::to_string(num.kept_below_cut) + " kept tokens lie below the cut: not a clean threshold)";
+  if (std::isfinite(num.theta) && num.theta > 0)
+    s += "; continuous water level: " + std::to_string(num.below_level) + " tokens below theta get 0 bits; " +
+         std::to_string(num.evicted_above_level) +
+         " evicted tokens lie above theta (their continuous b_t is below the lowest finite tier's bits, which the "
+         "discrete ladder cannot give), " + std::to_string(num.kept_below_level) + " kept tokens lie below it";
+  return s;
 }
 
 }  // namespace
@@ -270,7 +318,7 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
   const char family = num.option.empty() ? '-' : num.option[0];
   const bool level_shown = family == 'M' && std::isfinite(num.theta) && num.theta > 0;
   Figure lv;
-  lv.title = "Reverse water-filling, " + head + ", B = " + format_label(s.budget) + " bits: " + family_level_text(num);
+  lv.title = "Reverse water-filling, " + head + ", B = " + format_label(s.budget) + " bits: " + family_level_title(num);
   lv.xlabel = "token rank by weight a_t (1 = heaviest, log)";
   lv.ylabel = e.fit.fitted ? "marginal return per bit at 0 bits, g_t(0) (log)" : "token weight a_t (log)";
   lv.xlog = true;
@@ -289,6 +337,11 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
   if (level_shown)
     lv.series.push_back({"water level theta (continuous: g_t(0) < theta gets 0 bits)", palette(3), Style::Dashed,
                          {lv.xmin, lv.xmax}, {num.theta, num.theta}, 1});
+  // The discrete allocation's eviction cut: the heaviest evicted token; evicted tokens lie on
+  // or below it (and above theta where the ladder has no tier as low as their continuous bits).
+  if (std::isfinite(num.eviction_cut) && num.eviction_cut > 0)
+    lv.series.push_back({"discrete eviction cut (heaviest evicted token: " + std::to_string(num.evicted) + " evicted on or below)",
+                         Rgb{60, 60, 60}, Style::Line, {lv.xmin, lv.xmax}, {std::max(num.eviction_cut, floor_g), std::max(num.eviction_cut, floor_g)}, 0});
 
   Figure bf;
   bf.title = "Bits per token, " + head + " (" + (num.option.empty() ? std::string("infeasible") : num.option) + ", " +
@@ -333,9 +386,10 @@ std::string Engine::waterfill_info_(const LadderEntry& e, const HeadData& hd, co
        << hd.obs_queries.rows() << " observation queries, S = " << hd.decode_keys.rows() << " decode steps\n";
   if (e.fit.fitted)
     info << "noise model n_h(b) = " << format_label(num.alpha, "%.3g") << " * " << format_label(num.beta, "%.3f")
-         << "^(-b)\n" << family_level_text(num) << "\n";
+         << "^(-b)\n" << family_level_text(num, ladder) << "\n";
   else
     info << "noise model not fitted (" << e.fit.note << "); y shows a_t\n";
+  if (feasible) info << eviction_cut_text(num, T) << "\n";
   if (!feasible) {
     info << "family " << to_string(s.family) << " is infeasible at B = " << format_label(s.budget) << " on " << ladder.name() << "\n";
   } else {
@@ -383,6 +437,7 @@ ViewResult Engine::waterfill(const Settings& s, WaterfillNumbers* out, const std
   check(cancel);
 
   const HeadSolution hr = waterfill_allocation_(*e, hd, ladder, s, num, cancel);
+  if (!hr.tiers.empty()) eviction_cut(g0, hr.tiers, num);
 
   // Figures.
   const std::string head = "L" + std::to_string(s.layer) + ".H" + std::to_string(s.kv_head);
