@@ -272,6 +272,7 @@ TEST_CASE("A damaged cell file is named and moved aside and recomputed and tempo
   // The recomputed cell is the same computation as the original (seconds aside).
   auto strip = [](nlohmann::json j) {
     j.erase("seconds");
+    j.erase("content_hash");  // a hash over the payload, seconds included
     return j;
   };
   CHECK(strip(nlohmann::json::parse(slurp(cell0))) == strip(nlohmann::json::parse(good0)));
@@ -289,4 +290,95 @@ TEST_CASE("tierlab run into a folder computed for another budget says on stderr 
                                   "other inputs") &&
                       Catch::Contains("cell 'tiny-s3-T48'"));
   CHECK_THAT(slurp(out + "/cells/tiny-s0-T48.json"), Catch::Contains("\"cell_hash\""));
+}
+
+namespace {
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(slurp(path)); }
+void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path, std::ios::trunc) << j.dump(1); }
+
+}  // namespace
+
+TEST_CASE("A cell file that parses but holds a string number, a missing budget, reordered budgets or a wrong id is "
+          "named with its field, moved aside and recomputed, never used",
+          "[reliability]") {
+  TempDir dir("faults-invalid-cells");
+  const Scenario s = parse_scenario(tiny_yaml(), dir.file("s.yaml"));
+  RunOptions opt;
+  opt.out = dir.file("out");
+  opt.progress = false;
+  std::vector<std::string> notes;
+  opt.on_note = [&](const std::string& n) { notes.push_back(n); };
+  run_scenario(s, opt);
+  const auto before = tables(opt.out);
+  const auto cell = [&](int i) { return opt.out + "/cells/tiny-s" + std::to_string(i) + "-T48.json"; };
+  // Files of an earlier version (no content hash), so only the content checks can catch them.
+  std::vector<nlohmann::json> j;
+  for (int i = 0; i < 4; ++i) {
+    j.push_back(read_json(cell(i)));
+    REQUIRE(j.back().contains("content_hash"));
+    j.back().erase("content_hash");
+  }
+  j[0]["budgets"][0]["A"] = "0.5";                                     // a number given as a string
+  j[1]["budgets"].erase(1);                                            // a budget missing
+  std::swap(j[2]["budgets"][0], j[2]["budgets"][1]);                   // budgets reordered
+  j[3]["id"] = "tiny-s0-T48";                                          // another cell's id
+  for (int i = 0; i < 4; ++i) write_json(cell(i), j[i]);
+  const RunResult r = run_scenario(s, opt);
+  CHECK(r.cells_damaged == 4);
+  CHECK(r.cells_computed == 4);
+  CHECK(r.tables_written);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(fs::exists(cell(i) + ".invalid-1"));
+    CHECK(read_json(cell(i)).contains("content_hash"));
+  }
+  const auto note_of = [&](int i) {  // the latest note about cell i
+    for (const auto& n : std::vector<std::string>(notes.rbegin(), notes.rend()))
+      if (n.find("'" + cell(i) + "'") != std::string::npos && n.find("Moved aside") != std::string::npos) return n;
+    return std::string();
+  };
+  CHECK_THAT(note_of(0), Catch::Contains("field 'budgets[0].A' is \"0.5\", a number given as a string"));
+  CHECK_THAT(note_of(1), Catch::Contains("field 'budgets' has 1 entries; the scenario has 2 budgets"));
+  CHECK_THAT(note_of(2), Catch::Contains("field 'budgets[0].budget' is 4.0; the scenario's budget 1 is 2"));
+  CHECK_THAT(note_of(3), Catch::Contains("field 'id' is \"tiny-s0-T48\", not the file's name \"tiny-s3-T48\""));
+  CHECK(tables(opt.out) == before);  // the recomputed cells give the tables of the first run
+  // A second file moved aside for the same cell does not replace the first.
+  nlohmann::json again = read_json(cell(0));
+  again.erase("content_hash");
+  again["n_heads"] = "2";
+  write_json(cell(0), again);
+  CHECK(run_scenario(s, opt).cells_damaged == 1);
+  CHECK(fs::exists(cell(0) + ".invalid-2"));
+  CHECK_THAT(note_of(0), Catch::Contains("field 'n_heads' is \"2\""));
+}
+
+TEST_CASE("A cell file records a content hash that catches an edited number and a cell file of an earlier version "
+          "without one is still used",
+          "[reliability]") {
+  TempDir dir("faults-content-hash");
+  const Scenario s = parse_scenario(tiny_yaml(), dir.file("s.yaml"));
+  RunOptions opt;
+  opt.out = dir.file("out");
+  opt.progress = false;
+  std::vector<std::string> notes;
+  opt.on_note = [&](const std::string& n) { notes.push_back(n); };
+  run_scenario(s, opt);
+  const std::string cell0 = opt.out + "/cells/tiny-s0-T48.json", cell1 = opt.out + "/cells/tiny-s1-T48.json";
+  nlohmann::json edited = read_json(cell0);
+  REQUIRE(edited["content_hash"].is_string());
+  REQUIRE(edited["content_hash"] == cell_content_hash(edited));
+  edited["budgets"][1]["A"] = 0.123456;  // a plausible number: only the hash can tell
+  write_json(cell0, edited);
+  nlohmann::json old = read_json(cell1);
+  old.erase("content_hash");  // as written before content hashes
+  write_json(cell1, old);
+  const RunResult r = run_scenario(s, opt);
+  CHECK(r.cells_damaged == 1);
+  CHECK(r.cells_computed == 1);
+  CHECK(r.cells_skipped == 3);
+  CHECK(fs::exists(cell0 + ".damaged"));
+  CHECK_FALSE(fs::exists(cell1 + ".damaged"));
+  CHECK_FALSE(read_json(cell1).contains("content_hash"));  // used as it is
+  CHECK_THAT(notes.back(), Catch::Contains("cell file '" + cell0 + "': field 'content_hash' is \"") &&
+                               Catch::Contains("the file was edited or damaged after it was written"));
 }

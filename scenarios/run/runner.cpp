@@ -139,8 +139,183 @@ CellFile read_cell_file(const std::string& path) {
   } else if (f.json.contains("cell_hash") && !f.json["cell_hash"].is_string()) {
     f.damage = "cell file '" + path + "' has a 'cell_hash' that is not a string.";
     f.json = nlohmann::json();
+  } else if (f.json.contains("content_hash")) {
+    // Written since issue 33: the hash of everything else in the file. Files of earlier
+    // versions have none and are checked by their content only (validate_cell_file).
+    const nlohmann::json& recorded = f.json["content_hash"];
+    const std::string now = cell_content_hash(f.json);
+    if (!recorded.is_string() || recorded.get<std::string>() != now) {
+      f.damage = "cell file '" + path + "': field 'content_hash' is " + json_excerpt(recorded) +
+                 ", but the file's content hashes to \"" + now + "\" (the file was edited or damaged after it was written).";
+      f.json = nlohmann::json();
+    }
   }  // a cell without a hash was written before cell hashes: stale, not damaged
   return f;
+}
+
+std::string cell_content_hash(const nlohmann::json& cell) {
+  nlohmann::json payload = cell;
+  if (payload.is_object()) payload.erase("content_hash");
+  const std::string text = payload.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return hex64(fnv1a64(text.data(), text.size()));
+}
+
+namespace {
+
+// What a field of a cell must hold.
+enum class Kind { Number, NumberOrNull, Count, Bool, String, Object, Array };
+
+const char* kind_text(Kind k) {
+  switch (k) {
+    case Kind::Number: return "a number";
+    case Kind::NumberOrNull: return "a number or null";
+    case Kind::Count: return "a whole number >= 0";
+    case Kind::Bool: return "true or false";
+    case Kind::String: return "a string";
+    case Kind::Object: return "an object";
+    case Kind::Array: return "an array";
+  }
+  return "";
+}
+
+bool has_kind(const nlohmann::json& v, Kind k) {
+  switch (k) {
+    case Kind::Number: return v.is_number();
+    case Kind::NumberOrNull: return v.is_number() || v.is_null();
+    case Kind::Count: return v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+    case Kind::Bool: return v.is_boolean();
+    case Kind::String: return v.is_string();
+    case Kind::Object: return v.is_object();
+    case Kind::Array: return v.is_array();
+  }
+  return false;
+}
+
+struct Field {
+  const char* key;
+  Kind kind;
+  bool required;
+};
+
+// The keys of a cell the runner and the interior analysis's tables read (analyses/interior.cpp
+// add_budgets), with what each must hold. Keys not listed are checked by the generic rule (no
+// number given as a string) only.
+const std::vector<Field> kCellFields = {
+    {"id", Kind::String, true},          {"n_heads", Kind::Count, false},    {"prompt_len", Kind::Count, false},
+    {"decode_steps", Kind::Count, false}, {"seconds", Kind::Number, false},   {"backend", Kind::String, false},
+    {"logit_scale", Kind::NumberOrNull, false}, {"seed", Kind::Number, false}, {"dominated_share", Kind::NumberOrNull, false},
+    {"R2", Kind::Array, false},          {"budgets", Kind::Array, false}};
+const std::vector<Field> kBudgetFields = {
+    {"budget", Kind::Number, true},          {"A", Kind::NumberOrNull, true},          {"A_decode", Kind::NumberOrNull, false},
+    {"A_obs", Kind::NumberOrNull, false},    {"A_surrogate", Kind::NumberOrNull, false}, {"A_median", Kind::NumberOrNull, false},
+    {"A_sum", Kind::NumberOrNull, false},    {"share_M_wins", Kind::NumberOrNull, false},
+    {"A_clipped_mean", Kind::NumberOrNull, false}, {"A_routed", Kind::NumberOrNull, false},
+    {"share_below_floor", Kind::NumberOrNull, false}, {"below_floor", Kind::Count, false},
+    {"defined", Kind::Count, false},        {"heads", Kind::Array, true},             {"wins", Kind::Object, true},
+    {"winner", Kind::String, true},          {"rates", Kind::Object, false},           {"model", Kind::Object, false}};
+const std::vector<Field> kHeadFields = {
+    {"layer", Kind::Count, true},          {"kv_head", Kind::Count, true},        {"A", Kind::NumberOrNull, true},
+    {"A_surrogate", Kind::NumberOrNull, false}, {"err_Q", Kind::NumberOrNull, false}, {"err_E", Kind::NumberOrNull, false},
+    {"err_M", Kind::NumberOrNull, false}, {"code_Q", Kind::NumberOrNull, false},  {"total_Q", Kind::NumberOrNull, false},
+    {"code_E", Kind::NumberOrNull, false}, {"total_E", Kind::NumberOrNull, false}, {"code_M", Kind::NumberOrNull, false},
+    {"total_M", Kind::NumberOrNull, false}, {"repaired", Kind::String, false},     {"below_floor", Kind::Bool, false},
+    {"option_Q", Kind::String, false},    {"winner", Kind::String, true},         {"dominated_2bit", Kind::Bool, false},
+    {"err_dense_surrogate", Kind::NumberOrNull, false}, {"err_dense_obs", Kind::NumberOrNull, false}};
+
+// A problem found in a cell: the field (a JSON path such as "budgets[2].heads[7].A") and why.
+struct CellProblem : std::exception {
+  std::string field, text;
+  CellProblem(std::string f, std::string t) : field(std::move(f)), text(std::move(t)) {}
+};
+
+void check_fields(const nlohmann::json& obj, const std::string& at, const std::vector<Field>& fields) {
+  if (!obj.is_object()) throw CellProblem(at, "is " + json_excerpt(obj) + "; it must be an object");
+  for (const Field& f : fields) {
+    const std::string name = at.empty() ? f.key : at + "." + f.key;
+    if (!obj.contains(f.key)) {
+      if (f.required) throw CellProblem(name, "is missing");
+      continue;
+    }
+    const nlohmann::json& v = obj[f.key];
+    if (!has_kind(v, f.kind))
+      throw CellProblem(name, "is " + json_excerpt(v) + "; it must be " + kind_text(f.kind));
+  }
+}
+
+// A string that reads wholly as a number ("0.5", "nan", "1e3"): a number given as a string.
+bool looks_like_number(const std::string& s) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+// Every value of the cell: no number written as a string (the tables would read it as a number).
+void check_no_string_numbers(const nlohmann::json& v, const std::string& at) {
+  if (at == "trace") return;  // a file name, whatever it reads as
+  if (v.is_string()) {
+    if (looks_like_number(v.get<std::string>()))
+      throw CellProblem(at, "is " + json_excerpt(v) + ", a number given as a string; it must be a JSON number");
+  } else if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) check_no_string_numbers(it.value(), at.empty() ? it.key() : at + "." + it.key());
+  } else if (v.is_array()) {
+    for (std::size_t i = 0; i < v.size(); ++i) check_no_string_numbers(v[i], at + "[" + std::to_string(i) + "]");
+  }
+}
+
+std::string budget_text(double b) {
+  std::ostringstream s;
+  s.precision(17);
+  s << b;
+  return s.str();
+}
+
+void check_cell(const Scenario& sc, const ScenarioCell& cell, const nlohmann::json& j) {
+  check_fields(j, "", kCellFields);
+  if (j["id"].get<std::string>() != cell.id)
+    throw CellProblem("id", "is " + json_excerpt(j["id"]) + ", not the file's name \"" + cell.id + "\"");
+  check_no_string_numbers(j, "");
+  const bool interior = std::any_of(sc.analyses.begin(), sc.analyses.end(),
+                                    [](const auto& a) { return a && a->name() == "interior"; });
+  if (!interior && !j.contains("budgets")) return;
+  if (!j.contains("budgets")) throw CellProblem("budgets", "is missing");
+  if (!j.contains("n_heads")) throw CellProblem("n_heads", "is missing");
+  const nlohmann::json& budgets = j["budgets"];
+  const std::size_t n_heads = j["n_heads"].get<std::size_t>();
+  if (budgets.size() != sc.budgets.size())
+    throw CellProblem("budgets", "has " + std::to_string(budgets.size()) + " entries; the scenario has " +
+                                     std::to_string(sc.budgets.size()) + " budgets");
+  for (std::size_t bi = 0; bi < budgets.size(); ++bi) {
+    const std::string at = "budgets[" + std::to_string(bi) + "]";
+    const nlohmann::json& b = budgets[bi];
+    check_fields(b, at, kBudgetFields);
+    const double B = b["budget"].get<double>(), want = sc.budgets[bi];
+    if (!(std::abs(B - want) <= 1e-12 * std::max(1.0, std::abs(want))))
+      throw CellProblem(at + ".budget", "is " + json_excerpt(b["budget"]) + "; the scenario's budget " +
+                                            std::to_string(bi + 1) + " is " + budget_text(want) +
+                                            " (the budgets must be the scenario's, in its order)");
+    const nlohmann::json& heads = b["heads"];
+    if (heads.size() != n_heads)
+      throw CellProblem(at + ".heads", "has " + std::to_string(heads.size()) + " heads; the cell has n_heads = " +
+                                           std::to_string(n_heads));
+    for (std::size_t h = 0; h < heads.size(); ++h) check_fields(heads[h], at + ".heads[" + std::to_string(h) + "]", kHeadFields);
+    for (const char* fam : {"Q", "E", "M"})
+      if (!b["wins"].contains(fam) || !has_kind(b["wins"][fam], Kind::Count))
+        throw CellProblem(at + ".wins." + fam, "is " + (b["wins"].contains(fam) ? json_excerpt(b["wins"][fam]) : std::string("missing")) +
+                                                   "; it must be a whole number >= 0");
+  }
+}
+
+}  // namespace
+
+std::string validate_cell_file(const Scenario& sc, const ScenarioCell& cell, const std::string& path,
+                               const nlohmann::json& j) {
+  try {
+    check_cell(sc, cell, j);
+  } catch (const CellProblem& p) {
+    return "cell file '" + path + "': field '" + p.field + "' " + p.text + ".";
+  }
+  return "";
 }
 
 nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomputer& backend,
@@ -286,6 +461,8 @@ Shard parse_shard(const std::string& text) {
 
 void write_cell_file(const std::string& out, const ScenarioCell& cell, nlohmann::json j, const std::string& hash) {
   j["cell_hash"] = hash;
+  j.erase("content_hash");
+  j["content_hash"] = cell_content_hash(j);
   write_file_atomically(cell_path(out, cell), j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
@@ -300,10 +477,25 @@ std::vector<std::string> unfinished_cells(const Scenario& sc, const std::string&
       continue;
     }
     const CellFile f = read_cell_file(path);
-    if (!f.damage.empty() || f.json.value("cell_hash", std::string()) != hashes.at(c.id)) missing.push_back(c.id);
+    if (!f.damage.empty() || f.json.value("cell_hash", std::string()) != hashes.at(c.id) ||
+        !validate_cell_file(sc, c, path, f.json).empty())
+      missing.push_back(c.id);
   }
   return missing;
 }
+
+namespace {
+
+// path + suffix + n for the first n >= 1 that names nothing yet.
+std::string free_aside_name(const std::string& path, const std::string& suffix) {
+  for (int n = 1;; ++n) {
+    const std::string name = path + suffix + std::to_string(n);
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(name, ec)) || n >= 100000) return name;
+  }
+}
+
+}  // namespace
 
 RunPlan plan_run(const Scenario& sc, const RunOptions& opt, const std::vector<std::size_t>* only) {
   if (opt.out.empty()) throw InputError("run: the output folder (--out) is empty.");
@@ -349,6 +541,15 @@ RunPlan plan_run(const Scenario& sc, const RunOptions& opt, const std::vector<st
                           (f.json.contains("cell_hash") ? f.json["cell_hash"].get<std::string>() : std::string("none")) +
                           ", now " + plan.hashes[c.id] +
                           ": the scenario's settings or the cell's trace changed); recomputing it.");
+      } else if (const std::string invalid = validate_cell_file(sc, c, path, f.json); !invalid.empty()) {
+        // Parsed, for these inputs, but not what the scenario's cell holds: never used.
+        const std::string aside = free_aside_name(path, ".invalid-");
+        std::error_code ec;
+        fs::rename(path, aside, ec);
+        ++res.cells_damaged;
+        run_note(opt, invalid + " " +
+                          (ec ? "It could not be moved aside (" + ec.message() + "); recomputing cell '" + c.id + "'."
+                              : "Moved aside to '" + aside + "'; recomputing cell '" + c.id + "'."));
       } else {
         finished = true;
       }
@@ -470,6 +671,8 @@ void write_run_tables(const Scenario& sc, const std::string& out, const std::map
     if (f.json.value("cell_hash", std::string()) != hashes.at(c.id))
       throw InputError("cell file '" + cell_path(out, c) + "' changed during the run (another run into '" + out +
                        "'?); rerun to recompute it.");
+    if (const std::string invalid = validate_cell_file(sc, c, cell_path(out, c), f.json); !invalid.empty())
+      throw InputError(invalid + " Rerun to move it aside and recompute it.");
     cells.push_back(std::move(f.json));
   }
   // Traces left by cells of killed runs of earlier versions (traces/<cell id>.safetensors).

@@ -16,7 +16,9 @@
 // synthetic parameters, or the trace file's / checkpoint's content hash (its bytes, hashed
 // once per run)). A rerun recomputes a cell whose file records another hash, and says so; a
 // damaged cell file (truncated, not JSON, not a cell) is named, moved aside to
-// "<file>.damaged" and recomputed. Temporary files "*.tmp-<pid>" of killed runs under DIR are
+// "<file>.damaged" and recomputed; a cell file that parses but is not the scenario's cell
+// (validate_cell_file: wrong id, budgets or heads, a field of the wrong type, a content hash that
+// does not match) is named, moved aside to "<file>.invalid-<n>" and recomputed. Temporary files "*.tmp-<pid>" of killed runs under DIR are
 // removed at the start of a run.
 //
 // A cell (one trace, all budgets B of the scenario) is what the scenario's analyses
@@ -162,7 +164,19 @@ struct CellFile {
   nlohmann::json json;
   std::string damage;  // "" when the file is a cell
 };
+// A cell file written since issue 33 also records "content_hash": cell_content_hash of the
+// file's JSON without that key; read_cell_file reports a file whose content does not match it
+// as damaged. Files without it (earlier versions) are read as before.
 CellFile read_cell_file(const std::string& path);
+// FNV-1a (16 hex digits) of the compact JSON of the cell without its "content_hash".
+std::string cell_content_hash(const nlohmann::json& cell);
+// A parsed cell file checked against the scenario: "id" is the cell's id (the file's name);
+// with the interior analysis, "budgets" holds exactly the scenario's budgets in its order, each
+// with n_heads heads; the fields the tables read have their types (numbers, counts, strings);
+// no value anywhere is a number given as a string. "" when the cell passes, else one line
+// naming the file, the field and its value. A cell that fails is moved aside by plan_run to
+// "<file>.invalid-<n>" and recomputed, never used.
+std::string validate_cell_file(const Scenario&, const ScenarioCell&, const std::string& path, const nlohmann::json& cell);
 
 // Set by the SIGINT/SIGTERM handler that run_scenario installs for its duration (SigintScope).
 std::atomic<bool>& run_stop_flag();
