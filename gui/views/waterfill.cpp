@@ -339,7 +339,14 @@ ViewResult Engine::waterfill_figures_(const LadderEntry& e, const RateLadder& la
                          {lv.xmin, lv.xmax}, {num.theta, num.theta}, 1});
   // The discrete allocation's eviction cut: the heaviest evicted token; evicted tokens lie on
   // or below it (and above theta where the ladder has no tier as low as their continuous bits).
-  if (std::isfinite(num.eviction_cut) && num.eviction_cut > 0)
+  // (The level's and the cut's legend rows are there for every family, so the plot keeps its
+  // size when the family changes.)
+  if (!level_shown)
+    lv.series.push_back({"no water level (" + (num.option.empty() ? std::string("infeasible") : "family " + num.option) + ")",
+                         palette(3), Style::Dashed, {}, {}, 0});
+  if (!(std::isfinite(num.eviction_cut) && num.eviction_cut > 0))
+    lv.series.push_back({"no eviction cut (no token evicted)", Rgb{60, 60, 60}, Style::Line, {}, {}, 0});
+  else
     lv.series.push_back({"discrete eviction cut (heaviest evicted token: " + std::to_string(num.evicted) + " evicted on or below)",
                          Rgb{60, 60, 60}, Style::Line, {lv.xmin, lv.xmax}, {std::max(num.eviction_cut, floor_g), std::max(num.eviction_cut, floor_g)}, 0});
 
