@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <sstream>
 #include <map>
 #include <random>
 #include <string>
@@ -381,4 +383,57 @@ TEST_CASE("A cell file records a content hash that catches an edited number and 
   CHECK_FALSE(read_json(cell1).contains("content_hash"));  // used as it is
   CHECK_THAT(notes.back(), Catch::Contains("cell file '" + cell0 + "': field 'content_hash' is \"") &&
                                Catch::Contains("the file was edited or damaged after it was written"));
+}
+
+TEST_CASE("tierlab figure on a table with a value of the wrong type names the file the row and the column with exit "
+          "status 2",
+          "[reliability]") {
+  TempDir dir("faults-figure-tables");
+  const std::string out = dir.file("out");
+  std::string err;
+  REQUIRE(run_cli("run '" + write_scenario(dir, tiny_yaml()) + "' --out '" + out + "'", err) == 0);
+  const std::string interior = out + "/tables/interior.json", heads = out + "/tables/heads.csv";
+  const std::string good_interior = slurp(interior), good_heads = slurp(heads);
+  const auto figure = [&](std::string& e) { return run_cli("figure '" + out + "'", e); };
+  REQUIRE(figure(err) == 0);
+
+  nlohmann::json j = nlohmann::json::parse(good_interior);
+  j["budgets"][0]["median_A_heads"] = "0.5";
+  write_json(interior, j);
+  CHECK(figure(err) == 2);
+  CHECK_THAT(err, Catch::Contains("the table '" + interior + "', row 1 of 'budgets', column 'median_A_heads': \"0.5\" "
+                                  "is a number given as a string"));
+  j = nlohmann::json::parse(good_interior);
+  j["budgets"][1]["budget"] = true;
+  write_json(interior, j);
+  CHECK(figure(err) == 2);
+  CHECK_THAT(err, Catch::Contains("row 2 of 'budgets', column 'budget': true is true/false, but row 1 holds a number"));
+  std::ofstream(interior, std::ios::trunc) << good_interior;
+
+  const auto edit_heads = [&](const std::function<void(std::vector<std::string>&)>& edit) {
+    std::vector<std::string> lines;
+    std::istringstream in(good_heads);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    edit(lines);
+    std::ofstream o(heads, std::ios::trunc);
+    for (const auto& l : lines) o << l << "\n";
+  };
+  edit_heads([](std::vector<std::string>& l) { l[0].replace(l[0].find(",budget,"), 8, ",budgte,"); });
+  CHECK(figure(err) == 2);  // was: internal error: map::at
+  CHECK_THAT(err, Catch::Contains("the table '" + heads + "', header line: the column 'budget' is missing"));
+  edit_heads([](std::vector<std::string>& l) {
+    std::vector<std::string> f;
+    std::istringstream row(l[3]);
+    for (std::string x; std::getline(row, x, ',');) f.push_back(x);
+    f[7] = "abc";  // column A
+    l[3].clear();
+    for (std::size_t i = 0; i < f.size(); ++i) l[3] += (i ? "," : "") + f[i];
+  });
+  CHECK(figure(err) == 2);
+  CHECK_THAT(err, Catch::Contains("the table '" + heads + "', row 3, column 'A': 'abc' is not a number"));
+  edit_heads([](std::vector<std::string>& l) { l[2] += ",x"; });
+  CHECK(figure(err) == 2);
+  CHECK_THAT(err, Catch::Contains("the table '" + heads + "', row 2: 24 fields; the header has 23 columns"));
+  std::ofstream(heads, std::ios::trunc) << good_heads;
+  CHECK(figure(err) == 0);
 }

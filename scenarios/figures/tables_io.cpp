@@ -2,8 +2,10 @@
 #include "scenarios/figures/tables_io.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,14 +15,94 @@
 
 namespace tierlab {
 
+namespace {
+
+// A string that reads wholly as a number ("0.5", "nan", "-inf", "1e3").
+bool reads_as_number(const std::string& s) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return false;
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+const char* json_kind(const nlohmann::json& v) {
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "true/false";
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "an array";
+  return "null";
+}
+
+std::string excerpt(const nlohmann::json& v) {
+  std::string t = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return t.size() > 120 ? t.substr(0, 117) + "..." : t;
+}
+
+[[noreturn]] void table_fault(const std::string& path, const std::string& where, const std::string& column,
+                              const std::string& what) {
+  throw InputError("the table '" + path + "', " + where + ", column '" + column + "': " + what +
+                   "; rerun `tierlab run` to rewrite the tables.");
+}
+
+// Every array of row objects in a JSON table (at any depth): a column holds one kind of
+// value in every row (null aside, the tables' "not defined"), and no number is a string.
+void check_rows(const std::string& path, const nlohmann::json& v, const std::string& at) {
+  if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string here = at.empty() ? it.key() : at + "." + it.key();
+      if (it.value().is_string() && reads_as_number(it.value().get<std::string>()))
+        table_fault(path, "at '" + (at.empty() ? std::string("top level") : at) + "'", it.key(),
+                    excerpt(it.value()) + " is a number given as a string");
+      check_rows(path, it.value(), here);
+    }
+    return;
+  }
+  if (!v.is_array()) return;
+  std::map<std::string, std::pair<const char*, std::size_t>> kind;  // column -> kind and first row with it
+  for (std::size_t r = 0; r < v.size(); ++r) {
+    const nlohmann::json& row = v[r];
+    const std::string where = "row " + std::to_string(r + 1) + " of '" + (at.empty() ? std::string("the table") : at) + "'";
+    if (!row.is_object()) {
+      check_rows(path, row, at + "[" + std::to_string(r) + "]");
+      continue;
+    }
+    for (auto it = row.begin(); it != row.end(); ++it) {
+      const nlohmann::json& x = it.value();
+      if (x.is_null()) continue;
+      if (x.is_string() && reads_as_number(x.get<std::string>()))
+        table_fault(path, where, it.key(), excerpt(x) + " is a number given as a string");
+      const auto k = kind.emplace(it.key(), std::pair{json_kind(x), r}).first->second;
+      if (std::string(k.first) != json_kind(x))
+        table_fault(path, where, it.key(),
+                    excerpt(x) + " is " + json_kind(x) + ", but row " + std::to_string(k.second + 1) + " holds " + k.first);
+    }
+    check_rows(path, row, at + "[" + std::to_string(r) + "]");
+  }
+}
+
+// The columns the figure builders read from a CSV table, by file name.
+const std::map<std::string, std::vector<std::string>>& required_csv_columns() {
+  static const std::map<std::string, std::vector<std::string>> m = {{"heads.csv", {"budget", "A"}}};
+  return m;
+}
+
+// A CSV cell that is a number ("nan" included: a number not defined).
+bool csv_number(const std::string& s) { return reads_as_number(s); }
+
+}  // namespace
+
 nlohmann::json read_table_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError("the table '" + path + "' is missing; run `tierlab run` first.");
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw InputError("the table '" + path + "' is not valid JSON (" + e.what() + ").");
   }
+  check_rows(path, j, "");
+  return j;
 }
 
 std::map<std::string, std::vector<std::string>> read_table_csv(const std::string& path) {
@@ -35,11 +117,48 @@ std::map<std::string, std::vector<std::string>> read_table_csv(const std::string
     while (std::getline(ss, x, ',')) names.push_back(x);
   }
   std::map<std::string, std::vector<std::string>> cols;
-  for (const auto& n : names) cols[n];  // every header column exists, even with no rows
+  for (const auto& n : names)
+    if (!cols.emplace(n, std::vector<std::string>()).second)
+      throw InputError("the table '" + path + "', header line: the column '" + n +
+                       "' appears twice; rerun `tierlab run` to rewrite the tables.");
+  const std::string base = path.substr(path.find_last_of('/') + 1);
+  if (const auto req = required_csv_columns().find(base); req != required_csv_columns().end())
+    for (const auto& c : req->second)
+      if (!cols.count(c))
+        throw InputError("the table '" + path + "', header line: the column '" + c +
+                         "' is missing (the header is '" + line.substr(0, 200) +
+                         "'); rerun `tierlab run` to rewrite the tables.");
+  std::size_t row = 0;
   while (std::getline(in, line)) {
+    ++row;
+    std::vector<std::string> fields;
     std::stringstream ss(line);
     std::string x;
-    for (std::size_t i = 0; i < names.size() && std::getline(ss, x, ','); ++i) cols[names[i]].push_back(x);
+    while (std::getline(ss, x, ',')) fields.push_back(x);
+    if (!line.empty() && line.back() == ',') fields.push_back("");
+    if (fields.size() != names.size())
+      throw InputError("the table '" + path + "', row " + std::to_string(row) + ": " + std::to_string(fields.size()) +
+                       " fields; the header has " + std::to_string(names.size()) +
+                       " columns; rerun `tierlab run` to rewrite the tables.");
+    for (std::size_t i = 0; i < names.size(); ++i) cols[names[i]].push_back(fields[i]);
+  }
+  // A column of numbers holds numbers (or "nan" / empty: not defined) in every row.
+  for (const auto& [name, values] : cols) {
+    std::size_t numbers = 0, texts = 0;
+    for (const auto& v : values) {
+      if (v.empty()) continue;
+      if (csv_number(v)) {
+        ++numbers;
+      } else {
+        ++texts;
+      }
+    }
+    if (numbers == 0 || texts == 0 || texts >= numbers) continue;
+    for (std::size_t r = 0; r < values.size(); ++r)
+      if (!values[r].empty() && !csv_number(values[r]))
+        throw InputError("the table '" + path + "', row " + std::to_string(r + 1) + ", column '" + name + "': '" +
+                         values[r].substr(0, 120) + "' is not a number (the column's other rows are numbers); rerun "
+                         "`tierlab run` to rewrite the tables.");
   }
   return cols;
 }

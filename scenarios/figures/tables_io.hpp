@@ -15,12 +15,17 @@
 
 namespace tierlab {
 
-// The JSON table at path; InputError naming the file when it is missing or not valid JSON.
+// The JSON table at path; InputError naming the file when it is missing or not valid JSON,
+// and naming the file, the row and the column when a table's rows disagree on a column's
+// type (a number in one row, a string, an object or true/false in another; null, "not
+// defined", goes with any) or a value is a number given as a string ("0.5").
 nlohmann::json read_table_json(const std::string& path);
 // A CSV table with a header line, as its columns by name (cells as text, unquoted, split
-// at every ','; every header column is present, possibly empty); a row shorter than the
-// header leaves the trailing columns short.
-// InputError naming the file when it is missing.
+// at every ','; every header column is present, possibly empty).
+// InputError naming the file when it is missing; naming the file and the row (1 = the first
+// after the header) when a row has another number of fields than the header, or the column
+// too when a column whose rows are mostly numbers holds a text that is not one; naming the
+// column when the header repeats one or lacks one a figure reads (heads.csv: budget, A).
 std::map<std::string, std::vector<std::string>> read_table_csv(const std::string& path);
 // v printed with the printf format fmt (default "%.3g"); "n/a" when v is not finite.
 std::string format_label(double v, const char* fmt = "%.3g");

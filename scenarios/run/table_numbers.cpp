@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "model/error.hpp"
+
 namespace tierlab {
 
 namespace {
@@ -15,7 +17,14 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 double double_or_nan(const nlohmann::json& j, const char* key) {
-  return j.contains(key) && !j[key].is_null() ? j[key].get<double>() : kNaN;
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return kNaN;
+  const nlohmann::json& v = j[key];
+  if (!v.is_number()) {
+    std::string t = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (t.size() > 120) t = t.substr(0, 117) + "...";
+    throw InputError(std::string("the value of '") + key + "' is " + t + ", not a number (or null: not defined).");
+  }
+  return v.get<double>();
 }
 
 

@@ -14,7 +14,8 @@ namespace tierlab {
 
 // v as a JSON number when finite, else JSON null.
 nlohmann::json finite_or_null(double v);
-// j[key] as a double; NaN when the key is missing or null.
+// j[key] as a double; NaN when the key is missing or null; InputError naming the key and the
+// value when it is something else (a string, true/false, an object).
 double double_or_nan(const nlohmann::json& j, const char* key);
 // format_or_nan (the tables' number text) is in model/text.hpp.
 
