@@ -425,7 +425,11 @@ TEST_CASE("explorer window: a scenario without tables is run from the window, th
   w.setCurrentView(InteriorView);
   REQUIRE(w.waitIdle());
   REQUIRE(w.result(InteriorView) != nullptr);
-  CHECK(w.result(InteriorView)->figures.at(0).title.find("rho") != std::string::npos);
+  INFO("title: " << w.result(InteriorView)->figures.at(0).title << " / y: " << w.result(InteriorView)->figures.at(0).ylabel);
+  // tierlab run's own figure (its builder): its title (no rho for 4 cells, as summary.md) and its y label.
+  CHECK(w.result(InteriorView)->figures.at(0).title.rfind("Interior advantage vs dominated share", 0) == 0);
+  CHECK(w.result(InteriorView)->figures.at(0).ylabel.rfind("cell's ", 0) == 0);
+  CHECK(w.result(InteriorView)->figures.at(0).ylabel.find("median over heads of A") == std::string::npos);  // the figure's label: the routed A
   CHECK(w.result(InteriorView)->info.find("From the scenario run") != std::string::npos);
   w.setCurrentView(DominanceView);
   REQUIRE(w.waitIdle());
