@@ -437,3 +437,37 @@ TEST_CASE("tierlab figure on a table with a value of the wrong type names the fi
   std::ofstream(heads, std::ios::trunc) << good_heads;
   CHECK(figure(err) == 0);
 }
+
+TEST_CASE("A scenario whose context is shorter than KIVI's residual window writes not defined because in summary.md "
+          "and never nan",
+          "[reliability]") {
+  TempDir dir("faults-kivi-window");
+  const Scenario s = parse_scenario(
+      "name: mm\n"
+      "traces:\n"
+      "  synthetic:\n"
+      "    presets: [tiny]\n"
+      "    seeds: [0]\n"
+      "    context_lengths: [48]\n"
+      "    overrides: {n_layers: 1, n_kv_heads: 2, head_dim: 16, obs_window: 8, decode_steps: 8}\n"
+      "budgets: [2]\n"
+      "rate_kind: code\n"
+      "mismatch:\n"
+      "  quantizers: [kivi, token]\n"
+      "  bits: [2, 3, 4]\n"
+      "  budgets: [3]\n"
+      "backend: cpu\n"
+      "bootstrap: 100\n",
+      dir.file("m.yaml"));
+  RunOptions opt;
+  opt.out = dir.file("out");
+  opt.progress = false;
+  opt.on_note = [](const std::string&) {};
+  REQUIRE(run_scenario(s, opt).tables_written);
+  const std::string summary = slurp(opt.out + "/summary.md");
+  CHECK(summary.find("nan") == std::string::npos);  // was: "matched allocation nan (nan x uniform)"
+  CHECK_THAT(summary, Catch::Contains("- kivi, B = 3: not defined, because uniform 3-bit quantization with kivi has "
+                                      "recomputed error 0"));
+  CHECK_THAT(summary, Catch::Contains("kivi: beta not defined, because"));
+  CHECK_THAT(summary, Catch::Contains("- token, B = 3: uniform error"));
+}

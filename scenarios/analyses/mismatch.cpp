@@ -238,12 +238,21 @@ std::string mismatch_summary(const MismatchSpec& spec, const std::vector<std::st
   for (std::size_t i = 0; i < spec.bits.size(); ++i) s << (i ? ", " : "") << spec.bits[i];
   s << " bits, fitted as alpha beta^(-b) (least squares on log n).\n\n"
     << "| quantizer | heads | median beta | IQR of beta | median fit residual (RMS of log n) |\n|---|---|---|---|---|\n";
-  for (const auto& r : beta_rows)
+  // A number not defined is "n/a" in a table and a sentence below it says why (never "nan").
+  const auto num = [](double v, const char* fmt) { return format_or_nan(v, fmt, "n/a"); };
+  const std::string why_no_fit =
+      "its measured logit noise is 0 (or not finite) at the bit widths measured, so there is nothing to fit: no key "
+      "was quantized (KIVI keeps the last T mod R keys of a T-token context in full precision, R = 128 by default, so a "
+      "context shorter than its residual window leaves every key exact)";
+  std::vector<std::string> unfitted;
+  for (const auto& r : beta_rows) {
     s << "| " << r["quantizer"].get<std::string>() << " | " << r["heads"] << " | "
-      << format_or_nan(double_or_nan(r, "beta_median"), "%.3f") << " | ["
-      << format_or_nan(double_or_nan(r, "beta_q25"), "%.3f") << ", "
-      << format_or_nan(double_or_nan(r, "beta_q75"), "%.3f") << "] | "
-      << format_or_nan(double_or_nan(r, "fit_residual_median"), "%.3f") << " |\n";
+      << num(double_or_nan(r, "beta_median"), "%.3f") << " | [" << num(double_or_nan(r, "beta_q25"), "%.3f") << ", "
+      << num(double_or_nan(r, "beta_q75"), "%.3f") << "] | " << num(double_or_nan(r, "fit_residual_median"), "%.3f")
+      << " |\n";
+    if (!std::isfinite(double_or_nan(r, "beta_median"))) unfitted.push_back(r["quantizer"].get<std::string>());
+  }
+  for (const auto& q : unfitted) s << "\n" << q << ": beta not defined, because " << why_no_fit << ".\n";
   s << "\n(beta = 4 is the textbook 6 dB per bit: each bit divides the noise by 4.)\n";
   for (const double B : spec.budgets) {
     s << "\nAt B = " << format_or_nan(B)
@@ -255,17 +264,38 @@ std::string mismatch_summary(const MismatchSpec& spec, const std::vector<std::st
     s << "\n|---|";
     for (std::size_t i = 0; i < labels.size(); ++i) s << "---|";
     s << '\n';
+    bool undefined_cell = false;
     for (const auto& m : models) {
       if (m == "uniform") continue;
       s << "| " << m << " |";
       for (const auto& y : labels) {
         const double e = mean_err(B, m, y), u = mean_err(B, "uniform", y);
-        s << ' ' << format_or_nan(u > 0 ? e / u : kNaN, "%.3f") << (m == y ? " (matched)" : "") << " |";
+        const double ratio = u > 0 ? e / u : std::nan("");
+        undefined_cell = undefined_cell || !std::isfinite(ratio);
+        s << ' ' << num(ratio, "%.3f") << (m == y ? " (matched)" : "") << " |";
       }
       s << '\n';
     }
+    if (undefined_cell)
+      s << "\nn/a: not defined, because the column's uniform error is 0 or the row's model could not be fitted "
+           "(below).\n\n";
+    int undefined = 0;
     for (const auto& y : labels) {
       const double u = mean_err(B, "uniform", y), mat = mean_err(B, y, y);
+      if (!(u > 0) || !std::isfinite(u) || !std::isfinite(mat)) {
+        ++undefined;
+        s << "- " << y << ", B = " << format_or_nan(B) << ": not defined, because ";
+        if (u == 0)
+          s << "uniform " << format_or_nan(B) << "-bit quantization with " << y
+            << " has recomputed error 0 on these cells: no key was quantized (KIVI keeps the last T mod R keys of a "
+               "T-token context in full precision, R = 128 by default; a context shorter than that window leaves every "
+               "key exact), so there is no error to allocate or compare.\n";
+        else if (!std::isfinite(u))
+          s << "no uniform " << format_or_nan(B) << "-bit allocation with " << y << " was computed.\n";
+        else
+          s << "no allocation was made with " << y << "'s model: " << why_no_fit << ".\n";
+        continue;
+      }
       double worst = -1;
       std::string wx;
       for (const auto& x : labels) {
@@ -274,12 +304,12 @@ std::string mismatch_summary(const MismatchSpec& spec, const std::vector<std::st
         if (std::isfinite(e) && mat > 0 && e / mat > worst) worst = e / mat, wx = x;
       }
       s << "- " << y << ", B = " << format_or_nan(B) << ": uniform error " << format_or_nan(u, "%.4g")
-        << ", matched allocation " << format_or_nan(mat, "%.4g") << " ("
-        << format_or_nan(u > 0 ? mat / u : kNaN, "%.3f") << " x uniform)";
+        << ", matched allocation " << format_or_nan(mat, "%.4g") << " (" << format_or_nan(mat / u, "%.3f")
+        << " x uniform)";
       if (!wx.empty())
         s << "; the worst mismatched model is " << wx << "'s: " << format_or_nan(mean_err(B, wx, y), "%.4g") << " ("
-          << format_or_nan(worst, "%.3f") << " x matched, "
-          << format_or_nan(u > 0 ? mean_err(B, wx, y) / u : kNaN, "%.3f") << " x uniform)";
+          << format_or_nan(worst, "%.3f") << " x matched, " << format_or_nan(mean_err(B, wx, y) / u, "%.3f")
+          << " x uniform)";
       s << ".\n";
     }
     int beats = 0, best = 0;
@@ -293,7 +323,9 @@ std::string mismatch_summary(const MismatchSpec& spec, const std::vector<std::st
     }
     s << "- At B = " << format_or_nan(B) << " the matched model beats uniform for " << beats << " of " << labels.size()
       << " quantizers and gives the least recomputed error of the " << labels.size() << " models for " << best << " of "
-      << labels.size() << " (the fitted models optimise the local surrogate, not the recomputed error).\n";
+      << labels.size();
+    if (undefined > 0) s << " (not defined for " << undefined << ", above)";
+    s << " (the fitted models optimise the local surrogate, not the recomputed error).\n";
   }
   return s.str();
 }
