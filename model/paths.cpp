@@ -50,7 +50,13 @@ std::string writable_destination(const std::string& path, const std::string& wha
   std::string target = path;
   for (int hops = 0; hops < 40; ++hops) {
     struct stat st {};
-    if (::lstat(target.c_str(), &st) != 0) return target;  // nothing there: a new file
+    if (::lstat(target.c_str(), &st) != 0) {  // nothing there: a new file, in a folder made if missing
+      const std::filesystem::path folder = std::filesystem::path(target).parent_path();
+      std::error_code ec;
+      if (!folder.empty() && !std::filesystem::exists(folder, ec) && !std::filesystem::create_directories(folder, ec) && ec)
+        throw InputError(what + " '" + path + "': cannot create its folder '" + folder.string() + "': " + ec.message() + ".");
+      return target;
+    }
     if (S_ISREG(st.st_mode)) return target;
     if (!S_ISLNK(st.st_mode))
       throw InputError(what + " '" + path + "'" + (target == path ? "" : " (a link to '" + target + "')") + " is " +

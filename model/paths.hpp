@@ -23,7 +23,8 @@ std::vector<std::filesystem::path> data_roots();
 // Where an atomic write of `path` (temporary file, then rename over the destination) may
 // land without replacing what is not tierlab's to replace. Every writer of a result file
 // calls it first (traces, allocations, tables, figures):
-//   - a destination that does not exist, or is a regular file: `path` itself;
+//   - a destination that does not exist, or is a regular file: `path` itself (a missing
+//     folder on the way is created, as `tierlab run --out` creates its folder);
 //   - a symbolic link to a regular file (or to nothing yet): the link's target, so the link
 //     is kept and its file replaced;
 //   - anything else (a character or block device such as /dev/null, a FIFO, a socket, a

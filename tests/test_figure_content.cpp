@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -13,6 +14,7 @@
 #include "scenarios/analyses/analysis.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/analyses/phase_map.hpp"
+#include "scenarios/figures/figure.hpp"
 #include "scenarios/figures/figures.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/run/atomic_file.hpp"
@@ -90,8 +92,12 @@ TEST_CASE("interior_vs_dominated names the cell summary on its y axis in words, 
   in["primary_aggregation"] = "routed";
   write_file_atomically(d + "/tables/interior.json", in.dump());
   REQUIRE(render_figures_of_run(d).skipped.empty());
+  const Figure f = figures_of("interior", d).at(0).figure;
+  CHECK_THAT(f.ylabel, Catch::Contains("A of the model-wide routed allocation (decode queries)"));
+  CHECK_THAT(f.ylabel, !Catch::Contains("routed of the"));
+  // Drawn (wrapped to the axis's height: the words, not necessarily one line).
   const std::string svg = slurp(d + "/figures/interior_vs_dominated.svg");
-  CHECK_THAT(svg, Catch::Contains("A of the model-wide routed allocation (decode queries)"));
+  CHECK_THAT(svg, Catch::Contains("model-wide"));
   CHECK_THAT(svg, !Catch::Contains("routed of the"));
 }
 
@@ -227,4 +233,143 @@ TEST_CASE("waterfill_level speaks MODEL.md's symbols: weight a_t on x, g_t(0) = 
     for (const Series& s : nf.figure.series) CHECK(s.name.find("w_t") == std::string::npos);
   }
   CHECK(series(figs[1].figure, "continuous bits b_t") != nullptr);
+}
+
+TEST_CASE("a scatter of twenty thousand points in random order is painted point for point") {
+  setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  Figure f;
+  f.title = "many points";
+  Series s{"points", palette(0), Style::Points, {}, {}, 4};
+  std::uint64_t r = 12345;
+  auto next = [&r] {
+    r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(r >> 11) / 9007199254740992.0;
+  };
+  for (int i = 0; i < 20000; ++i) s.x.push_back(next()), s.y.push_back(next());
+  f.series = {s};
+  f.xmin = -0.1, f.xmax = 1.1, f.ymin = -0.1, f.ymax = 1.1;
+  CHECK(painted_markers(f) == 20000);
+}
+
+TEST_CASE("every row of heads.csv is a point of advantage_vs_budget, as painted") {
+  setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  const std::string d = fresh("every_row");
+  write_interior(d, 3);
+  std::string csv = "cell,budget,A\n";
+  const int n = 6000;
+  for (int i = 0; i < n; ++i) {
+    const int b = i % 3 == 0 ? 1 : i % 3 == 1 ? 2 : 4;
+    csv += "c" + std::to_string(i % 7) + "," + std::to_string(b) + "," + std::to_string(0.9 - 1.2 * ((i * 7919) % 1000) / 1000.0) + "\n";
+  }
+  write_file_atomically(d + "/tables/heads.csv", csv);
+  std::vector<std::size_t> rows;
+  const Figure f = advantage_vs_budget_figure(read_table_json(d + "/tables/interior.json"),
+                                              read_table_csv(d + "/tables/heads.csv"), &rows);
+  CHECK(rows.size() == static_cast<std::size_t>(n));
+  // The heads' points and the median line's markers: every one painted inside the axes.
+  CHECK(painted_markers(f) == static_cast<std::size_t>(n) + f.series.back().x.size());
+  CHECK(painted_markers(f, FigureStyle::preset("slides")) == static_cast<std::size_t>(n) + f.series.back().x.size());
+}
+
+TEST_CASE("interior_vs_dominated states rho by summary.md's rule: none under 5 cells, no interval under 5 clusters") {
+  const std::string d = fresh("rho_rule");
+  write_interior(d, 4);
+  nlohmann::json in = read_table_json(d + "/tables/interior.json");
+  auto note = [&](const nlohmann::json& j) {
+    write_file_atomically(d + "/tables/interior.json", j.dump());
+    return figures_of("interior", d).at(0).figure.note;
+  };
+  in["rho"] = 1.0, in["ci_lo"] = 1.0, in["ci_hi"] = 1.0, in["clusters"] = 2;
+  // 4 cells: no rho at all (the summary: "too few for a rank correlation across cells").
+  CHECK_THAT(note(in), Catch::Contains("too few for a rank correlation across cells (at least 5)"));
+  CHECK_THAT(note(in), !Catch::Contains("1.00"));
+  // 6 cells from 2 clusters: rho, but no interval and no verdict.
+  in["n_cells"] = 6, in["rho"] = -0.5, in["ci_lo"] = -0.9, in["ci_hi"] = -0.1;
+  CHECK_THAT(note(in), Catch::Contains("rho = -0.50 over 6 cells from 2 independent model draws"));
+  CHECK_THAT(note(in), Catch::Contains("no interval and no verdict"));
+  CHECK_THAT(note(in), !Catch::Contains("-0.90"));
+  // 6 clusters: the interval and the summary's verdict words.
+  in["clusters"] = 6;
+  CHECK_THAT(note(in), Catch::Contains("[-0.90, -0.10]"));
+  CHECK_THAT(note(in), Catch::Contains("holds in sign"));
+  // Q infeasible at the primary budget: withheld, as in summary.md.
+  in["q_feasible"] = nlohmann::json::array({{{"budget", 2}, {"feasible", false}}});
+  CHECK_THAT(note(in), Catch::Contains("is withheld: Q is infeasible at B = 2"));
+  // The title carries no statistic of its own.
+  CHECK(figures_of("interior", d).at(0).figure.title == "Interior advantage vs dominated share (B = 2)");
+}
+
+TEST_CASE("every figure type lays out inside its canvas with no overlapping text, at 89 mm and 8 pt and as slides") {
+  setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  // One run folder holding the tables of the interior, proxy, phase map and water-filling figures.
+  const std::string d = fresh("layout");
+  write_interior(d, 6);
+  write_file_atomically(d + "/tables/proxy.json", R"({"correlations":[{"x":"surrogate","y":"error","spearman":0.8}],
+    "methods":[{"method":"kivi2","kind":"quantizer","rank_surrogate":1,"rank_error":2,"surrogate":0.01,"error":0.02},
+               {"method":"kivi4","kind":"quantizer","rank_surrogate":2,"rank_error":3,"surrogate":0.011,"error":0.021},
+               {"method":"snapkv","kind":"scorer","rank_surrogate":3,"rank_error":1,"surrogate":0.05,"error":0.01},
+               {"method":"h2o","kind":"scorer","rank_surrogate":4,"rank_error":4,"surrogate":0.05,"error":0.0101},
+               {"method":"M*","kind":"family","rank_surrogate":5,"rank_error":5,"surrogate":0.1,"error":0.3}]})");
+  write_file_atomically(d + "/tables/phase.json", R"({"boundary_logit_scale":1.5,"rows":[
+    {"logit_scale":1,"budget":2,"winner":"M","share_Q":0,"share_E":0.25,"share_M":0.75},
+    {"logit_scale":2,"budget":2,"winner":"E","share_Q":0,"share_E":0.5,"share_M":0.5},
+    {"logit_scale":4,"budget":2,"winner":"E","share_Q":0,"share_E":1,"share_M":0},
+    {"logit_scale":1,"budget":4,"winner":"Q","share_Q":1,"share_E":0,"share_M":0},
+    {"logit_scale":2,"budget":4,"winner":"M","share_Q":0.25,"share_E":0,"share_M":0.75},
+    {"logit_scale":4,"budget":4,"winner":"E","share_Q":0,"share_E":0.75,"share_M":0.25}]})");
+  write_file_atomically(d + "/tables/waterfill.json", R"({"cell":"c","layer":0,"kv_head":1,"budget":2,"theta":0.01,
+    "rows":[{"rank":1,"g0":1.0,"bits":4},{"rank":2,"g0":0.1,"bits":2},{"rank":3,"g0":0.001,"bits":0}]})");
+  FigureStyle paper;
+  paper.width_pt = parse_length_pt("89mm", "width");
+  paper.font_pt = 8;
+  int figures = 0;
+  for (const char* analysis : {"interior", "proxy", "phase_map", "waterfill"})
+    for (const NamedFigure& nf : figures_of(analysis, d)) {
+      if (!nf.skipped.empty()) continue;
+      ++figures;
+      for (const FigureStyle& st : {paper, FigureStyle::preset("slides")}) {
+        INFO(nf.name << " as " << st.name);
+        const std::vector<TextBox> boxes = figure_text_boxes(nf.figure, st);
+        CHECK(boxes.size() >= 4);  // title, axis labels, ticks at least
+        const std::vector<std::string> faults = layout_faults(boxes, figure_canvas(nf.figure, st));
+        std::string all;
+        for (const auto& x : faults) all += x + "\n";
+        INFO(all);
+        CHECK(faults.empty());
+      }
+    }
+  CHECK(figures >= 6);
+}
+
+TEST_CASE("a figure style is sized in physical units and refuses what it cannot draw") {
+  CHECK(parse_length_pt("3.5in", "--width") == Approx(252));
+  CHECK(parse_length_pt("89mm", "--width") == Approx(252.28).epsilon(1e-3));
+  CHECK(parse_length_pt("8.9cm", "--width") == Approx(252.28).epsilon(1e-3));
+  CHECK(parse_length_pt("300pt", "--width") == Approx(300));
+  CHECK_THROWS_WITH(parse_length_pt("3.5 furlongs", "--width"), Catch::Contains("--width '3.5 furlongs': unknown unit"));
+  CHECK_THROWS_WITH(parse_length_pt("abc", "--width"), Catch::Contains("--width 'abc' is not a length"));
+  CHECK_THROWS_WITH(parse_length_pt("0.5in", "--width"), Catch::Contains("out of range (1 in to 100 in)"));
+  CHECK_THROWS_WITH(parse_formats("png,gif", "--format"), Catch::Contains("--format 'gif' in 'png,gif' is not a figure format"));
+  CHECK_THROWS_WITH(FigureStyle::preset("poster"), Catch::Contains("--style 'poster' is not a figure style (valid: paper, slides)"));
+  FigureStyle st;
+  st.font_pt = 2;
+  CHECK_THROWS_WITH(st.validate("figures"), Catch::Contains("figures: font size = 2"));
+  // 89 mm at 8 pt: the PDF page and the SVG are 89 mm wide, the PNG 300 dpi.
+  setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  const std::string d = fresh("physical");
+  write_interior(d, 6);
+  FigureStyle paper;
+  paper.width_pt = parse_length_pt("89mm", "width");
+  const auto files = render_figure(figures_of("interior", d).at(1).figure, d + "/adv", paper);
+  REQUIRE(files.size() == 3);
+  const std::string svg = slurp(d + "/adv.svg");
+  CHECK_THAT(svg, Catch::Contains("width=\"88.") || Catch::Contains("width=\"89"));
+  const std::string pdf = slurp(d + "/adv.pdf");
+  CHECK_THAT(pdf, Catch::Contains("/MediaBox [0 0 252"));
+  const std::string png = slurp(d + "/adv.png");
+  // PNG IHDR: width at bytes 16-19 (big endian): 252 pt at 300 dpi = 1050 px.
+  REQUIRE(png.size() > 24);
+  const unsigned w = (static_cast<unsigned char>(png[16]) << 24) | (static_cast<unsigned char>(png[17]) << 16) |
+                     (static_cast<unsigned char>(png[18]) << 8) | static_cast<unsigned char>(png[19]);
+  CHECK(w == 1050);
 }

@@ -4,6 +4,9 @@
 // as data (each analysis's figure builders) or drawn to PNG/PDF/SVG/CSV (figure.hpp).
 #include <atomic>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "scenarios/analyses/analysis.hpp"
@@ -162,8 +165,30 @@ save(path) draws it to .png, .pdf, .svg or .csv by the path's extension.)doc")
     return out;
   }, py::arg("run_dir"),
      "Every figure `tierlab figure DIR` draws from a run folder's tables, as data: a dict name -> tierlab.Figure.");
-  m.def("render_figures", &render_figures, py::arg("run_dir"),
-        "Draws every figure of a run folder to run_dir/figures (PNG, PDF, SVG), as `tierlab figure` does; returns the files.");
+  m.def(
+      "render_figures",
+      [](const std::string& dir, const std::string& style, const std::optional<std::string>& width,
+         const std::optional<std::string>& height, const std::optional<double>& font_size,
+         const std::optional<std::vector<std::string>>& formats, const std::optional<int>& dpi) {
+        FigureStyle st = FigureStyle::preset(style, "style");
+        if (width) st.width_pt = parse_length_pt(*width, "width");
+        if (height) st.height_pt = *height == "auto" ? 0 : parse_length_pt(*height, "height");
+        if (font_size) st.font_pt = *font_size;
+        if (dpi) st.dpi = *dpi;
+        if (formats) {
+          std::string joined;
+          for (const auto& f : *formats) joined += (joined.empty() ? "" : ",") + f;
+          st.formats = parse_formats(joined, "formats");
+        }
+        st.validate("render_figures");
+        py::gil_scoped_release release;
+        return render_figures(dir, st);
+      },
+      py::arg("run_dir"), py::arg("style") = "paper", py::arg("width") = py::none(), py::arg("height") = py::none(),
+      py::arg("font_size") = py::none(), py::arg("formats") = py::none(), py::arg("dpi") = py::none(),
+      "Draws every figure of a run folder to run_dir/figures, as `tierlab figure` does; returns the files. style: "
+      "'paper' (89 mm wide, 8 pt, 300 dpi) or 'slides'; width/height as '3.5in', '89mm' or '252pt' (height 'auto'); "
+      "font_size in points; formats: any of 'png', 'pdf', 'svg'; dpi of the PNG.");
 }
 
 }  // namespace tierlab::python

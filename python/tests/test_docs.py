@@ -27,5 +27,7 @@ def test_the_tutorial_runs_from_top_to_bottom(workdir, monkeypatch, capsys):
         ran += 1
     out = capsys.readouterr().out
     assert "dominated share" in out and "median A" in out
-    assert os.path.exists("waterfill_level.png") and os.path.exists("mine.safetensors")
+    # Everything the tutorial writes goes under out/ (git-ignored), nothing into the folder it runs in.
+    assert os.path.exists("out/waterfill_level.png") and os.path.exists("out/mine.safetensors")
+    assert sorted(os.listdir(".")) == ["out"]
     assert ran >= len(blocks) - 1

@@ -290,6 +290,9 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       f.ylabel = "budget B (bits per key element)";
       f.xmin = cells.xlo, f.xmax = cells.xhi, f.ymin = cells.ylo, f.ymax = cells.yhi;
       f.series = cells.present();
+      f.labels = cells.e_share;
+      f.note = "Colour: the family that wins the most heads of the bin (ties grey); text: the share of heads won by "
+               "eviction. Solid line: where E wins half the heads, recomputed; dashed: the surrogate's boundary.";
       // The recomputed boundary: per budget, the entropy where E's share of heads crosses 1/2.
       Series rb{"recomputed boundary: E wins half the heads (per budget)", Rgb{40, 40, 40}, Style::Line, {}, {}, 6};
       for (const auto& r : ph.value("recomputed_boundary_E", nlohmann::json::array()))
@@ -301,7 +304,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
         f.series.push_back({"surrogate boundary: median R_h(2) = 1 (H = " + format_label(bnd, "%.2f") + " nats)",
                             Rgb{0, 0, 0}, Style::Dashed, {bnd, bnd}, {f.ymin, f.ymax}, 1});
       else
-        f.title += " (median R_h(2) < 1 in every bin)";
+        f.note += " No surrogate boundary: the median R_h(2) < 1 in every bin.";
       out.push_back({std::string("phase_map_entropy"), f});
     }
   }

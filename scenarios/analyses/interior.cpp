@@ -25,12 +25,8 @@ namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Fewer cells than this: no rank correlation across cells is reported in summary.md (the
-// tables keep rho and its interval).
-constexpr std::size_t kMinCellsForRho = 5;
-// Fewer independent clusters than this: no verdict across cells either (a cluster bootstrap
-// over 2 model draws says nothing, however many logit scales or lengths each has).
-constexpr std::size_t kMinClustersForRho = 5;
+// kMinCellsForRho, kMinClustersForRho, rho_standing, rho_verdict: interior_verdict.hpp (the
+// summary and the figure state rho by the same rule).
 
 // NaN -> null in JSON.
 double verdict_err(const FamilyOutcome& f, QuerySet q) {
@@ -472,12 +468,18 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
        "The cell summary named before the run (`primary_aggregation`) is **" << sc.primary_aggregation << "**.\n\n";
   s << "## Interior advantage vs dominated share (B = " << format_or_nan(sc.primary_budget) << ", "
     << sc.primary_aggregation << ")\n\n";
-  if (xs.size() < kMinCellsForRho) {
+  RhoEvidence ev;
+  ev.cells = xs.size(), ev.clusters = r.clusters, ev.rho = rho, ev.lo = iv.lo, ev.hi = iv.hi;
+  ev.share_constant = !xs.empty() && std::all_of(xs.begin(), xs.end(), [&](double x) { return x == xs.front(); });
+  ev.share = xs.empty() ? kNaN : xs.front();
+  if (const QFeasibility& q0 = r.q[primary_index(sc)]; !q0.feasible())
+    ev.withheld = q0.reason(sc.ladder.name(), sc.primary_budget, std::string(to_string(sc.rate_kind)));
+  if (rho_standing(ev) == RhoStanding::TooFewCells) {
     // A scenario built for another analysis (staleness, mismatch, ...): a rank correlation
     // over a handful of cells says nothing, so none is reported.
     s << "- " << xs.size() << " cells with a defined A and dominated share: too few for a rank correlation across cells (at least "
       << kMinCellsForRho << "; the headline relation is tested by the scenarios with many cells). Per-cell values: `tables/cells.csv`.\n";
-  } else if (r.clusters < kMinClustersForRho) {
+  } else if (rho_standing(ev) == RhoStanding::TooFewClusters) {
     s << "- Spearman rho(dominated share, the cell's " << aggregation_label(sc.primary_aggregation) << ") over " << xs.size()
       << " cells = " << format_or_nan(rho, "%.3f") << ", but the cells come from " << r.clusters
       << " independent model draws (preset x seed; at least " << kMinClustersForRho
@@ -502,15 +504,7 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
         << r.seed_level.groups << (r.seed_level.groups == 1 ? " group" : " groups")
         << ": everything but the seed held fixed): rho = "
         << format_or_nan(r.seed_level.rho, "%.3f") << ".\n";
-    std::string verdict;
-    if (!qp.feasible()) verdict = "is withheld: " + qp.reason(sc.ladder.name(), sc.primary_budget, std::string(to_string(sc.rate_kind)));
-    else if (std::all_of(xs.begin(), xs.end(), [&](double x) { return x == xs.front(); }))
-      verdict = "cannot be tested here: the dominated share is " + format_or_nan(xs.front(), "%.3g") +
-                " in every cell (no head's 2-bit tier is dominated, or every one is), so it orders nothing";
-    else if (!std::isfinite(rho) || xs.size() < 3) verdict = "is undetermined (too few cells with a defined A and share, or constant values)";
-    else if (iv.hi < 0) verdict = "holds in sign: cells with more dominated heads gain less from the interior (interval below 0); " + paper_comparison(iv.lo, iv.hi);
-    else if (iv.lo > 0) verdict = "is reversed: " + paper_comparison(iv.lo, iv.hi);
-    else verdict = "is not established: " + paper_comparison(iv.lo, iv.hi);
+    const std::string verdict = rho_verdict(ev);
     s << "- **Verdict**: the headline relation of docs/model.md (the dominated share orders the interior advantage: "
          "Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
     // Where the sign differs from the primary's among the sensitivity rows with a verdict.
@@ -662,10 +656,22 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   std::vector<NamedFigure> out;
   {
     Figure f;
-    f.title = "Interior advantage vs dominated share (B = " + format_label(double_or_nan(in, "primary_budget")) +
-              "): rho = " + format_label(double_or_nan(in, "rho"), "%.2f") + " [" +
-              format_label(double_or_nan(in, "ci_lo"), "%.2f") + ", " +
-              format_label(double_or_nan(in, "ci_hi"), "%.2f") + "], n = " + std::to_string(in["n_cells"].get<int>());
+    f.title = "Interior advantage vs dominated share (B = " + format_label(double_or_nan(in, "primary_budget")) + ")";
+    // The statistic as summary.md states it (interior_verdict.hpp: one rule for both).
+    RhoEvidence ev;
+    ev.cells = in.value("n_cells", std::size_t{0}), ev.clusters = in.value("clusters", std::size_t{0});
+    ev.rho = double_or_nan(in, "rho"), ev.lo = double_or_nan(in, "ci_lo"), ev.hi = double_or_nan(in, "ci_hi");
+    for (const auto& q : in.value("q_feasible", nlohmann::json::array()))
+      if (q.value("budget", kNaN) == double_or_nan(in, "primary_budget") && !q.value("feasible", true))
+        ev.withheld = "Q is infeasible at B = " + format_label(double_or_nan(in, "primary_budget"));
+    {
+      std::vector<double> shares;
+      for (const auto& p : in["points"])
+        if (const double x = double_or_nan(p, "dominated_share"); std::isfinite(x)) shares.push_back(x);
+      ev.share_constant = !shares.empty() && std::all_of(shares.begin(), shares.end(), [&](double x) { return x == shares.front(); });
+      ev.share = shares.empty() ? kNaN : shares.front();
+    }
+    f.note = rho_statement(ev);
     f.xlabel = "dominated share (fraction of the cell's heads with R_h(2-bit) >= 1)";
     f.ylabel = "cell's " + aggregation_label(in.value("primary_aggregation", Scenario{}.primary_aggregation)) + " (" + verdict +
                " queries)";
@@ -832,7 +838,8 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
   f.title = "Per-head interior advantage A vs budget";
   f.xlabel = "budget B (bits per key element)";
   f.ylabel = "A (" + interior.value("queries", std::string("decode")) + " queries)";  // the title names A
-  Series pts{"heads (one point per head and cell)", Rgb{31, 119, 180, 90}, Style::Points, {}, {}, 6};
+  Series pts{"heads (one point per head and cell)", faded(palette(0), 90), Style::Points, {}, {}, 6};
+  pts.marker = Marker::Disc;
   const auto& bs = heads.at("budget");
   const auto& as = heads.at("A");
   // The swept budgets as categories 1..n (evenly spaced, labelled with their value): no
@@ -855,7 +862,8 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
     pts.y.push_back(a);
     if (rows) rows->push_back(i);
   }
-  Series median{"median over heads", Rgb{200, 20, 20}, Style::Line, {}, {}, 6};
+  Series median{"median over heads", palette(4), Style::Line, {}, {}, 6};
+  median.marker = Marker::Diamond;
   for (const auto& b : interior["budgets"])
     if (std::isfinite(double_or_nan(b, "median_A_heads")) && column(double_or_nan(b, "budget")) > 0)
       median.x.push_back(column(double_or_nan(b, "budget"))), median.y.push_back(double_or_nan(b, "median_A_heads"));
@@ -869,9 +877,9 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
     for (double& y : pts.y)
       if (y < ylo) y = ylo, ++below;
   }
+  f.note = std::to_string(pts.x.size()) + " points, every one drawn; columns jittered within a budget.";
   if (below > 0)
-    f.title +=
-        " (" + std::to_string(below) + " heads with A < " + format_label(ylo, "%.2g") + " drawn at the bottom edge)";
+    f.note += " " + std::to_string(below) + " heads with A < " + format_label(ylo, "%.2g") + " are drawn at the bottom edge.";
   // Drawn in this order: the points, the zero line, the median on top of both.
   f.series = {pts, {"", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}, median};
   pad_range(ylo, yhi, 0.08);

@@ -305,4 +305,41 @@ std::string paper_comparison(double lo, double hi, double paper) {
          (contains ? " lies in it)" : " lies outside it)");
 }
 
+RhoStanding rho_standing(const RhoEvidence& e) {
+  if (e.cells < kMinCellsForRho) return RhoStanding::TooFewCells;
+  if (e.clusters < kMinClustersForRho) return RhoStanding::TooFewClusters;
+  return RhoStanding::Interval;
+}
+
+std::string rho_verdict(const RhoEvidence& e) {
+  if (rho_standing(e) != RhoStanding::Interval) return "";
+  if (!e.withheld.empty()) return "is withheld: " + e.withheld;
+  if (e.share_constant)
+    return "cannot be tested here: the dominated share is " + format_or_nan(e.share, "%.3g") +
+           " in every cell (no head's 2-bit tier is dominated, or every one is), so it orders nothing";
+  if (!std::isfinite(e.rho)) return "is undetermined (too few cells with a defined A and share, or constant values)";
+  if (e.hi < 0)
+    return "holds in sign: cells with more dominated heads gain less from the interior (interval below 0); " +
+           paper_comparison(e.lo, e.hi);
+  if (e.lo > 0) return "is reversed: " + paper_comparison(e.lo, e.hi);
+  return "is not established: " + paper_comparison(e.lo, e.hi);
+}
+
+std::string rho_statement(const RhoEvidence& e) {
+  const std::string n = std::to_string(e.cells) + (e.cells == 1 ? " cell" : " cells");
+  switch (rho_standing(e)) {
+    case RhoStanding::TooFewCells:
+      return n + " with a defined A and dominated share: too few for a rank correlation across cells (at least " +
+             std::to_string(kMinCellsForRho) + "), so no rho, no interval and no verdict.";
+    case RhoStanding::TooFewClusters:
+      return "Spearman rho = " + format_or_nan(e.rho, "%.2f") + " over " + n + " from " + std::to_string(e.clusters) +
+             " independent model draws (at least " + std::to_string(kMinClustersForRho) +
+             " are needed): no interval and no verdict.";
+    case RhoStanding::Interval: break;
+  }
+  return "Spearman rho = " + format_or_nan(e.rho, "%.2f") + ", 95% cluster-bootstrap interval [" +
+         format_or_nan(e.lo, "%.2f") + ", " + format_or_nan(e.hi, "%.2f") + "], " + n + " in " +
+         std::to_string(e.clusters) + " clusters. The headline relation " + rho_verdict(e) + ".";
+}
+
 }  // namespace tierlab

@@ -99,4 +99,30 @@ std::string dose_response_section(const Scenario&, const std::vector<nlohmann::j
 inline constexpr double kPaperRho = -0.978;
 std::string paper_comparison(double lo, double hi, double paper = kPaperRho);
 
+// What may be said of the rank correlation across cells: summary.md's headline and the
+// interior_vs_dominated figure (and the explorer's interior view, which draws that figure) use
+// this one rule, its thresholds and its words.
+//   - fewer than kMinCellsForRho cells with a defined A and dominated share: no rho at all;
+//   - fewer than kMinClustersForRho independent clusters (model draw x seed): rho, but no
+//     interval and no verdict (a cluster bootstrap over 2 draws says nothing);
+//   - otherwise rho, its cluster-bootstrap interval and a verdict.
+inline constexpr std::size_t kMinCellsForRho = 5;
+inline constexpr std::size_t kMinClustersForRho = 5;
+struct RhoEvidence {
+  std::size_t cells = 0, clusters = 0;
+  double rho = std::numeric_limits<double>::quiet_NaN();
+  double lo = std::numeric_limits<double>::quiet_NaN(), hi = std::numeric_limits<double>::quiet_NaN();
+  std::string withheld;         // non-empty: why no verdict at this budget (e.g. Q infeasible)
+  bool share_constant = false;  // the dominated share is the same in every cell
+  double share = std::numeric_limits<double>::quiet_NaN();  // ... that value
+};
+enum class RhoStanding { TooFewCells, TooFewClusters, Interval };
+RhoStanding rho_standing(const RhoEvidence&);
+// The verdict clause of summary.md ("holds in sign: ...", "is not established: ...", "is
+// withheld: ...", "cannot be tested here: ..."); empty unless the standing is Interval.
+std::string rho_verdict(const RhoEvidence&);
+// The figure's statement in one or two sentences: rho, the interval where there is one, the
+// counts, and the verdict in the summary's words (or why there is none).
+std::string rho_statement(const RhoEvidence&);
+
 }  // namespace tierlab

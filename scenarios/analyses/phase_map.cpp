@@ -47,6 +47,9 @@ Figure phase_map_figure(const nlohmann::json& ph) {
   const PhaseCells cells = phase_cells(rows, "logit_scale", xlog);
   f.xlog = xlog;
   f.series = cells.present();
+  f.labels = cells.e_share;
+  f.note = "Colour: the family that wins the most heads of the cell (ties grey); text: the share of heads won by "
+           "eviction. Solid line: where E starts winning, recomputed; dashed: the surrogate's boundary.";
   double xlo = cells.xlo, xhi = cells.xhi, ylo = cells.ylo, yhi = cells.yhi;
   if (!std::isfinite(xlo)) xlo = xlog ? 0.5 : 0, xhi = xlog ? 2 : 1, ylo = 0, yhi = 1;
   const Series rb = recomputed_phase_boundary(rows, "logit_scale", xlog);

@@ -340,16 +340,18 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     f.title = "Surrogate prediction vs recomputed error, one point per method";
     f.xlabel = "surrogate predicted relative error (observation queries, log)";
     f.ylabel = "recomputed relative output error (log)";
-    f.xlog = false;
     std::map<std::string, Series> by;
     double lo = INFINITY, hi = 0;
+    int unplotted = 0;
     for (const auto& m : p["methods"]) {
       const double x = double_or_nan(m, "surrogate"), y = double_or_nan(m, "error");
-      if (!(x > 0) || !(y > 0)) continue;
+      if (!(x > 0) || !(y > 0)) {
+        ++unplotted;
+        continue;
+      }
       Series& s = by[m["kind"].get<std::string>()];
-      // log10 on x (the shared x log axis ticks powers of 2), log y axis.
-      s.x.push_back(std::log10(x)), s.y.push_back(y);
-      f.labels.push_back({std::log10(x), y, m.value("method", std::string())});  // which method
+      s.x.push_back(x), s.y.push_back(y);
+      f.labels.push_back({x, y, m.value("method", std::string())});  // which method
       lo = std::min({lo, x, y}), hi = std::max({hi, x, y});
     }
     double a = 0, b = 1;
@@ -366,14 +368,12 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       s.size = 10;
       f.series.push_back(s);
     }
-    // x holds log10 of the prediction (the figure's log axes tick in powers of 2): decade
-    // ticks labelled with the error itself.
-    f.xlabel = "surrogate predicted relative error (observation queries, log)";
-    for (int k = static_cast<int>(std::floor(std::log10(a))); k <= static_cast<int>(std::ceil(std::log10(b))); ++k)
-      f.xticks.push_back({static_cast<double>(k), format_label(std::pow(10.0, k), "%g")});
-    f.series.push_back({"y = x", Rgb{120, 120, 120}, Style::Dashed, {std::log10(a), std::log10(b)}, {a, b}, 1});
-    f.ylog = true;
-    f.xmin = std::log10(a), f.xmax = std::log10(b), f.ymin = a, f.ymax = b;
+    f.series.push_back({"y = x (the prediction exact)", Rgb{120, 120, 120}, Style::Dashed, {a, b}, {a, b}, 1});
+    f.xlog = true, f.xlog_base = 10, f.ylog = true;
+    f.xmin = a, f.xmax = b, f.ymin = a, f.ymax = b;
+    if (unplotted > 0)
+      f.note = std::to_string(unplotted) + " method" + (unplotted == 1 ? "" : "s") +
+               " with a zero or undefined error or prediction cannot be placed on log axes (tables/proxy.csv has every method).";
     out.push_back({std::string("proxy_error"), f});
   }
   return out;

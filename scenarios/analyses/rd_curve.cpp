@@ -78,7 +78,9 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     const nlohmann::json& c = cell["rd_curve"];
     Figure f;
     f.title = "Rate-distortion curve, cell " + cell["id"].get<std::string>() + " (" + std::to_string(c["heads"].get<int>()) +
-              " heads, scope " + c["scope"].get<std::string>() + "; dashed: surrogate)";
+              " heads, scope " + c["scope"].get<std::string>() + ")";
+    f.note = "Solid lines with markers: each family's optimum, recomputed; dashed lines of the same colour: its surrogate "
+             "prediction; black dashed: the lower convex hull of the recomputed errors.";
     f.xlabel = "key rate, " + c["rate_kind"].get<std::string>() + " bits per element (measured)";
     f.ylabel = "relative output error, recomputed on the " + c["queries"].get<std::string>() + " queries (log)";
     double lo = INFINITY, hi = 0, xmax = 0;

@@ -31,14 +31,17 @@ void add_demo(CLI::App& app) {
     std::vector<std::string> policies{"kivi:2", "kivi:4", "token:2", "token:4", "evict:0.125", "evict:0.25"};
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("demo", "Main job on the embedded defaults: synthetic trace -> model -> exact recomputation");
+  CLI::App* cmd = app.add_subcommand("demo", "A quick tour on the embedded defaults (synthetic trace -> model -> exact recomputation); the main job is `tierlab run`");
   cmd->add_option("--preset", args->preset, "Synthetic preset")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed")->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "Prompt tokens (default: the preset's)")->check(at_least(1));
   cmd->add_option("--out", args->out, "Output folder (trace and summary.json)")->capture_default_str();
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
   cmd->add_option("--policy", args->policies, "Policies to evaluate (repeatable)")->capture_default_str();
-  cmd->add_option("--budget", args->budgets, "Budgets (key code bits per element) for the interior advantage")
+  cmd->add_option("--budget", args->budgets,
+                  "Budgets for the interior advantage, in total key bits per element (codes and metadata: equal memory), "
+                  "each in [0.01, 16]")
+      ->check(CLI::Range(0.01, 16.0))
       ->capture_default_str();
   cmd->callback([args]() {
     SynthParams p = synth_preset(args->preset);

@@ -178,10 +178,13 @@ void run_command(const RunArgs& args) {
                " cells of other shards are missing.\n\n";
       continue;
     }
-    const FiguresWritten figures = render_figures_of_run(opt.out);
-    std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: PNG, SVG, PDF)\n", opt.out.c_str(),
-                opt.out.c_str(), figures.files.size());
+    const FiguresWritten figures = render_figures_of_run(opt.out, sc.figure_style);
+    std::string formats;
+    for (const auto& f : sc.figure_style.formats) formats += std::string(formats.empty() ? "" : ", ") + f;
+    std::printf("tables: %s/tables (CSV, JSON); figures: %s/figures (%zu files: %s, %s wide)\n", opt.out.c_str(),
+                opt.out.c_str(), figures.files.size(), formats.c_str(), format_length(sc.figure_style.width_pt).c_str());
     for (const auto& why : figures.skipped) std::printf("figure skipped, %s\n", why.c_str());
+    for (const auto& fault : figures.layout) std::printf("figure layout, %s\n", fault.c_str());
     std::printf("summary: %s/summary.md\n", opt.out.c_str());
     std::fflush(stdout);
     // The index: each scenario's summary with its headings pushed one level down.

@@ -19,7 +19,8 @@ bool has_points(const Figure& f) {
 
 }  // namespace
 
-FiguresWritten render_figures_of_run(const std::string& dir) {
+FiguresWritten render_figures_of_run(const std::string& dir, const FigureStyle& style) {
+  style.validate("figure style");
   FiguresWritten out;
   bool created = false;
   for (const AnalysisType& t : analysis_types())
@@ -33,11 +34,15 @@ FiguresWritten render_figures_of_run(const std::string& dir) {
         continue;
       }
       if (!created) std::filesystem::create_directories(dir + "/figures"), created = true;
-      for (auto& x : render_figure(f.figure, dir + "/figures/" + f.name)) out.files.push_back(x);
+      for (auto& x : render_figure(f.figure, dir + "/figures/" + f.name, style)) out.files.push_back(x);
+      for (const auto& fault : layout_faults(figure_text_boxes(f.figure, style), figure_canvas(f.figure, style)))
+        out.layout.push_back(f.name + ": " + fault);
     }
   return out;
 }
 
-std::vector<std::string> render_figures(const std::string& dir) { return render_figures_of_run(dir).files; }
+std::vector<std::string> render_figures(const std::string& dir, const FigureStyle& style) {
+  return render_figures_of_run(dir, style).files;
+}
 
 }  // namespace tierlab

@@ -1,7 +1,8 @@
 #pragma once
 // The figures of a scenario run (MODEL.md section 8), drawn from the saved tables under
-// DIR/tables and written to DIR/figures as PNG (900 x 600 px at 2x), PDF (QCustomPlot,
-// rendered headless) and SVG (the same QCustomPlot scene painted by Qt's SVG module).
+// DIR/tables and written to DIR/figures as PNG, PDF (QCustomPlot, rendered headless) and SVG
+// (the same QCustomPlot scene painted by Qt's SVG module), at the FigureStyle's page size
+// (default: 89 mm wide, 8 pt text, PNG at 300 dpi).
 // Nothing is recomputed: `tierlab figure DIR` calls this. Each analysis builds its own
 // figures (AnalysisType::figures, scenarios/analyses/*.cpp: what each figure shows is stated
 // there); this draws them all.
@@ -11,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "scenarios/figures/figure.hpp"
+
 namespace tierlab {
 
 // What render_figures did: the files written, and per figure not drawn "NAME: why" (a
@@ -18,11 +21,15 @@ namespace tierlab {
 struct FiguresWritten {
   std::vector<std::string> files;
   std::vector<std::string> skipped;
+  // "NAME: fault" for every text of a written figure that leaves the canvas or overlaps another
+  // (layout_faults, figure.hpp): empty when every figure is laid out cleanly at its style.
+  std::vector<std::string> layout;
 };
 
 // Renders every figure whose tables exist and that has content; returns the files written.
 // Throws InputError when DIR/tables/interior.json is missing or unreadable.
-FiguresWritten render_figures_of_run(const std::string& dir);
-std::vector<std::string> render_figures(const std::string& dir);  // render_figures_of_run(dir).files
+// `style`: the page size, text size, formats and resolution (figure.hpp FigureStyle).
+FiguresWritten render_figures_of_run(const std::string& dir, const FigureStyle& style = FigureStyle{});
+std::vector<std::string> render_figures(const std::string& dir, const FigureStyle& style = FigureStyle{});  // ... .files
 
 }  // namespace tierlab

@@ -238,6 +238,11 @@ PhaseCells phase_cells(const nlohmann::json& rows, const char* xkey, bool xlog) 
     ex.of(x, x0, x1);
     ey.of(y, y0, y1);
     p.xlo = std::min(p.xlo, x0), p.xhi = std::max(p.xhi, x1), p.ylo = std::min(p.ylo, y0), p.yhi = std::max(p.yhi, y1);
+    if (const double se = double_or_nan(r, "share_E"); std::isfinite(se)) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "E %.0f%%", 100 * se);
+      p.e_share.push_back({x, y, buf, true});
+    }
     const std::string w = phase_outcome(r);
     Series* s = w == "Q" ? &p.q : w == "E" ? &p.e : w == "M" ? &p.m : w == "tie" ? &p.tie : nullptr;
     if (!s) continue;

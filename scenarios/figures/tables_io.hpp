@@ -42,6 +42,7 @@ void pad_range(double& lo, double& hi, double frac);
 // -INFINITY when there is no row).
 struct PhaseCells {
   Series q, e, m, tie;
+  std::vector<Label> e_share;  // per cell, centred: the share of heads won by E ("E 40%")
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
   std::vector<Series> present() const;  // the non-empty ones, Q, E, M, tie
 };

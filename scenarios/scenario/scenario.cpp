@@ -222,6 +222,37 @@ void parse_file_cells(const YamlReader& c, const YAML::Node& files, const std::f
   }
 }
 
+// `figures:` {style, width, height, font_size, format, dpi}: the style first, then each field
+// over it (scenarios/figures/figure.hpp FigureStyle).
+FigureStyle parse_figure_style(const YamlReader& c, const YAML::Node& f) {
+  if (!f.IsMap()) c.fail(f, "key 'figures' must be a mapping of style, width, height, font_size, format and dpi.");
+  const std::vector<std::string> keys = {"style", "width", "height", "font_size", "format", "dpi"};
+  for (const auto& kv : f) {
+    const std::string k = kv.first.as<std::string>();
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
+      c.fail(kv.first, "unknown key '" + k + "' in figures; the valid keys are " + join(keys) + ".");
+  }
+  FigureStyle st;
+  if (f["style"]) st = c.wrap(f["style"], "figures.style", [&] { return FigureStyle::preset(c.str(f["style"], "figures.style"), "figures.style"); });
+  if (f["width"]) st.width_pt = c.wrap(f["width"], "figures.width", [&] { return parse_length_pt(c.str(f["width"], "figures.width"), "figures.width"); });
+  if (f["height"]) st.height_pt = c.wrap(f["height"], "figures.height", [&] { return parse_length_pt(c.str(f["height"], "figures.height"), "figures.height"); });
+  if (f["font_size"]) st.font_pt = c.num(f["font_size"], "figures.font_size", 4, 48);
+  if (f["dpi"]) st.dpi = static_cast<int>(c.integer(f["dpi"], "figures.dpi", 50, 1200));
+  if (const YAML::Node fm = f["format"]) {
+    std::string given;
+    if (fm.IsSequence())
+      for (const auto& x : c.list(fm, "figures.format")) given += (given.empty() ? "" : ",") + c.str(x, "figures.format");
+    else
+      given = c.str(fm, "figures.format");
+    st.formats = c.wrap(fm, "figures.format", [&] { return parse_formats(given, "figures.format"); });
+  }
+  c.wrap(f, "figures", [&] {
+    st.validate("figures");
+    return 0;
+  });
+  return st;
+}
+
 }  // namespace
 
 Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, const std::string& file_name);
@@ -313,7 +344,7 @@ nlohmann::json canonical_json(const YAML::Node& n) {
 Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, const std::string& file_name) {
   std::vector<std::string> allowed = {"name",    "description", "traces", "ladder", "rate_kind", "budgets",
                                        "primary_budget", "queries", "decode_steps", "backend", "seed",
-                                       "bootstrap", "methods", "primary_aggregation", "error_floor"};
+                                       "bootstrap", "methods", "primary_aggregation", "error_floor", "figures"};
   for (const AnalysisType& t : analysis_types()) allowed.insert(allowed.end(), t.yaml_keys.begin(), t.yaml_keys.end());
   for (const auto& kv : root) {
     const std::string k = kv.first.as<std::string>();
@@ -324,7 +355,7 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   s.file = file_name;
   {
     nlohmann::json settings = canonical_json(root);
-    for (const char* k : {"name", "description", "traces"}) settings.erase(k);
+    for (const char* k : {"name", "description", "traces", "figures"}) settings.erase(k);  // figures: drawing only
     s.settings_json = settings.dump();
   }
   const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
@@ -342,6 +373,7 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   if (root["backend"])
     s.backend = c.wrap(root["backend"], "backend", [&] { return parse_backend(c.str(root["backend"], "backend")); });
   if (root["seed"]) s.seed = static_cast<std::uint64_t>(c.integer(root["seed"], "seed", 0, 1LL << 53));
+  if (const YAML::Node f = root["figures"]) s.figure_style = parse_figure_style(c, f);
   if (root["bootstrap"]) s.bootstrap = static_cast<int>(c.integer(root["bootstrap"], "bootstrap", 100, 100000));
   if (root["budgets"]) {
     s.budgets.clear();

@@ -22,6 +22,7 @@
 #include "model/tier.hpp"
 #include "gpu/recompute.hpp"
 #include "scenarios/analyses/analysis.hpp"
+#include "scenarios/figures/figure.hpp"
 #include "scenarios/scenario/methods_spec.hpp"
 
 namespace tierlab {
@@ -72,6 +73,9 @@ struct Scenario {
   int bootstrap = 1000;         // bootstrap resamples for the interval of rho (100..100000)
   bool sweeps_logit_scales = false;  // traces.synthetic.logit_scales is given (the phase maps)
   std::vector<MethodSpec> methods;   // `methods` (scenarios/scenario/methods_spec.hpp), ranked by the proxy analysis
+  // `figures: {style, width, height, font_size, format, dpi}`: how the run's figures are drawn
+  // (scenarios/figures/figure.hpp; `tierlab figure` options override it). Not a cell setting.
+  FigureStyle figure_style;
   // The analyses the file asks for, in registry order (scenarios/analyses/analysis.hpp);
   // the interior analysis is always first.
   std::vector<std::shared_ptr<const Analysis>> analyses;
