@@ -337,9 +337,12 @@ std::string rho_statement(const RhoEvidence& e) {
              " are needed): no interval and no verdict.";
     case RhoStanding::Interval: break;
   }
+  const std::string counts = n + " in " + std::to_string(e.clusters) + " clusters";
+  if (e.share_constant || !std::isfinite(e.rho) || !std::isfinite(e.lo) || !std::isfinite(e.hi))
+    return counts + ": no rho (not defined). The headline relation " + rho_verdict(e) + ".";
   return "Spearman rho = " + format_or_nan(e.rho, "%.2f") + ", 95% cluster-bootstrap interval [" +
-         format_or_nan(e.lo, "%.2f") + ", " + format_or_nan(e.hi, "%.2f") + "], " + n + " in " +
-         std::to_string(e.clusters) + " clusters. The headline relation " + rho_verdict(e) + ".";
+         format_or_nan(e.lo, "%.2f") + ", " + format_or_nan(e.hi, "%.2f") + "], " + counts +
+         ". The headline relation " + rho_verdict(e) + ".";
 }
 
 }  // namespace tierlab

@@ -366,7 +366,8 @@ void draw_figure(const Figure& fig, QCustomPlot& plot, const FigureStyle& st) {
     // Points sorted by x (QCustomPlot's graphs assume it); lines keep their order, which every
     // line series gives in increasing x.
     g->setData(QVector<double>(s.x.begin(), s.x.end()), QVector<double>(s.y.begin(), s.y.end()), line);
-    g->setName(QString::fromStdString(s.name));
+    // A legend entry never wider than the figure: long names wrap.
+    g->setName(wrapped(s.name, small_font, std::max(40.0, canvas_w - 2.2 * f * u - 24 * u)));
     const Marker mk = s.marker != Marker::Auto ? s.marker : s.name.empty() ? Marker::Disc : auto_marker(marker_k);
     const bool filled = mk == Marker::Disc || mk == Marker::Square;
     const QColor fill = filled ? color : QColor(Qt::transparent);
@@ -399,7 +400,7 @@ void draw_figure(const Figure& fig, QCustomPlot& plot, const FigureStyle& st) {
       g->removeFromLegend();
     } else {
       ++named;
-      widest = std::max(widest, legend_fm.horizontalAdvance(QString::fromStdString(s.name)));
+      for (const QString& line : g->name().split('\n')) widest = std::max(widest, legend_fm.horizontalAdvance(line));
     }
   }
   for (QCPAxis* a : {plot.xAxis, plot.yAxis}) {
