@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -121,4 +122,29 @@ TEST_CASE("On a terminal, tierlab run shows where a long cell is: its analysis a
   // Without a terminal (a pipe, a log file) there is no progress line at all.
   REQUIRE(run("run '" + (d / "s.yaml").string() + "' --out '" + (d / "out2").string() + "'", d / "log2.txt") == 0);
   CHECK(slurp(d / "log2.txt").find("interior: heads") == std::string::npos);
+}
+
+TEST_CASE("A run whose dominated share is the same in every cell says rho is not defined and never writes nan") {
+  // The zoo's 4-layer model: no head's 2-bit tier is dominated, so the share is 0 in every
+  // cell and a rank correlation across cells does not exist (it used to read "= nan [nan, nan]").
+  const fs::path dir = fs::path(TIERLAB_BINARY_DIR) / "test_run_cli_constant_share";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write(dir / "zoo.yaml", "name: zoo-constant\n"
+                          "traces:\n"
+                          "  model:\n"
+                          "    checkpoint: "s + TIERLAB_SOURCE_DIR + "/data/zoo/kjv-l4-mha-d16/kjv-l4-mha-d16.bin\n"
+                          "    seeds: [0, 1, 2, 3, 4]\n"
+                          "    context_lengths: [64]\n"
+                          "    decode_steps: 8\n"
+                          "ladder: evict,kivi1,kivi2,kivi4,kivi8,exact\n"
+                          "budgets: [2]\n"
+                          "backend: cpu\n"
+                          "bootstrap: 100\n");
+  REQUIRE(run("run '" + (dir / "zoo.yaml").string() + "' --out '" + (dir / "out").string() + "'", dir / "log") == 0);
+  const std::string summary = slurp(dir / "out" / "summary.md");
+  INFO(summary);
+  CHECK(summary.find("cannot be tested here: the dominated share is 0 in every cell") != std::string::npos);
+  CHECK(summary.find("not defined") != std::string::npos);
+  CHECK_FALSE(std::regex_search(summary, std::regex(R"(\b-?(nan|inf)\b)", std::regex::icase)));
 }

@@ -488,9 +488,14 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
   } else {
     const QFeasibility& qp = r.q[primary_index(sc)];
     s << "- Spearman rho(dominated share, the cell's " << aggregation_label(sc.primary_aggregation) << ") over " << xs.size()
-      << " cells in " << r.clusters << " independent clusters (model draw x seed) = " << format_or_nan(rho, "%.3f")
-      << ", 95% cluster-bootstrap interval [" << format_or_nan(iv.lo, "%.3f") << ", " << format_or_nan(iv.hi, "%.3f")
-      << "] (" << iv.used << " of " << sc.bootstrap << " resamples of whole clusters, seed " << sc.seed << ").\n";
+      << " cells in " << r.clusters << " independent clusters (model draw x seed)";
+    if (std::isfinite(rho) && std::isfinite(iv.lo) && std::isfinite(iv.hi))
+      s << " = " << format_or_nan(rho, "%.3f") << ", 95% cluster-bootstrap interval [" << format_or_nan(iv.lo, "%.3f")
+        << ", " << format_or_nan(iv.hi, "%.3f") << "] (" << iv.used << " of " << sc.bootstrap
+        << " resamples of whole clusters, seed " << sc.seed << ").\n";
+    else
+      s << ": not defined, because the dominated share or the cell's A is the same in every cell (a rank correlation "
+           "needs both to vary); no interval.\n";
     if (std::isfinite(rho_within))
       s << "- Controlling for the model (per-preset residual ranks, the within-model partial rho): "
         << format_or_nan(rho_within, "%.3f") << ".\n";
@@ -503,7 +508,7 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
         << "; " << r.seed_level.cells << " cells in "
         << r.seed_level.groups << (r.seed_level.groups == 1 ? " group" : " groups")
         << ": everything but the seed held fixed): rho = "
-        << format_or_nan(r.seed_level.rho, "%.3f") << ".\n";
+        << format_or_nan(r.seed_level.rho, "%.3f", "not defined (constant within every group)") << ".\n";
     const std::string verdict = rho_verdict(ev);
     s << "- **Verdict**: the headline relation of docs/model.md (the dominated share orders the interior advantage: "
          "Spearman rho strongly negative; the reference paper reports -0.978 over 25 cells) " << verdict << ".\n";
@@ -543,9 +548,10 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
       s << "| " << format_or_nan(sc.budgets[bi]);
       for (std::size_t a = 0; a < kNAgg; ++a) {
         const auto& e = r.sensitivity[bi * kNAgg + a];
-        std::string cell = format_or_nan(double_or_nan(e, "rho"), "%.2f") + " [" +
-                           format_or_nan(double_or_nan(e, "ci_lo"), "%.2f") + ", " +
-                           format_or_nan(double_or_nan(e, "ci_hi"), "%.2f") + "]";
+        const double er = double_or_nan(e, "rho"), elo = double_or_nan(e, "ci_lo"), ehi = double_or_nan(e, "ci_hi");
+        std::string cell = std::isfinite(er) && std::isfinite(elo) && std::isfinite(ehi)
+                               ? format_or_nan(er, "%.2f") + " [" + format_or_nan(elo, "%.2f") + ", " + format_or_nan(ehi, "%.2f") + "]"
+                               : std::string("not defined (constant)");
         if (!r.q[bi].feasible()) cell += " (Q infeasible: M vs E only, no verdict)";
         s << " | " << (e["primary"].get<bool>() ? "**" + cell + "**" : cell);
       }
