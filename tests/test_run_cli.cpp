@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,8 +39,8 @@ std::string scenario(const std::string& name, int seed) {
 }
 
 // Runs build/tierlab with `args` (paths hold no quotes); returns the exit status.
-int run(const std::string& args, const fs::path& log) {
-  const std::string cmd = "'"s + TIERLAB_BINARY_DIR + "/tierlab' " + args + " > '" + log.string() + "' 2>&1";
+int run(const std::string& args, const fs::path& log, const std::string& prefix = "") {
+  const std::string cmd = prefix + "'"s + TIERLAB_BINARY_DIR + "/tierlab' " + args + " > '" + log.string() + "' 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
@@ -147,4 +148,34 @@ TEST_CASE("A run whose dominated share is the same in every cell says rho is not
   CHECK(summary.find("cannot be tested here: the dominated share is 0 in every cell") != std::string::npos);
   CHECK(summary.find("not defined") != std::string::npos);
   CHECK_FALSE(std::regex_search(summary, std::regex(R"(\b-?(nan|inf)\b)", std::regex::icase)));
+}
+
+TEST_CASE("SIGTERM stops a run within seconds even while it generates a large synthetic trace, and is named") {
+  // A Llama-3.1-8B-shaped cell at T = 32768: its trace (13 GB) takes minutes to generate; the
+  // generation used to ignore the stop request until it was written.
+  const fs::path dir = fs::path(TIERLAB_BINARY_DIR) / "test_run_cli_sigterm";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write(dir / "big.yaml", "name: big\n"
+                          "traces:\n"
+                          "  synthetic:\n"
+                          "    presets: [llama-3.1-8b]\n"
+                          "    seeds: [0]\n"
+                          "    context_lengths: [32768]\n"
+                          "budgets: [2]\n"
+                          "backend: cpu\n"
+                          "bootstrap: 100\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run("run '" + (dir / "big.yaml").string() + "' --out '" + (dir / "out").string() + "'", dir / "log", "timeout --preserve-status -s TERM 3 ");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = slurp(dir / "log");
+  INFO(log);
+  CHECK(rc == 2);
+  CHECK(seconds < 20);
+  CHECK(log.find("interrupted by SIGTERM") != std::string::npos);
+  // No temporary trace left behind.
+  std::size_t left = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir / "out"))
+    if (e.path().string().find(".tmp-") != std::string::npos) ++left;
+  CHECK(left == 0);
 }

@@ -165,7 +165,7 @@ void run_command(const RunArgs& args) {
     if (r.interrupted) {
       std::printf("interrupted: the finished cells are kept in %s/cells; run the same command again to resume.\n",
                   opt.out.c_str());
-      throw InputError("run interrupted by the user (SIGINT) before every cell was finished.");
+      throw InputError("run interrupted by " + run_stop_signal_name() + " before every cell was finished.");
     }
     if (!r.missing.empty()) {
       std::printf("shard %s done; %zu cell%s of other shards %s not finished yet: %s. The shard that finishes last "

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <new>
 
 #include "model/error.hpp"
 #include "model/openmp_policy.hpp"
@@ -51,6 +52,11 @@ int main(int argc, char** argv) {
   } catch (const tierlab::RecomputeError& e) {
     std::fprintf(stderr, "tierlab: recomputation error: %s\n", e.what());
     return 4;
+  } catch (const std::bad_alloc&) {  // the machine, not a defect: a resource error of its own
+    std::fprintf(stderr, "tierlab: out of memory: the work needs more memory than this process may use (ulimit -v, "
+                         "the machine's RAM); reduce the scenario (fewer cells or heads, shorter T) or --jobs. "
+                         "Finished cells are kept.\n");
+    return 5;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tierlab: internal error: %s\n", e.what());
     return 3;

@@ -38,9 +38,22 @@ std::atomic<bool>& run_stop_flag() {
   return flag;
 }
 
+std::atomic<int>& run_stop_signal() {
+  static std::atomic<int> sig{0};
+  return sig;
+}
+
+std::string run_stop_signal_name() {
+  const int s = run_stop_signal().load();
+  return s == SIGTERM ? "SIGTERM" : s == SIGINT ? "SIGINT" : s == 0 ? "a stop request" : "signal " + std::to_string(s);
+}
+
 namespace {
 
-extern "C" void on_sigint(int) { run_stop_flag().store(true); }
+extern "C" void on_sigint(int sig) {
+  run_stop_signal().store(sig);
+  run_stop_flag().store(true);
+}
 
 }  // namespace
 
@@ -327,7 +340,9 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
   if (cell.source == "synthetic") {
     make_directories(work_dir);
     trace_path = work_dir + "/" + cell.id + ".safetensors";
-    write_synthetic_trace(cell.synth, trace_path);
+    // Generation stops within a head when the run is stopped (SIGINT, SIGTERM): the writer's
+    // temporary file is removed as it unwinds.
+    write_synthetic_trace(cell.synth, trace_path, [stop](int, int) { throw_if_cancelled(stop); });
     temporary = true;
   } else if (cell.source == "model") {
     make_directories(work_dir);
@@ -657,6 +672,7 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
 
 SigintScope::SigintScope() : previous_int_(std::signal(SIGINT, on_sigint)), previous_term_(std::signal(SIGTERM, on_sigint)) {
   run_stop_flag().store(false);
+  run_stop_signal().store(0);
 }
 SigintScope::~SigintScope() {
   std::signal(SIGINT, previous_int_);

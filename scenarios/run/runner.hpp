@@ -178,6 +178,8 @@ std::string cell_content_hash(const nlohmann::json& cell);
 // "<file>.invalid-<n>" and recomputed, never used.
 std::string validate_cell_file(const Scenario&, const ScenarioCell&, const std::string& path, const nlohmann::json& cell);
 
+// The signal that stopped the run ("SIGINT", "SIGTERM"; "a stop request" when none did).
+std::string run_stop_signal_name();
 // Set by the SIGINT/SIGTERM handler that run_scenario installs for its duration (SigintScope).
 std::atomic<bool>& run_stop_flag();
 
