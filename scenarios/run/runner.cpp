@@ -265,7 +265,12 @@ bool looks_like_number(const std::string& s) {
 
 // Every value of the cell: no number written as a string (the tables would read it as a number).
 void check_no_string_numbers(const nlohmann::json& v, const std::string& at) {
-  if (at == "trace") return;  // a file name, whatever it reads as
+  // Text by definition, whatever it reads as: file names, and hashes in hex ("1653829e07198737"
+  // reads as a number in exponent form).
+  const std::string leaf = at.substr(at.find_last_of('.') == std::string::npos ? 0 : at.find_last_of('.') + 1);
+  if (leaf == "trace" || leaf == "checkpoint" || leaf == "path" ||
+      (leaf.size() >= 4 && leaf.compare(leaf.size() - 4, 4, "hash") == 0))
+    return;
   if (v.is_string()) {
     if (looks_like_number(v.get<std::string>()))
       throw CellProblem(at, "is " + json_excerpt(v) + ", a number given as a string; it must be a JSON number");
