@@ -12,7 +12,7 @@
 //                              setup included, divided by E
 //   cpu_seconds_per_allocation CPU time of all threads, per allocation (a measure of the
 //                              work that a loaded machine inflates less than wall time)
-// Errors: mean over allocations of the head-mean relative error e (MODEL.md section 2).
+// Errors: mean over allocations of the head-mean relative error e (docs/model.md section 8).
 // With --data DIR (written by bench/numpy_recompute_dump.py) it runs on the reference's
 // exact instance and compares its per-allocation errors with the reference's.
 // Prints one JSON object.

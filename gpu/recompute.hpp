@@ -1,5 +1,5 @@
 #pragma once
-// Exact recomputation (MODEL.md section 2): the ground truth every surrogate and
+// Exact recomputation (docs/model.md section 8): the ground truth every surrogate and
 // solver is checked against. For query q (one row of the query set) and keys k_t:
 //   s_t = q.k_t / sqrt(d),  p = softmax(s),  o = sum_t p_t v_t                  (exact)
 //   s^_t = q.k^_t / sqrt(d) over kept t,  p^ = softmax over kept,  o^ = sum p^_t v_t

@@ -262,7 +262,7 @@ int Engine::apply_(int l, int h, const RateLadder& ladder, const std::vector<std
                        ladder.name() + "' has " + std::to_string(n) + " tiers.");
     by[static_cast<std::size_t>(j)].push_back(t);
   }
-  // MODEL.md convention 9, as materialize: the tokens of a tier are quantized as one block
+  // docs/model.md convention 9, as materialize: the tokens of a tier are quantized as one block
   // in position order. A tier whose token set is unchanged keeps its block.
   int requantized = 0;
   std::vector<bool> changed(static_cast<std::size_t>(n), false);
@@ -344,7 +344,7 @@ ErrorMetrics Engine::obs_error_(const std::atomic<bool>* cancel) {
   if (w.keys.rows() != w.T) prompt = w.keys.topRows(w.T);
   const MatrixRM& keys = w.keys.rows() == w.T ? w.keys : prompt;
   const int nq = static_cast<int>(hd.obs_queries.rows());
-  const std::vector<int> visible = observation_queries(hd).visible;  // causal (MODEL.md section 9)
+  const std::vector<int> visible = observation_queries(hd).visible;  // causal (docs/model.md section 12, convention 4)
   // 64 rows (the CPU backend's row tile) per 32k tokens: ~0.1 s per chunk on 2 cores.
   const int chunk = 64 * std::max(1, (1 << 21) / (64 * std::max(1, w.T)));
   if (chunk >= nq) return recompute_one(*backend_, hd.obs_queries, hd.keys, hd.values, keys, sel, visible);

@@ -17,7 +17,7 @@
 //       engine's Recomputer, gpu/recompute.hpp; CPU in the app) on decode step s's g queries (the T prompt tokens
 //       under the allocation plus the s decode keys, exact) and on the observation queries.
 //       The keys are those `tierlab eval --allocation` recomputes (model/quantizer.hpp
-//       materialize, MODEL.md convention 9): the tokens of one tier are quantized together,
+//       materialize, docs/model.md convention 9): the tokens of one tier are quantized together,
 //       in position order (quantize_block per tier; a tier whose token set did not change
 //       is not quantized again). Per allocation the backend prepares the step's g rows
 //       (and, when asked, the observation queries) with these keys as one variant.

@@ -1,5 +1,5 @@
 #pragma once
-// Capturing a trace (MODEL.md section 1, "captured") from the llama2.c forward pass.
+// Capturing a trace (docs/model.md section 7, "captured") from the llama2.c forward pass.
 //
 // Sequence: the prompt x_0..x_{T-1} is run at positions 0..T-1; decode step s = 1..S
 // feeds the full-cache model's greedy token x_{T+s-1} = argmax(logits of position

@@ -1,4 +1,4 @@
-// Strict and hull dominance of a head's tiers (dominance.hpp, MODEL.md section 4).
+// Strict and hull dominance of a head's tiers (dominance.hpp, docs/model.md section 4).
 #include "model/dominance.hpp"
 
 #include <algorithm>

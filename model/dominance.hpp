@@ -1,5 +1,5 @@
 #pragma once
-// Strict and hull dominance (MODEL.md section 4).
+// Strict and hull dominance (docs/model.md section 4).
 //
 // For a head, the normalised cost of a finite tier tau is
 //   R_h(tau) = sum_t c_t(tau) / sum_t c_t(0)

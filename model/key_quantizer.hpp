@@ -1,6 +1,6 @@
 #pragma once
-// Published key quantizers as named, stateful components (METHODS.md, docs/methods.md
-// section "Key quantizers"). Each quantizes one KV head's prompt keys and returns the
+// Published key quantizers as named, stateful components (docs/methods.md
+// section 1, "Key quantizers"). Each quantizes one KV head's prompt keys and returns the
 // dequantized POST-RoPE keys (what attention sees) with an itemised rate.
 //
 // Rate accounting (bits per key element over the quantized rows, n tokens x d):
@@ -153,7 +153,7 @@ class SeededNormal {
 // fixed so that diag(R) > 0 (Haar distributed).
 MatrixRMd random_orthogonal(int d, std::uint64_t seed);
 
-// KVQuant's average bits per element (METHODS.md): b per code, plus per outlier a 16-bit
+// KVQuant's average bits per element (docs/methods.md section 1): b per code, plus per outlier a 16-bit
 // value and 16-bit index (32 * outlier_fraction), a 32-bit row pointer per token shared by
 // `pointer_elems` elements (32 / pointer_elems), fp16 scale + offset per channel over T
 // tokens (32 / T), the fp16 sink token ((16 - b) / T), and the fp16 codebook of the head
@@ -206,7 +206,7 @@ std::unique_ptr<KeyQuantizer> make_headq_quantizer(const KeyQuantizerParams&);
 std::unique_ptr<KeyQuantizer> make_rdkv_channel_quantizer(const KeyQuantizerParams&);
 
 // ---- RDKV per-channel building blocks (model/rdkv_channel.cpp) -----------------------
-// RDKV's calibrated key NMSE eps(b) on Llama-3.1-8B (METHODS.md): eps(0) = 1, eps(2) = 0.0955,
+// RDKV's calibrated key NMSE eps(b) on Llama-3.1-8B (docs/methods.md section 1): eps(0) = 1, eps(2) = 0.0955,
 // eps(4) = 4.02e-3, eps(8) = 1.40e-5, eps(16) = 0; NaN for any other bit width.
 double rdkv_paper_key_nmse(int bits);
 // Average pool of odd kernel k with reflect padding (PyTorch F.pad mode "reflect": the edge

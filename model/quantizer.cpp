@@ -1,5 +1,5 @@
 // Bit-exact KIVI per-channel and per-token key quantizers, their rate accounting,
-// the materialisation of a mixed allocation (MODEL.md convention 9) and KIVI's
+// the materialisation of a mixed allocation (docs/model.md section 12, convention 9) and KIVI's
 // running key cache (quantizer.hpp).
 //
 // Arithmetic is float32 in the reference order: scale = (mx - mn) / (2^b - 1),

@@ -1,5 +1,5 @@
 #pragma once
-// Bit-exact key quantizers (METHODS.md) with their rate accounting.
+// Bit-exact key quantizers (docs/methods.md sections 1 and 2) with their rate accounting.
 //
 // KIVI per-channel (2402.02750): within a group of G consecutive tokens (of one tier),
 // for each channel j: mn = min x, mx = max x, scale = (mx - mn) / (2^b - 1),
@@ -10,7 +10,7 @@
 // Per-token (values-style, QuaRot's axis): within one token, per group of n channels,
 // the same asymmetric min/max scheme; fp16 scale and zero per token per group.
 //
-// Mixed allocations follow MODEL.md convention 9: the tokens assigned to one tier are
+// Mixed allocations follow docs/model.md convention 9 (section 12): the tokens assigned to one tier are
 // grouped among themselves in position order, G at a time, and metadata is counted
 // for the groups actually formed (a partial last group counts as a group).
 //

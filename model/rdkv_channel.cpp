@@ -5,7 +5,8 @@
 //   s_c = mean_q q_c^2 * mean_t k_c^2
 // over the head's observation queries (all g W rows, post-RoPE) and all T post-RoPE keys
 // (calibration uses the whole head); without observation queries mean_q q_c^2 = 1.
-// Smoothing (METHODS.md: scores smoothed by a reflect-padded average pool of kernel 5):
+// Smoothing (docs/methods.md section 1, "RDKV per channel": scores smoothed by a
+// reflect-padded average pool of kernel 5):
 //   s~ = reflect_average_pool(s, kernel) over the channel index; kernel = 1 leaves s as is
 //   (the released code pools the value-side TOKEN scores only; docs/methods.md).
 // Allocation: b_c = argmin_{b in options} s~_c eps(b) + lambda b (ties to the lower b),

@@ -5,7 +5,7 @@
 //
 // Query set of a head at prompt length L: its observation queries at positions L-w .. L-1
 // (w = RealismOptions::window, the trace's W by default; at L = T the whole window). A query at
-// position p is causal (MODEL.md section 9): it attends to the keys at positions 0..p only.
+// position p is causal (docs/model.md section 12, convention 4): it attends to the keys at positions 0..p only.
 // For one query q, with logits s_t = q.k_t / sqrt(d) (nats) and a = softmax(s) over t = 0..p:
 //   entropy             H = -sum_t a_t ln a_t                                  (nats)
 //   normalised entropy  H / ln(p + 1)                                          (0..1)

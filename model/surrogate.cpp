@@ -1,4 +1,4 @@
-// The local surrogate (surrogate.hpp, MODEL.md section 3): token weights, per-tier
+// The local surrogate (surrogate.hpp, docs/model.md section 3): token weights, per-tier
 // costs and logit noise, and the per-head noise fit n_h(b) = alpha beta^(-b).
 //
 // All accumulation is in double. Queries are processed in chunks: the chunk's exact

@@ -1,5 +1,5 @@
 #pragma once
-// The local surrogate of MODEL.md section 3, for one head and one query set.
+// The local surrogate of docs/model.md section 3, for one head and one query set.
 //
 // For query q (row of Q, g*W rows) with exact logits s_t = q.k_t / sqrt(d), attention
 // p_{q,t} = softmax(s)_t and output o_q = sum_t p_{q,t} v_t:

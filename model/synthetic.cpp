@@ -6,7 +6,7 @@
 // standard libraries), and all arithmetic is done in double and rounded to float32 once at
 // the end.
 //
-// Logits of a query at position p over the keys t = 0..p (MODEL.md section 2: s_t = q.k_t /
+// Logits of a query at position p over the keys t = 0..p (docs/model.md section 8: s_t = q.k_t /
 // sqrt(d), nats) are, up to cross terms with the key content,
 //   s_t = content_t + [t = 0] s_0 + kappa_l g(p - t) + [t in span j] kappa_r pi_j nu_t
 // content_t the query's content against the key's (standard deviation lambda nu_q over t, nu_q a

@@ -2,7 +2,7 @@
 // Seeded, deterministic synthetic traces (docs/synthetic.md).
 //
 // Every KV head is a mixture of four components, each with a target share of the
-// attention of every query (in nats of logit, MODEL.md section 2: s_t = q.k_t / sqrt(d)):
+// attention of every query (in nats of logit, docs/model.md section 8: s_t = q.k_t / sqrt(d)):
 //   sink      - mass m_s on the first token (attention sinks)
 //   local     - mass m_l on a RoPE recency kernel around the query's position
 //   retrieval - mass m_r on planted multi-token spans (recorded as spans)

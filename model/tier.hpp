@@ -1,5 +1,5 @@
 #pragma once
-// Tiers and the rate ladder (MODEL.md sections 1 and 9).
+// Tiers and the rate ladder (docs/model.md sections 1, 2 and 12).
 //
 // A tier tau = (bits b, quantizer Q) is the precision of one key vector. Tier 0 of
 // every ladder is eviction (zero rate: the token is removed); the last is exact

@@ -97,7 +97,7 @@ class PublishedTier final : public TierQuantizer {
   std::unique_ptr<KeyQuantizer> quantizer_;
 };
 
-// Tokens of each ladder tier, in position order (convention 9); validates the allocation.
+// Tokens of each ladder tier, in position order (docs/model.md convention 9); validates the allocation.
 std::vector<std::vector<int>> tokens_by_tier(long long T, const RateLadder& ladder,
                                              const std::vector<std::uint8_t>& tier_of_token, const char* where) {
   ladder.validate();

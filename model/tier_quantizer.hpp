@@ -1,9 +1,9 @@
 #pragma once
-// One interface through which every tier of a ladder quantizes keys (MODEL.md sections
-// 1, 3 and 9), and the registry of the forms a tier name takes.
+// One interface through which every tier of a ladder quantizes keys (docs/model.md sections
+// 1, 3 and 12), and the registry of the forms a tier name takes.
 //
 // A TierQuantizer quantizes one block of one head's tokens: the tokens assigned to its
-// tier, strictly ascending (convention 9: the tokens of a tier are grouped among
+// tier, strictly ascending (docs/model.md convention 9: the tokens of a tier are grouped among
 // themselves in position order). It returns the dequantized rows k^_t and the bits
 // actually formed, in total bits over the block:
 //   code bits   the codes (b per element for b-bit codes; 16 for exact)

@@ -1,5 +1,5 @@
 #pragma once
-// A trace: what attention saw for every layer l and KV head h (MODEL.md section 1).
+// A trace: what attention saw for every layer l and KV head h (docs/model.md section 7).
 // Stored as one safetensors file (docs/trace-format.md). Tensor names, per head:
 //   layers.{l}.heads.{h}.keys            [T, d]    post-RoPE keys k_t
 //   layers.{l}.heads.{h}.keys_pre_rope   [T, d]    optional, pre-RoPE keys
@@ -70,14 +70,14 @@ struct HeadData {
   MatrixRM decode_keys;     // S x d
   MatrixRM decode_values;   // S x d
   std::vector<Span> spans;
-  // The layout of obs_queries, for their causal mask (MODEL.md section 9): g query heads of
+  // The layout of obs_queries, for their causal mask (docs/model.md section 12, convention 4): g query heads of
   // W rows each, observation query i at prompt position obs_first_position + i (-1: the
   // trace convention T - W, the last W prompt positions). Set by every reader.
   int group_size = 1;
   int obs_first_position = -1;
 };
 
-// A query set with its causal limits (MODEL.md section 9, "every query is causal"): row r
+// A query set with its causal limits (docs/model.md section 12, convention 4, "every query is causal"): row r
 // attends to the tokens 0 .. visible[r] - 1 only. Every surrogate, scorer and recomputation
 // of a head takes its queries as a CausalQueries, so none can forget the mask.
 struct CausalQueries {

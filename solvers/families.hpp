@@ -1,5 +1,5 @@
 #pragma once
-// Policy families and per-head routing (MODEL.md section 5), on top of the shared-ladder
+// Policy families and per-head routing (docs/model.md section 6), on top of the shared-ladder
 // knapsack solvers (mckp.hpp, exact.hpp, greedy.hpp, waterfill.hpp).
 //
 // A head h has tokens t = 0..T_h-1 and costs c_t(tau_j) for every tier j of one RateLadder

@@ -29,7 +29,7 @@
 //                marginal-return greedy on the RAW ladder: item i offers the consecutive
 //                steps k -> k+1 (sorted positions), e = (c_{i,k} - c_{i,k+1}) / (r_{k+1} - r_k);
 //                a step with e <= 0 is never taken (and stops the item). It ignores hull
-//                dominance on purpose (the teaching point of MODEL.md section 6,
+//                dominance on purpose (the teaching point of docs/model.md section 9,
 //                docs/solvers.md): a step that looks poor on the raw ladder (0 -> 2 bits
 //                when the 2-bit tier is nearly useless) hides a much better two-step
 //                upgrade (0 -> 4 bits) that the hull greedy, and the exact solver, see as

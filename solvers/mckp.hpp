@@ -1,5 +1,5 @@
 #pragma once
-// The multiple-choice knapsack with one shared rate ladder (MODEL.md section 6), the
+// The multiple-choice knapsack with one shared rate ladder (docs/model.md section 9), the
 // problem every allocation solver in solvers/ answers.
 //
 // Items i = 0..N-1 (tokens, or channels, or heads), tiers j = 0..m-1 with rate r_j in

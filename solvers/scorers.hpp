@@ -2,7 +2,7 @@
 // Eviction scorers: the published token-eviction methods as policies of the eviction
 // family E (tiers {evict, exact}: RateLadder::parse("evict,exact"), evict = 0, exact = 1).
 // Sources and the variants public implementations disagree on: docs/methods.md,
-// "Eviction scorers"; facts: METHODS.md.
+// section 3, "Eviction scorers", which also states the facts each follows.
 //
 // Notation (one KV head of one layer, HeadData): keys k_t, values v_t, t = 0..T-1, head
 // dim d; observation queries q_{j,i} (query head j = 0..g-1 of the GQA group, window

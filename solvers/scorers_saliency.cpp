@@ -133,7 +133,7 @@ class ExpectedScorer final : public EvictionScorer {
 const ScorerEntry& dropkv_scorer_entry() {
   static const ScorerEntry e{
       {"dropkv", "eviction scorer", "sum_i (p/(1-p))^2 ||v - o_i||^2 over the window, avg-pooled (k 11); top-k",
-       "METHODS.md (DropKV)",
+       "docs/methods.md (DropKV)",
        {shared_scorer_param("window", "32"), shared_scorer_param("kernel", "11"),
         shared_scorer_param("count_include_pad", "true"), shared_scorer_param("group_order", "after"),
         shared_scorer_param("gqa", "mean"), shared_scorer_param("causal", "true"), shared_scorer_param("sinks", "0"),

@@ -316,7 +316,7 @@ const std::vector<SeedAllocatorEntry>& seed_registry() {
         {"kernel", "5", "reflect-padded average pool kernel (1 = none)"},
         {"eps", "", "eps(b) per ladder tier, comma-separated (default: paper NMSE by bits {0,2,4,8,16})"}}},
        rdkv},
-      {{"routed", "seed allocator", "each head routes to family Q, E or M (MODEL.md section 5)",
+      {{"routed", "seed allocator", "each head routes to family Q, E or M (docs/model.md section 6)",
         "tierlab (solvers/families.hpp)",
         {{"scope", "head", "head (own budget per head) | model (heads pool the budget)"},
         {"solver", "exact", "exact | greedy | greedy-raw | waterfill"},

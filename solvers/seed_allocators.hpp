@@ -27,7 +27,7 @@
 //              CHANNEL (the key quantizer
 //              rdkv-channel, model/rdkv_channel.cpp); tierlab's tiers are per token, so this
 //              is the per-token variant.
-//   routed     MODEL.md section 5 (solvers/families.hpp): each head picks the family
+//   routed     docs/model.md section 6 (solvers/families.hpp): each head picks the family
 //              Q, E or M; scope head (own budget B T_h, default) or model (pooled).
 //   (kvcobra, KV-COBRA's per-head (rank, bits), is not a tier allocation on a ladder: it
 //   lives in solvers/kvcobra_allocator.hpp; allocate_seed("kvcobra") says so.)

@@ -1,5 +1,5 @@
 #pragma once
-// Smoothed token scores (MODEL.md section 6, "smoothed-score") and the span truncation
+// Smoothed token scores (docs/model.md section 9, "smoothed-score") and the span truncation
 // rate they are meant to lower.
 //
 // Pooling. A score row x_0..x_{T-1} (one tier's costs c_t(tau), or c_t(0)) is replaced by

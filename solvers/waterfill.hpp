@@ -1,6 +1,6 @@
 #pragma once
 // Reverse water-filling (continuous bits), then projection onto a tier ladder
-// (MODEL.md section 6; RateQuant per head, RDKV per token/channel down to 0 bits: the
+// (docs/model.md section 9; RateQuant per head, RDKV per token/channel down to 0 bits: the
 // functions are generic over items).
 //
 // Items i = 0..N-1 with weight w_i >= 0 and distortion model D_i(b) = alpha_i beta_i^(-b)

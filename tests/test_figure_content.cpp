@@ -2,7 +2,7 @@
 // without content (and the run says which was skipped and why), advantage_vs_budget's median
 // on top and only the swept budgets on its axis, proxy figures naming their methods, phase
 // maps as heatmaps with ties as ties and the recomputed boundary, the water-filling figure in
-// MODEL.md's symbols.
+// docs/model.md's symbols.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -216,7 +216,7 @@ TEST_CASE("phase maps are heatmaps: touching cells, ties as ties, the recomputed
   CHECK(slurp(d + "/phase_map.pdf").size() > 1000);
 }
 
-TEST_CASE("waterfill_level speaks MODEL.md's symbols: weight a_t on x, g_t(0) = a_t alpha ln(beta) in the legend") {
+TEST_CASE("waterfill_level speaks docs/model.md's symbols: weight a_t on x, g_t(0) = a_t alpha ln(beta) in the legend") {
   const std::string d = fresh("waterfill");
   write_file_atomically(d + "/tables/waterfill.json", R"({"cell":"c","layer":0,"kv_head":1,"budget":2,"theta":0.01,
     "rows":[{"rank":1,"g0":1.0,"bits":4},{"rank":2,"g0":0.1,"bits":2},{"rank":3,"g0":0.001,"bits":0}]})");

@@ -32,7 +32,7 @@ std::vector<double> softmax(const std::vector<double>& x, const std::vector<bool
   return p;
 }
 
-// MODEL.md section 2 literally: per query, o and o^ from their definitions, then the
+// docs/model.md section 8 literally: per query, o and o^ from their definitions, then the
 // metrics; the head's metrics are the means over the query rows.
 ErrorMetrics reference_errors(const HeadProblem& hp, const Selection& sel) {
   const MatrixRM& Q = *hp.queries;
@@ -399,7 +399,7 @@ TEST_CASE("backends are chosen at run time and their absence is a sentence", "[r
 
 namespace {
 
-// MODEL.md section 2 with causal limits: row i sees tokens 0 .. visible[i]-1 only (exact and
+// docs/model.md section 8 with causal limits: row i sees tokens 0 .. visible[i]-1 only (exact and
 // approximate alike); the logit error is the mean over the (row, kept visible token) pairs.
 ErrorMetrics reference_errors_causal(const HeadProblem& hp, const Selection& sel) {
   const MatrixRM& Q = *hp.queries;

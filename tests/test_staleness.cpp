@@ -1,5 +1,5 @@
 // Allocation staleness over decode steps, out of sample (scenarios/pipeline/staleness_head.hpp,
-// MODEL.md section 7): the overlap measures on hand-computed cases; the fresh decision's query
+// docs/model.md section 10): the overlap measures on hand-computed cases; the fresh decision's query
 // set (observation rows filling in, causal limits); the fresh allocation at step s sees no
 // query of step s or later; step 1 gives the stale allocation back; the in-sample allocation
 // is the surrogate optimum on the scored queries; the recomputed-best family is the argmin of

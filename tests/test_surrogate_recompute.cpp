@@ -1,4 +1,4 @@
-// The surrogate's eviction cost c_t(0) against the exact recomputation (MODEL.md sections 2
+// The surrogate's eviction cost c_t(0) against the exact recomputation (docs/model.md sections 8
 // and 3): removing token t alone changes the output by exactly
 //   ||o^ - o||^2 = p_t^2 ||v_t - o||^2 / (1 - p_t)^2,
 // so mean_q of it is c_t(0). The recomputation backend (not the model's own code) is the

@@ -126,7 +126,7 @@ struct Shape {
   double peak_near = 0;      // share of the queries whose most attended position is within 64 of theirs
 };
 
-// Causal (MODEL.md section 9): observation query i attends the prompt keys 0..T-W+i; decode
+// Causal (docs/model.md section 12, convention 4): observation query i attends the prompt keys 0..T-W+i; decode
 // query s attends the T prompt keys and the decode keys of steps 1..s. `every` subsamples
 // the queries (1 = all). `sink_target` is the head's drawn first-token share (0: none).
 Shape measure(const HeadData& h, const TraceMeta& m, bool decode, int every = 1, double sink_target = 0) {

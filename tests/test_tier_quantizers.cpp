@@ -62,8 +62,8 @@ std::unique_ptr<KeyQuantizer> turboquant(int bits) {
   return make_key_quantizer("turboquant", {{"bits", std::to_string(bits)}});
 }
 
-// c_t(tau) = mean_q p_{q,t}^2 ||v_t - o_q||^2 (q.(k^_t - k_t))^2 / d, straight from MODEL.md.
-// MODEL.md sections 3 and 9, causal: observation query r = j W + i sits at position T - W + i
+// c_t(tau) = mean_q p_{q,t}^2 ||v_t - o_q||^2 (q.(k^_t - k_t))^2 / d, straight from docs/model.md section 3.
+// docs/model.md sections 3 and 12 (convention 4), causal: observation query r = j W + i sits at position T - W + i
 // and sees tokens 0..T-W+i (g query heads of W rows).
 std::vector<double> tier_cost_by_formula(const HeadData& h, const MatrixRM& dequant) {
   const int T = static_cast<int>(h.keys.rows()), d = static_cast<int>(h.keys.cols());

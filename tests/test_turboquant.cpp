@@ -13,7 +13,7 @@
 using namespace tierlab;
 
 TEST_CASE("Lloyd-Max on N(0,1) reproduces the published MSE table within 0.5%", "[key_quantizer][turboquant]") {
-  // Max (1960) / METHODS.md: 1 bit 0.3634, 2 bits 0.1175, 3 bits 0.03455, 4 bits 0.009501.
+  // Max (1960) / docs/methods.md section 1: 1 bit 0.3634, 2 bits 0.1175, 3 bits 0.03455, 4 bits 0.009501.
   const double table[4] = {0.3634, 0.1175, 0.03455, 0.009501};
   for (int b = 1; b <= 4; ++b) CHECK(std::abs(lloyd_max_gaussian(b).mse / table[b - 1] - 1.0) < 0.005);
   // 1 bit: levels +-sqrt(2/pi) = +-0.797885, MSE = 1 - 2/pi = 0.363380.

@@ -5,7 +5,7 @@ An implementation independent of tierlab's C++ (model/realism.cpp), used for the
 of tests/test_realism.cpp and for the calibration constants of model/synthetic.cpp
 (docs/synthetic.md, "Where the numbers come from"). For every head of a trace (safetensors,
 docs/trace-format.md; F32 or F16 tensors) and its causal observation queries (the query at
-position p attends to keys 0..p, MODEL.md section 9):
+position p attends to keys 0..p, docs/model.md section 12, convention 4):
 
   realism statistics (as `tierlab info TRACE --realism`)
     entropy H (nats), first-token mass, n90 (fewest tokens holding 90% of the attention),

@@ -4,7 +4,7 @@
 // and returns an empty string on success, or one sentence naming the CUDA call that
 // failed with cudaGetErrorString's words. Nothing here exits or aborts.
 //
-// What the kernels compute, in the symbols of MODEL.md section 2 and gpu/recompute.hpp,
+// What the kernels compute, in the symbols of docs/model.md section 8 and gpu/recompute.hpp,
 // for one head (query rows i, tokens t, key variants v, head dimension d):
 //
 // Causal limits (HeadProblem::visible): row i sees tokens t < vis_i only (vis_i = T when
@@ -42,7 +42,7 @@
 // and the head's numbers are the means over its nq query rows, except the logit error:
 //   logit error = sum_i sum_kept E_it^2 / sum_i n_kept_i.
 // A row that keeps none of the tokens it sees has o^ = 0: rel_i = 1, abs_i = ||o_i||^2,
-// tv_i = 1/2 (MODEL.md); a selection that keeps nothing has logit error 0.
+// tv_i = 1/2 (docs/model.md section 8); a selection that keeps nothing has logit error 0.
 //
 // Two paths form sum_t delta_it v_t (delta = delta'' or delta' of the row's form; the
 // factor 1 / ((1 + ubar) psum) or 1 / psum is applied in double at the end):

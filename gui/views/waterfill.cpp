@@ -240,7 +240,7 @@ HeadSolution Engine::waterfill_allocation_(LadderEntry& e, const HeadData& hd, c
   const bool feasible = !hr.tiers.empty();
   check(cancel);
   if (feasible) {
-    // The allocation's keys as materialize gives them (tier-local groups, convention 9):
+    // The allocation's keys as materialize gives them (tier-local groups, docs/model.md convention 9):
     // only the tiers whose token sets changed are quantized again.
     ts = Clock::now();
     num.rate = allocation_rate(hd, source_->meta().rope, ladder, hr.tiers);

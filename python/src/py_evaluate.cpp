@@ -156,7 +156,7 @@ next to the surrogate's prediction; obs = observation queries, decode = decode s
       });
 
   py::class_<PyInterior>(m, "Interior", R"doc(The interior advantage of every head of a trace at one budget
-(MODEL.md section 5; `tierlab solve --advantage`): A = 1 - err(M*) / min(err(Q*), err(E*)) with
+(docs/model.md section 6; `tierlab solve --advantage`): A = 1 - err(M*) / min(err(Q*), err(E*)) with
 each family's surrogate-optimal allocation repaired to the measured budget (equal memory) and
 recomputed exactly; `heads` is the per-head table (a dict of arrays), with the means, medians
 and the dominated share (heads whose 2-bit tier has R_h >= 1).)doc")

@@ -183,7 +183,7 @@ source, params: [{name, default, help}]}: key quantizers, eviction scorers, seed
 (with kvcobra) as `tierlab methods --json` lists them, and the solvers of tierlab.solve.
 kind: "all", "quantizer", "scorer", "allocator" or "solver".)doc");
 
-  py::class_<PyCosts>(m, "Costs", R"doc(The surrogate costs of one head on one query set (MODEL.md section 3):
+  py::class_<PyCosts>(m, "Costs", R"doc(The surrogate costs of one head on one query set (docs/model.md section 3):
 cost[j, t] = c_t(tau_j) for every tier j of the ladder (row 0 eviction, last row exact = 0),
 noise[j, t] = n_t(tau_j), the token weights a_t, c_t(0) and mean attention, each tier's
 nominal rate, and mean_q ||o_q||^2. Arrays are read-only views owned by this object.)doc")
@@ -235,7 +235,7 @@ nominal rate, and mean_q ||o_q||^2. Arrays are read-only views owned by this obj
   }, py::arg("head"), py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("queries") = "obs",
      "The surrogate costs of a head (tierlab.Costs) on its observation queries (causal) or its decode queries.");
 
-  py::class_<DominanceReport>(m, "Dominance", R"doc(Strict and hull dominance of a head's tiers (MODEL.md section 4):
+  py::class_<DominanceReport>(m, "Dominance", R"doc(Strict and hull dominance of a head's tiers (docs/model.md section 4):
 R[j] = R_h(tau_j) = sum_t c_t(tau_j) / sum_t c_t(0) (evict 1, exact 0), the rate used for the
 hull, dominated (R >= 1, finite tiers) and hull_dominated (above the lower convex hull).)doc")
       .def_property_readonly("R", [](const DominanceReport& d) { return to_array(d.R); }, "R_h per tier.")

@@ -383,7 +383,7 @@ void bind_head_solve(py::module_& m) {
 
 // The exact errors of E allocations of one head: HeadErrors, recompute_head.
 void bind_head_errors(py::module_& m) {
-  py::class_<HeadErrors>(m, "HeadErrors", R"doc(Exactly recomputed errors (MODEL.md section 2) of E allocations of
+  py::class_<HeadErrors>(m, "HeadErrors", R"doc(Exactly recomputed errors (docs/model.md section 8) of E allocations of
 one head: the means over the query rows as arrays [E] (rel_error, abs_error, attn_tv,
 logit_error) and, when asked (per_row=True), each row's errors as arrays [E, rows], each row
 recomputed on its own (their mean equals the batch mean within float32 rounding, about 1e-7

@@ -269,7 +269,7 @@ void bind_head_type(py::module_& m) {
       .def_readonly("name", &MappedTensor::name, "The tensor's name in the file.")
       .def("__repr__", [](const MappedTensor& t) { return "<tierlab mapped tensor '" + t.name + "'>"; });
 
-  py::class_<PyHead>(m, "Head", R"doc(One KV head: keys, values and queries (MODEL.md section 1).
+  py::class_<PyHead>(m, "Head", R"doc(One KV head: keys, values and queries (docs/model.md section 7).
 
 From a file (Trace.head): the tensors are read-only views of the memory map (no copy) when
 NumPy has the file's dtype (F32, F16); BF16 tensors are converted to float32 copies.

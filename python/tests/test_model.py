@@ -1,5 +1,5 @@
 """The model in Python: tiers, ladders, the method registries, surrogate costs against an
-independent NumPy implementation of MODEL.md section 3, dominance and the noise fit."""
+independent NumPy implementation of docs/model.md section 3, dominance and the noise fit."""
 import numpy as np
 import pytest
 
@@ -57,7 +57,7 @@ def test_methods_lists_every_registry_as_the_cli_does():
 
 
 def numpy_token_weights(head):
-    """MODEL.md section 3 in float64 NumPy, causal: observation row i of every query head is at
+    """docs/model.md section 3 in float64 NumPy, causal: observation row i of every query head is at
     prompt position T - W + i and sees the tokens 0 .. T - W + i."""
     K = head.keys.astype(np.float64)
     V = head.values.astype(np.float64)

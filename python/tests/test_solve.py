@@ -136,7 +136,7 @@ def test_recomputing_an_allocation_gives_the_numbers_of_tierlab_eval_json(tiny_t
 
 
 def numpy_row_errors(head, tiers, ladder_rows_keys):
-    """Relative output error of each observation row, in float64 NumPy (causal, MODEL.md section 2)."""
+    """Relative output error of each observation row, in float64 NumPy (causal, docs/model.md section 8)."""
     K = head.keys.astype(np.float64)
     V = head.values.astype(np.float64)
     Q = head.obs_queries.astype(np.float64)
@@ -294,7 +294,7 @@ def test_the_interior_advantage_gives_the_numbers_of_tierlab_solve_advantage(tin
                 assert t[f"{f}_decode_rel_error"][i] == pytest.approx(h[f]["decode"]["rel_error"], rel=1e-12)
                 assert t[f"{f}_total_rate"][i] == h[f]["rate"]["total_bits"]
                 assert t[f"{f}_option"][i] == h[f]["option"]
-        # A from the table's own errors, as MODEL.md section 5 defines it.
+        # A from the table's own errors, as docs/model.md section 6 defines it.
         errs = [t[f"{f}_decode_rel_error"][i] for f in ("Q", "E")]
         best = min(e for e in errs if not np.isnan(e))
         assert t["A_decode"][i] == pytest.approx(1 - t["M_decode_rel_error"][i] / best, rel=1e-12)

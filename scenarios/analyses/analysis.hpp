@@ -1,5 +1,5 @@
 #pragma once
-// The analyses of a scenario (MODEL.md section 8) behind one interface.
+// The analyses of a scenario (docs/model.md section 11) behind one interface.
 //
 // An analysis owns
 //   - its YAML key(s) and spec: AnalysisType::parse reads them (scenarios/scenario/yaml_reader.hpp)

@@ -1,5 +1,5 @@
 #pragma once
-// The dominance phase map over attention entropy x budget (MODEL.md section 8.2).
+// The dominance phase map over attention entropy x budget (docs/model.md section 11, item 2).
 //
 // Attention entropy of a head (nats), measured on its observation queries (the queries the
 // allocation is decided from), over the T prompt tokens:

@@ -1,5 +1,5 @@
 #pragma once
-// The interior analysis (MODEL.md sections 5 and 8(a)); every scenario has it.
+// The interior analysis (docs/model.md sections 6 and 11, item 1); every scenario has it.
 //
 // Per cell, for each budget B of the scenario: interior_advantage (pipeline/advantage.hpp)
 // per head: A on the decode and observation queries and by the surrogate, each family's
@@ -46,7 +46,7 @@ class InteriorAnalysis final : public Analysis {
 // The median over a cell's heads of A at one budget (NaN when no head has A defined).
 double cell_median_advantage(const nlohmann::json& budget);
 
-// The five summaries of a cell at one budget (the sensitivity table; MODEL.md section 5):
+// The five summaries of a cell at one budget (the sensitivity table; docs/model.md section 6):
 //   routed        A_model of the reference paper's allocator: routed per KV head with one
 //                 model-wide budget against the pooled endpoints (pipeline/advantage.hpp)
 //   median        median over heads of A (heads where A is reported)

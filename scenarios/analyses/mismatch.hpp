@@ -1,5 +1,5 @@
 #pragma once
-// Distortion-model mismatch (MODEL.md section 8, item 5): does it matter whose noise model
+// Distortion-model mismatch (docs/model.md section 11, item 5): does it matter whose noise model
 // an allocator uses?
 //
 // Per cell, head h (all layers x KV heads) and quantizer X of the scenario's

@@ -1,5 +1,5 @@
 #pragma once
-// The dominance phase map over logit scale x budget (MODEL.md section 8(b)); on when the
+// The dominance phase map over logit scale x budget (docs/model.md section 11, item 2); on when the
 // scenario sweeps traces.synthetic.logit_scales. From the interior analysis's cell keys: for
 // each (logit scale, budget), the winning family by exact recomputation (most heads) and the
 // share of heads won by each family; the surrogate's boundary is the logit scale where the

@@ -1,5 +1,5 @@
 #pragma once
-// Proxy vs end task (MODEL.md section 8, item 6): do the surrogate, the recomputed attention
+// Proxy vs end task (docs/model.md section 11, item 6): do the surrogate, the recomputed attention
 // error and the real model's next-token behaviour rank compression methods the same way?
 //
 // Per cell, every method m of the scenario's `methods` (scenarios/scenario/methods_spec.hpp)

@@ -329,7 +329,7 @@ std::string smoothing_summary(const nlohmann::json& spec, const std::vector<doub
     << "Per head and budget, each family's surrogate optimum decided from the raw costs and from costs pooled over a "
        "centred window of k tokens ("
     << spec["padding"].get<std::string>() << " padding), recomputed exactly on the " << qname
-    << " queries. A span is truncated when some but not all of its tokens are evicted (MODEL.md section 6). Per "
+    << " queries. A span is truncated when some but not all of its tokens are evicted (docs/model.md section 9). Per "
        "cell: truncated spans / spans (rate), the mean over heads of the relative error, and the median over heads of "
        "err(smoothed) / err(raw).\n";
   auto row_of = [&](const std::string& fam, double B, const std::string& var) -> const nlohmann::json* {

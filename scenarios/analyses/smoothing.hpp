@@ -1,5 +1,5 @@
 #pragma once
-// Smoothed scores vs raw scores (MODEL.md sections 6 and 8, "smoothing"): do pooled token
+// Smoothed scores vs raw scores (docs/model.md sections 9 and 11, "smoothing"): do pooled token
 // scores keep planted multi-token spans whole, and what does that cost in recomputed error?
 //
 // Per head at budget B (bits per key element, code or total), for each family f of
@@ -18,8 +18,8 @@
 //              s attends to the T prompt tokens and the s appended tokens, exact;
 //              scenarios/pipeline/evaluation.hpp evaluate_decode_steps)
 //   spans      for the head's recorded spans [b, e) (synthetic retrieval heads; none for other
-//              heads): truncated = some but not all of the span's tokens evicted (MODEL.md
-//              section 6), fully evicted, and split = the span's tokens not all at one tier
+//              heads): truncated = some but not all of the span's tokens evicted (docs/model.md
+//              section 9), fully evicted, and split = the span's tokens not all at one tier
 //              (truncated spans are split; a span kept whole at mixed precisions is split but
 //              not truncated)
 //     span truncation rate = truncated spans / spans;  split rate = split spans / spans.

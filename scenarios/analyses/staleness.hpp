@@ -1,5 +1,5 @@
 #pragma once
-// Allocation staleness over decode steps (scenario key `staleness`, MODEL.md section 7),
+// Allocation staleness over decode steps (scenario key `staleness`, docs/model.md section 10),
 // out of sample: per cell, every head's stale M* (decided from the observation queries after
 // prefill) against a fresh M* decided from the queries of the W decode steps before s
 // (observation rows filling in while s - 1 < W), both scored exactly on steps s..s+k-1, at

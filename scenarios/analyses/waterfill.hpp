@@ -1,5 +1,5 @@
 #pragma once
-// The water-filling picture of one head (scenario key `waterfill`, MODEL.md section 6,
+// The water-filling picture of one head (scenario key `waterfill`, docs/model.md sections 9 and 11,
 // solvers/waterfill.hpp): the chosen head's token weights w_t = a_t, its noise model
 // n_h(b) = alpha beta^(-b) (pipeline/head.hpp fit_head_noise), continuous reverse
 // water-filling at `budget` bits per token (b_max = 16). In the tables the tokens are sorted

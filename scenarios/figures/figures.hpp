@@ -1,5 +1,5 @@
 #pragma once
-// The figures of a scenario run (MODEL.md section 8), drawn from the saved tables under
+// The figures of a scenario run (docs/model.md section 11), drawn from the saved tables under
 // DIR/tables and written to DIR/figures as PNG, PDF (QCustomPlot, rendered headless) and SVG
 // (the same QCustomPlot scene painted by Qt's SVG module), at the FigureStyle's page size
 // (default: 89 mm wide, 8 pt text, PNG at 300 dpi).

@@ -1,5 +1,5 @@
 #pragma once
-// The interior advantage (MODEL.md section 5): does mixing tiers beat both endpoints once
+// The interior advantage (docs/model.md section 6): does mixing tiers beat both endpoints once
 // the errors are recomputed exactly?
 //
 // Per head, at budget B (bits per key element, code or total), each family's
@@ -7,7 +7,7 @@
 //   Q* = best of {tau, exact} over the finite tiers tau, E* = {evict, exact}, M* = the ladder.
 // Each is materialised (tier-local grouping, quantizer.hpp) and recomputed exactly
 // (gpu/recompute.hpp): on the observation queries (in-sample) and on the decode queries
-// (out-of-sample, the verdict; MODEL.md section 9). With err the relative output error
+// (out-of-sample, the verdict; docs/model.md section 12, convention 3). With err the relative output error
 // e = ||o^ - o||^2 / ||o||^2 averaged over the query set:
 //   A = 1 - err(M*) / min(err(Q*), err(E*))
 // (Q* left out of the min when B is below every finite tier's rate; A undefined, NaN, when
@@ -30,8 +30,8 @@
 
 namespace tierlab {
 
-// The reference paper's allocator as the cell's allocation (MODEL.md section 5, "Routed"):
-// one MODEL-WIDE budget B sum_h T_h d, heads trade it; under Routed each KV head also picks
+// The reference paper's allocator as the cell's allocation (docs/model.md section 6,
+// "Cells and the headline relation"): one MODEL-WIDE budget B sum_h T_h d, heads trade it; under Routed each KV head also picks
 // its family (Q, E or M, solvers/families.hpp solve_families_pooled). The endpoints are
 // solved the same way (every head Q, every head E, trading budget), so
 //   A_model = 1 - err(routed) / min(err(Q pooled), err(E pooled)),

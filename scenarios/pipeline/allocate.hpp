@@ -1,5 +1,5 @@
 #pragma once
-// Solving a whole trace for one budget (MODEL.md sections 5 and 6): `tierlab solve`.
+// Solving a whole trace for one budget (docs/model.md sections 6 and 9): `tierlab solve`.
 //
 // Every head is read once from the TraceReader; only its surrogate costs are kept
 // (c_t(tau_j) for the ladder, tier-major; a_t and the fitted n_h(b) for water-filling;

@@ -1,12 +1,12 @@
 #pragma once
-// Evaluating one allocation of a whole trace: the exact recomputed errors (MODEL.md
-// section 2) next to the surrogate's prediction (section 3), per head, per layer and for
+// Evaluating one allocation of a whole trace: the exact recomputed errors (docs/model.md
+// section 8) next to the surrogate's prediction (section 3), per head, per layer and for
 // the model.
 //
 // Query sets: "obs" = the observation queries (in-sample: the allocation is decided from
 // them) and "decode" = the decode-step queries (out-of-sample). At decode step s the cache
 // holds the T prompt tokens (under the allocation) and the s tokens appended so far, which
-// stay exact (MODEL.md section 9); the query of step s attends to all T + s of them.
+// stay exact (docs/model.md section 12, convention 7); the query of step s attends to all T + s of them.
 // Surrogate prediction (obs queries): predicted abs error = sum_t c_t(tau_t), predicted
 // relative error = sum_t c_t(tau_t) / mean_q ||o_q||^2.
 #include <functional>

@@ -6,7 +6,7 @@
 //   solve_head     one family's optimum for one head at budget B: the tier of every token
 //                  minimising sum_t c_t(tau_t) subject to sum_t r(tau_t) <= B T
 //                  (solvers/families.hpp, head scope; exact solver unless options say)
-//   head_interior  the interior advantage of one head (MODEL.md section 5): Q*, E* and M*
+//   head_interior  the interior advantage of one head (docs/model.md section 6): Q*, E* and M*
 //                  solved, materialised with the head (tier-local groups, the published
 //                  quantizers' real metadata; model/quantizer.hpp), repaired until the
 //                  MEASURED rate meets B (solve_within_budget: equal memory) and recomputed
@@ -60,7 +60,7 @@ BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rop
                                      const std::vector<double>& rates, const RateLadder& ladder, double budget,
                                      RateKind kind, FamilyChoice family, const FamilyOptions& options = {});
 
-// The tie floor of recomputed errors (MODEL.md section 9): the relative squared error of
+// The tie floor of recomputed errors (docs/model.md section 12, convention 6): the relative squared error of
 // rounding an output to float32, u^2 with u = 2^-24 (about 3.6e-15). Two errors at or below
 // it are equal; an interior advantage is not reported where every family is at or below it.
 inline constexpr double kFloat32ErrorFloor = 0x1p-48;

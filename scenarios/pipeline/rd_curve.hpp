@@ -11,8 +11,8 @@
 //               MEASURED rate is <= B_k)
 //   x           its measured rate in the budget's kind, mean over the heads (both kinds kept)
 //   surrogate   its predicted relative error, mean over the heads of
-//               sum_t c_t(tau_t) / mean_q ||o_q||^2 (observation queries, MODEL.md section 3)
-//   error       its exactly recomputed errors (MODEL.md section 2), mean over the heads, on
+//               sum_t c_t(tau_t) / mean_q ||o_q||^2 (observation queries, docs/model.md section 3)
+//   error       its exactly recomputed errors (docs/model.md section 8), mean over the heads, on
 //               the decode queries (default; out of sample), the observation queries, or
 //               one decode step's queries
 // The ladder points: every tier tau of the ladder applied to every token (evict: (0, 1);

@@ -1,5 +1,5 @@
 #pragma once
-// Allocation staleness over decode steps (MODEL.md section 7), measured out of sample.
+// Allocation staleness over decode steps (docs/model.md section 10), measured out of sample.
 //
 // Per head, with T prompt tokens, g query heads, S decode steps, budget B, window W (decode
 // steps the fresh decision looks back over; default the trace's observation window W_obs)
@@ -22,7 +22,7 @@
 // Scoring: every allocation is materialized (model/quantizer.hpp) and recomputed exactly on
 // the g query rows of each step u = s..min(s+k-1, S), step u over the T + u tokens it sees
 // (the u appended decode keys exact and kept), errors averaged over those rows:
-//   err_stale(s), err_fresh(s), err_insample(s)   relative output error e (MODEL.md 2)
+//   err_stale(s), err_fresh(s), err_insample(s)   relative output error e (docs/model.md section 8)
 //   ratio(s)          = err_stale(s) / err_fresh(s)       out of sample: > 1 when re-deciding
 //                                                          from the recent steps pays
 //   aging(s)          = err_stale(s) / err_stale(1)       how the stale allocation ages

@@ -1,5 +1,5 @@
 #pragma once
-// The tables and summary of a scenario run (MODEL.md section 8), from the cell files:
+// The tables and summary of a scenario run (docs/model.md section 11), from the cell files:
 // DIR/tables/*.csv and *.json, written by each of the scenario's analyses
 // (scenarios/analyses/analysis.hpp, in registry order), and DIR/summary.md: a header (the
 // scenario, its cells, budgets, ladder, verdict query set and backend), each analysis's

@@ -57,8 +57,8 @@ struct Scenario {
   std::string description;  // free text
   std::vector<ScenarioCell> cells;
   RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
-  // Equal memory (MODEL.md section 9): budgets count total bits (codes + metadata) unless the
-  // file states `rate_kind: code` (the code-bit variant).
+  // Equal memory (docs/model.md section 12, conventions 1 and 5): budgets count total bits
+  // (codes + metadata) unless the file states `rate_kind: code` (the code-bit variant).
   RateKind rate_kind = RateKind::Total;
   std::vector<double> budgets{2.0, 4.0};  // B, bits per key element; each in (0, 16]
   double primary_budget = 2.0;            // the budget of the per-cell correlation (one of budgets)
