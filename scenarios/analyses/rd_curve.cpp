@@ -98,9 +98,12 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       // Routed coincides with one of Q, E, M at each budget: its points only, as squares on
       // the curves, so that the family it picked stays visible under it.
       const bool routed = std::string(fam) == "routed";
-      const Rgb col = palette(routed ? 4 : colour);  // not red: red squares are the dominated tiers
-      Series s{routed ? "routed (squares: the family each head picked)" : std::string(fam), col,
-               routed ? Style::Squares : Style::Line, {}, {}, routed ? 6.0 : 3.0};
+      // Routed: reddish purple diamonds, apart in hue and shape from the red squares of the
+      // dominated tiers and the black squares of the tiers on the hull.
+      const Rgb col = palette(routed ? 3 : colour);
+      Series s{routed ? "routed (diamonds: the family each head picked)" : std::string(fam), col,
+               routed ? Style::Points : Style::Line, {}, {}, routed ? 7.0 : 3.0};
+      if (routed) s.marker = Marker::Diamond;
       Series pts{"", col, Style::Points, {}, {}, 4};
       Series sur{"", col, Style::Dashed, {}, {}, 1};
       for (std::size_t k = 0; k < fj["feasible"].size(); ++k) {
