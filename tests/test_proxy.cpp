@@ -157,7 +157,12 @@ TEST_CASE("a run with methods, proxy and mismatch writes tables, figures and sum
     CHECK_THAT(summary, Catch::Contains("## Proxy vs end task") && Catch::Contains("surrogate vs error: rho = "));
     CHECK_THAT(summary, Catch::Contains("## Distortion-model mismatch") && Catch::Contains("| kivi residual=0 |"));
     if (run == 0) {
-      const std::vector<std::string> files = render_figures(opt.out);
+      const FiguresWritten drawn = render_figures_of_run(opt.out);
+      const std::vector<std::string>& files = drawn.files;
+      std::string faults;
+      for (const auto& x : drawn.layout) faults += x + "\n";
+      INFO(faults);
+      CHECK(drawn.layout.empty());  // no text off the canvas or over another (figure.hpp layout_faults)
       for (const char* base : {"proxy_ranks", "proxy_error", "mismatch_beta", "mismatch_error_B3"})
         for (const char* ext : {".png", ".svg", ".pdf"}) {
           const std::string p = opt.out + "/figures/" + base + ext;

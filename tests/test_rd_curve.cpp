@@ -338,6 +338,7 @@ TEST_CASE("The rd_curve analysis writes each cell's curve, the tables and one fi
   CHECK(fs::exists(out + "/tables/rd_curve_hull.csv"));
   CHECK(fs::exists(out + "/tables/rd_curve_ladder.csv"));
   CHECK(fs::exists(out + "/figures/rd_curve_" + id + ".png"));
+  CHECK(tierlab::testing::slurp(tmp.file("log.txt")).find("figure layout") == std::string::npos);  // laid out cleanly
   CHECK(tierlab::testing::slurp(out + "/summary.md").find("## Rate-distortion curves") != std::string::npos);
   // A wrong key names itself.
   {

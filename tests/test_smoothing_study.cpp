@@ -235,7 +235,13 @@ TEST_CASE("a tiny smoothing + entropy run: identical tables on a rerun, summary 
   CHECK_THAT(summary, Catch::Contains("## Smoothed scores: span truncation and error"));
   CHECK_THAT(summary, Catch::Contains("- M*, B = 1: raw scores truncate"));
   CHECK_THAT(summary, Catch::Contains("## Dominance phase map (attention entropy x budget)"));
-  render_figures(out);
+  const FiguresWritten drawn = render_figures_of_run(out);
+  {
+    std::string faults;
+    for (const auto& x : drawn.layout) faults += x + "\n";
+    INFO(faults);
+    CHECK(drawn.layout.empty());  // no text off the canvas or over another (figure.hpp layout_faults)
+  }
   for (const char* name : {"smoothing_truncation_M", "smoothing_truncation_E", "smoothing_error_M", "smoothing_error_E", "phase_map_entropy"}) {
     const std::string png = slurp(out + "/figures/" + name + ".png");
     REQUIRE(png.size() > 1000);

@@ -348,7 +348,15 @@ TEST_CASE("a run with staleness writes its tables, summary verdict and figures")
   std::getline(heads, header);
   CHECK(header.find("err_insample") != std::string::npos);
   CHECK(header.find("family_surrogate") != std::string::npos);
-  const std::vector<std::string> files = render_figures(opt.out);
+  const FiguresWritten drawn = render_figures_of_run(opt.out);
+  const std::vector<std::string>& files = drawn.files;
+  (void)files;
+  {
+    std::string faults;
+    for (const auto& x : drawn.layout) faults += x + "\n";
+    INFO(faults);
+    CHECK(drawn.layout.empty());  // no text off the canvas or over another (figure.hpp layout_faults)
+  }
   CHECK(fs::exists(opt.out + "/figures/staleness.png"));
   CHECK(fs::exists(opt.out + "/figures/staleness.svg"));
   CHECK(fs::exists(opt.out + "/figures/staleness_overlap.png"));

@@ -783,10 +783,13 @@ std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector
     write_file_atomically(dir + "/sensitivity.csv", sv.str());
   }
   nlohmann::json stops_json = nlohmann::json::array(), q_json = nlohmann::json::array();
-  auto inf_null = [](double v) { return std::isinf(v) ? nlohmann::json("beyond") : finite_or_null(v); };
+  // A bound beyond the sweep is null with its *_beyond_sweep flag true (a column holds numbers
+  // or null only: the tables' readers refuse a column of mixed kinds).
   for (const StopBudget& x : stop_budgets(sc, cells))
     stops_json.push_back({{"preset", x.preset}, {"clusters", x.clusters}, {"stop", finite_or_null(x.stop)},
-                          {"ci_lo", inf_null(x.lo)}, {"ci_hi", inf_null(x.hi)},
+                          {"stop_beyond_sweep", std::isinf(x.stop)},
+                          {"ci_lo", finite_or_null(x.lo)}, {"ci_lo_beyond_sweep", std::isinf(x.lo)},
+                          {"ci_hi", finite_or_null(x.hi)}, {"ci_hi_beyond_sweep", std::isinf(x.hi)},
                           {"share_no_stop", finite_or_null(x.share_no_stop)}});
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi)
     q_json.push_back({{"budget", sc.budgets[bi]}, {"feasible", r.q[bi].feasible()},
