@@ -530,9 +530,20 @@ TEST_CASE("writing is atomic", "[safetensors]") {
     SafetensorsFile f(path);
     CHECK(f.read_f32("x") == std::vector<float>{1, 2});
   }
-  SECTION("an unwritable destination is an InputError naming it") {
-    const std::string bad = dir.file("no-such-dir/x.safetensors");
-    CHECK_THAT(input_error([&] { SafetensorsWriter w(bad, {}); }), Contains(bad));
+  SECTION("a destination whose folder cannot be made is an InputError naming it") {
+    // A missing folder is made (model/paths.hpp writable_destination); one below a regular
+    // file cannot be.
+    std::ofstream(dir.file("plain")) << "a file";
+    const std::string bad = dir.file("plain/sub/x.safetensors");
+    CHECK_THAT(input_error([&] { SafetensorsWriter w(bad, {}); }), Contains(bad) && Contains("cannot create its folder"));
+  }
+  SECTION("a missing folder on the way is made") {
+    const std::string path = dir.file("new-dir/deeper/x.safetensors");
+    SafetensorsWriter w(path, {});
+    w.declare("x", DType::F32, {2});
+    w.write_f32("x", v, 2);
+    w.commit();
+    CHECK(SafetensorsFile(path).read_f32("x") == std::vector<float>{1, 2});
   }
 }
 
