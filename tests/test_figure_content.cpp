@@ -61,6 +61,18 @@ void write_interior(const std::string& d, int cells) {
                         "cell,budget,A\nx,1,0.1\nx,1,0.0\nx,2,0.2\nx,2,0.1\nx,4,0.02\nx,4,0.01\nx,3,0.5\n");
 }
 
+// A phase map over logit scales 1, 2, 4 x budgets 2, 4: at B = 2, M, then a 0.50/0.50 tie of E
+// and M, then E.
+void write_phase_table(const std::string& d) {
+  write_file_atomically(d + "/tables/phase.json", R"({"boundary_logit_scale":1.5,"rows":[
+    {"logit_scale":1,"budget":2,"winner":"M","share_Q":0,"share_E":0.25,"share_M":0.75},
+    {"logit_scale":2,"budget":2,"winner":"E","share_Q":0,"share_E":0.5,"share_M":0.5},
+    {"logit_scale":4,"budget":2,"winner":"E","share_Q":0,"share_E":1,"share_M":0},
+    {"logit_scale":1,"budget":4,"winner":"Q","share_Q":1,"share_E":0,"share_M":0},
+    {"logit_scale":2,"budget":4,"winner":"M","share_Q":0.25,"share_E":0,"share_M":0.75},
+    {"logit_scale":4,"budget":4,"winner":"E","share_Q":0,"share_E":0.75,"share_M":0.25}]})");
+}
+
 }  // namespace
 
 TEST_CASE("a single-cell run writes no correlation figure and says which figure was skipped and why") {
@@ -159,13 +171,7 @@ TEST_CASE("phase maps are heatmaps: touching cells, ties as ties, the recomputed
   setenv("QT_QPA_PLATFORM", "offscreen", 1);
   const std::string d = fresh("phase");
   // Logit scales 1, 2, 4 x budgets 2, 4: at B = 2, M, then a 0.50/0.50 tie of E and M, then E.
-  write_file_atomically(d + "/tables/phase.json", R"({"boundary_logit_scale":1.5,"rows":[
-    {"logit_scale":1,"budget":2,"winner":"M","share_Q":0,"share_E":0.25,"share_M":0.75},
-    {"logit_scale":2,"budget":2,"winner":"E","share_Q":0,"share_E":0.5,"share_M":0.5},
-    {"logit_scale":4,"budget":2,"winner":"E","share_Q":0,"share_E":1,"share_M":0},
-    {"logit_scale":1,"budget":4,"winner":"Q","share_Q":1,"share_E":0,"share_M":0},
-    {"logit_scale":2,"budget":4,"winner":"M","share_Q":0.25,"share_E":0,"share_M":0.75},
-    {"logit_scale":4,"budget":4,"winner":"E","share_Q":0,"share_E":0.75,"share_M":0.25}]})");
+  write_phase_table(d);
   const Figure f = phase_map_figure(read_table_json(d + "/tables/phase.json"));
   const Series* tie = series(f, "tie");
   const Series* e = series(f, "E wins");
@@ -310,13 +316,7 @@ TEST_CASE("every figure type lays out inside its canvas with no overlapping text
                {"method":"snapkv","kind":"scorer","rank_surrogate":3,"rank_error":1,"surrogate":0.05,"error":0.01},
                {"method":"h2o","kind":"scorer","rank_surrogate":4,"rank_error":4,"surrogate":0.05,"error":0.0101},
                {"method":"M*","kind":"family","rank_surrogate":5,"rank_error":5,"surrogate":0.1,"error":0.3}]})");
-  write_file_atomically(d + "/tables/phase.json", R"({"boundary_logit_scale":1.5,"rows":[
-    {"logit_scale":1,"budget":2,"winner":"M","share_Q":0,"share_E":0.25,"share_M":0.75},
-    {"logit_scale":2,"budget":2,"winner":"E","share_Q":0,"share_E":0.5,"share_M":0.5},
-    {"logit_scale":4,"budget":2,"winner":"E","share_Q":0,"share_E":1,"share_M":0},
-    {"logit_scale":1,"budget":4,"winner":"Q","share_Q":1,"share_E":0,"share_M":0},
-    {"logit_scale":2,"budget":4,"winner":"M","share_Q":0.25,"share_E":0,"share_M":0.75},
-    {"logit_scale":4,"budget":4,"winner":"E","share_Q":0,"share_E":0.75,"share_M":0.25}]})");
+  write_phase_table(d);
   write_file_atomically(d + "/tables/waterfill.json", R"({"cell":"c","layer":0,"kv_head":1,"budget":2,"theta":0.01,
     "rows":[{"rank":1,"g0":1.0,"bits":4},{"rank":2,"g0":0.1,"bits":2},{"rank":3,"g0":0.001,"bits":0}]})");
   FigureStyle paper;

@@ -607,18 +607,33 @@ CanvasSize figure_canvas(const Figure& fig, const FigureStyle& style) {
   return {static_cast<double>(plot.width()), static_cast<double>(plot.height())};
 }
 
-std::vector<TextBox> figure_text_boxes(const Figure& fig, const FigureStyle& style) {
+namespace {
+
+// What painting `fig` at `style` paints, recorded (nothing drawn); `axes`: the axis rect.
+struct Recorded {
+  std::vector<TextBox> texts;
+  std::vector<QPointF> ellipses;
+  QRectF axes;
+};
+
+Recorded record(const Figure& fig, const FigureStyle& style) {
   style.validate("figure style");
   ensure_app();  // before the first widget
   QCustomPlot plot;
   drawn(fig, style, plot);
   RecordingDevice dev(plot.width(), plot.height());
   QCPPainter painter;
-  if (!painter.begin(&dev)) throw InputError("figure: cannot measure the texts of '" + fig.title + "'.");
+  if (!painter.begin(&dev)) throw InputError("figure: cannot record the painting of '" + fig.title + "'.");
   plot.toPainter(&painter, plot.width(), plot.height());
   painter.end();
+  return {std::move(dev.engine.texts), std::move(dev.engine.ellipses), QRectF(plot.axisRect()->rect())};
+}
+
+}  // namespace
+
+std::vector<TextBox> figure_text_boxes(const Figure& fig, const FigureStyle& style) {
   std::vector<TextBox> out;
-  for (const TextBox& t : dev.engine.texts)
+  for (const TextBox& t : record(fig, style).texts)
     if (t.text.find_first_not_of(' ') != std::string::npos) out.push_back(t);
   return out;
 }
@@ -629,18 +644,9 @@ std::size_t painted_markers(const Figure& fig_in, const FigureStyle& style) {
   Figure fig = fig_in;
   for (Series& s : fig.series)
     if (s.style == Style::Points || s.style == Style::Line || s.style == Style::Squares) s.marker = Marker::Disc, s.style = s.style == Style::Squares ? Style::Points : s.style;
-  style.validate("figure style");
-  ensure_app();  // before the first widget
-  QCustomPlot plot;
-  drawn(fig, style, plot);
-  RecordingDevice dev(plot.width(), plot.height());
-  QCPPainter painter;
-  if (!painter.begin(&dev)) throw InputError("figure: cannot count the markers of '" + fig.title + "'.");
-  plot.toPainter(&painter, plot.width(), plot.height());
-  painter.end();
-  const QRectF box = QRectF(plot.axisRect()->rect()).adjusted(-1, -1, 1, 1);
-  return static_cast<std::size_t>(std::count_if(dev.engine.ellipses.begin(), dev.engine.ellipses.end(),
-                                                [&](const QPointF& c) { return box.contains(c); }));
+  const Recorded r = record(fig, style);
+  const QRectF box = r.axes.adjusted(-1, -1, 1, 1);
+  return static_cast<std::size_t>(std::count_if(r.ellipses.begin(), r.ellipses.end(), [&](const QPointF& c) { return box.contains(c); }));
 }
 
 std::vector<std::string> layout_faults(const std::vector<TextBox>& boxes, CanvasSize size, double slack) {
