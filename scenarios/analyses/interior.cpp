@@ -888,7 +888,8 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
   }
   f.note = std::to_string(pts.x.size()) + " points, every one drawn; columns jittered within a budget.";
   if (below > 0)
-    f.note += " " + std::to_string(below) + " heads with A < " + format_label(ylo, "%.2g") + " are drawn at the bottom edge.";
+    f.note += " " + std::to_string(below) + " heads with A < " + format_label(ylo, "%.2g") + " are drawn at A = " +
+              format_label(ylo, "%.2g") + " (the axis is clipped at the 5th percentile, at most -2 below 0).";
   // Drawn in this order: the points, the zero line, the median on top of both.
   f.series = {pts, {"", Rgb{120, 120, 120}, Style::Dashed, {-100, 100}, {0, 0}, 1}, median};
   pad_range(ylo, yhi, 0.08);
