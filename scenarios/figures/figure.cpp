@@ -341,7 +341,10 @@ void draw_figure(const Figure& fig, QCustomPlot& plot, const FigureStyle& st) {
   if (title != nullptr) {
     title->setFont(title_font);
     title->setText(wrapped(fig.title, title_font, 0.94 * canvas_w - 8 * u));
-    title->setMargins(QMargins(static_cast<int>(4 * u), static_cast<int>(3 * u), static_cast<int>(4 * u), 0));
+    // Below the title, room for half a tick label: the y axis's top tick label is centred on the
+    // axis's top end and must not reach the title.
+    title->setMargins(QMargins(static_cast<int>(4 * u), static_cast<int>(3 * u), static_cast<int>(4 * u),
+                               static_cast<int>(std::ceil(0.7 * (f - 1) * u))));
   }
   QCPTextElement* note = named_element(plot, "note");
   if (note == nullptr && !fig.note.empty()) {
@@ -469,6 +472,11 @@ void draw_figure(const Figure& fig, QCustomPlot& plot, const FigureStyle& st) {
   plot.legend->setMinimumMargins(QMargins(0, 0, 0, 0));
   plot.legend->setRowSpacing(0);
   plot.legend->setColumnSpacing(static_cast<int>(8 * u));
+  // Each entry's text is clipped to its item: room below the text for an underscore ("err_stale"
+  // lost its underscores at screen sizes) and descenders.
+  for (int i = 0; i < plot.legend->itemCount(); ++i)
+    if (QCPAbstractLegendItem* item = plot.legend->item(i))
+      item->setMargins(QMargins(0, 0, 0, std::max(1, static_cast<int>(std::lround(0.25 * f * u)))));
   lay_out(plot, title, note, !fig.title.empty(), !fig.note.empty(), named > 0);
   plot.plotLayout()->setMargins(QMargins(static_cast<int>(3 * u), 0, static_cast<int>(6 * u), static_cast<int>(3 * u)));
   plot.plotLayout()->setRowSpacing(static_cast<int>(2 * u));
