@@ -211,3 +211,23 @@ TEST_CASE("a scenario value that yaml-cpp decodes to bytes that are not UTF-8 is
         "bad.yaml:9: a value is not UTF-8 text once its escapes are decoded (yaml-cpp decodes \\_ and \\N to single "
         "bytes); write the character itself.");
 }
+
+TEST_CASE("a budget listed twice is refused with its line and value, not run twice") {
+  const std::string e = error_of("name: t\ntraces:\n  synthetic:\n    presets: [tiny]\nbudgets: [2, 4, 2.0]\n");
+  CHECK_THAT(e, Catch::Contains("bad.yaml:5:"));
+  CHECK_THAT(e, Catch::Contains("lists 2 twice"));
+  CHECK(error_of("name: t\ntraces:\n  synthetic:\n    presets: [tiny]\nbudgets: [2, 4]\n").empty());
+}
+
+TEST_CASE("the figures key sets the figure style and never a cell's settings") {
+  const Scenario plain = parse_scenario(kGood, "g.yaml");
+  const Scenario styled = parse_scenario(std::string(kGood) + "figures: {style: slides, width: 89mm, font_size: 9, format: [pdf]}\n", "g.yaml");
+  CHECK(styled.figure_style.name == "slides");
+  CHECK(styled.figure_style.width_pt == Approx(252.28).epsilon(1e-3));
+  CHECK(styled.figure_style.font_pt == 9);
+  CHECK(styled.figure_style.formats == std::vector<std::string>{"pdf"});
+  CHECK(styled.settings_json == plain.settings_json);  // restyling never recomputes a cell
+  CHECK_THAT(error_of(std::string(kGood) + "figures: {width: 3 furlongs}\n"), Catch::Contains("figures.width"));
+  CHECK_THAT(error_of(std::string(kGood) + "figures: {format: gif}\n"), Catch::Contains("gif"));
+  CHECK_THAT(error_of(std::string(kGood) + "figures: {colour: red}\n"), Catch::Contains("unknown key 'colour' in figures"));
+}

@@ -377,7 +377,13 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   if (root["bootstrap"]) s.bootstrap = static_cast<int>(c.integer(root["bootstrap"], "bootstrap", 100, 100000));
   if (root["budgets"]) {
     s.budgets.clear();
-    for (const auto& b : c.list(root["budgets"], "budgets")) s.budgets.push_back(c.num(b, "budgets", 0.01, 16.0));
+    for (const auto& b : c.list(root["budgets"], "budgets")) {
+      const double v = c.num(b, "budgets", 0.01, 16.0);
+      // A budget given twice would give every table its rows twice.
+      if (std::find(s.budgets.begin(), s.budgets.end(), v) != s.budgets.end())
+        c.fail(b, "key 'budgets' lists " + format_number(v) + " twice; give each budget once.");
+      s.budgets.push_back(v);
+    }
   }
   s.primary_budget = s.budgets.front();
   if (root["primary_budget"]) {
