@@ -179,3 +179,15 @@ TEST_CASE("SIGTERM stops a run within seconds even while it generates a large sy
     if (e.path().string().find(".tmp-") != std::string::npos) ++left;
   CHECK(left == 0);
 }
+
+TEST_CASE("An option given an empty value is a usage error naming the option, never read as 0") {
+  const fs::path dir = fs::path(TIERLAB_BINARY_DIR) / "test_run_cli_empty_value";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // solve --budget '' used to solve at B = 0.
+  CHECK(run("synth --preset tiny -o '" + (dir / "t.safetensors").string() + "'", dir / "synth.log") == 0);
+  CHECK(run("solve '" + (dir / "t.safetensors").string() + "' --budget ''", dir / "log") == 2);
+  CHECK(slurp(dir / "log").find("--budget: an empty value is not a value") != std::string::npos);
+  CHECK(run("synth --preset tiny --seed '' -o '" + (dir / "u.safetensors").string() + "'", dir / "log2") == 2);
+  CHECK(slurp(dir / "log2").find("--seed") != std::string::npos);
+}

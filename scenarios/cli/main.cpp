@@ -3,7 +3,8 @@
 // field and value; a folder or file that cannot be written) or a usage error (one line
 // naming the command and option, with "did you mean": scenarios/cli/usage.hpp); 3 an
 // internal error (a defect: please report it);
-// 4 the exact recomputation failed on its backend (RecomputeError, model/error.hpp).
+// 4 the exact recomputation failed on its backend (RecomputeError, model/error.hpp); 5 out of
+// memory (std::bad_alloc: a resource, not a defect).
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -14,6 +15,20 @@
 #include "model/openmp_policy.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
+
+namespace {
+
+// Every option that takes a value refuses an empty one (CLI11 would read `--budget ''` as 0):
+// a usage error naming the option, as for any value that does not convert.
+void refuse_empty_values(CLI::App* app) {
+  for (CLI::Option* o : app->get_options())
+    if (o->get_type_size() > 0)
+      o->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("an empty value is not a value") : std::string(); },
+                              "", "non-empty"));
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(sub);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   tierlab::use_passive_openmp_wait(argv);  // OpenMP threads sleep when idle (model/openmp_policy.hpp)
@@ -30,6 +45,7 @@ int main(int argc, char** argv) {
   tierlab::cli::add_methods(app);
   tierlab::cli::add_run(app);
   tierlab::cli::add_figure(app);
+  refuse_empty_values(&app);
   // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
   // instead of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
