@@ -214,10 +214,15 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
   acc.weights.evict_cost *= inv_m;
   acc.weights.attention *= inv_m;
   acc.cost *= inv_m;
+  // n_t(tau): column t divided by the queries that see t, as one broadcast product. No column
+  // is taken: with no finite tier (ladder exact, evict,exact) `noise` is 0 x T and holds no
+  // storage, and a column block of it would offset a null pointer (UBSan, issue 33).
+  Eigen::RowVectorXd inv_seen(T);
   for (Eigen::Index t = 0; t < T; ++t) {
     const double n_t = seen_by[static_cast<std::size_t>(t)];
-    acc.noise.col(t) *= n_t > 0 ? 1.0 / n_t : 0.0;
+    inv_seen[t] = n_t > 0 ? 1.0 / n_t : 0.0;
   }
+  if (n_fin > 0) acc.noise.array().rowwise() *= inv_seen.array();
   acc.output_norm2 *= inv_m;
   return acc;
 }
