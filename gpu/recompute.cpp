@@ -1,7 +1,9 @@
 // Backend choice and input checks for exact recomputation (recompute.hpp).
 #include "gpu/recompute.hpp"
 
+#include <cmath>
 #include <string>
+#include <utility>
 
 #include "gpu/cpu_recompute.hpp"
 #include "model/enum_names.hpp"
@@ -110,7 +112,22 @@ std::string use_cuda_device(int local_rank, std::string* reason) {
 std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches) {
   EvalResult r = backend.evaluate(batches);
   if (!r.ok) throw RecomputeError("recomputation failed on backend " + backend.description() + ": " + r.message);
+  for (std::size_t b = 0; b < r.errors.size(); ++b)
+    for (std::size_t s = 0; s < r.errors[b].size(); ++s)
+      if (const std::string bad = non_finite_metric(r.errors[b][s]); !bad.empty())
+        throw RecomputeError("recomputation on backend " + backend.description() + " gave " + bad + " (batch " +
+                             std::to_string(b) + ", selection " + std::to_string(s) +
+                             ") although the head is within the magnitude range of docs/model.md section 12, "
+                             "convention 10; this is a defect: please report it with the trace.");
   return std::move(r.errors);
+}
+
+std::string non_finite_metric(const ErrorMetrics& m) {
+  const std::pair<const char*, double> fields[] = {
+      {"rel_error", m.rel_error}, {"abs_error", m.abs_error}, {"attn_tv", m.attn_tv}, {"logit_error", m.logit_error}};
+  for (const auto& [name, value] : fields)
+    if (!std::isfinite(value)) return std::string(name) + " = " + (std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf");
+  return {};
 }
 
 std::unique_ptr<Recomputer> make_recomputer(Backend backend, std::string* note) {

@@ -70,7 +70,12 @@ class Recomputer {
 // batches on `backend` and returns errors[batch][selection]; a failed call (EvalResult.ok
 // false: a device error, bad shapes) throws RecomputeError (model/error.hpp) naming the
 // backend and the reason. Every recomputation outside gpu/ goes through it.
+// A result with a non-finite metric also throws RecomputeError: heads within the magnitude
+// range (model/head_range.hpp, checked by every reader) give finite numbers, so it is a defect.
 std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches);
+
+// "" when every metric of m is finite, else "rel_error = nan" (the first that is not).
+std::string non_finite_metric(const ErrorMetrics& m);
 
 enum class Backend { Auto, Cpu, Cuda };
 Backend parse_backend(const std::string&);  // "auto" | "cpu" | "cuda"; throws InputError

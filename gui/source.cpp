@@ -11,6 +11,7 @@
 #include "model/cancel.hpp"
 #include "model/capture.hpp"
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/llama2c.hpp"
 #include "scenarios/analyses/waterfill.hpp"
 #include "scenarios/figures/figures.hpp"
@@ -59,11 +60,10 @@ SourceSpec parse_source(const std::string& arg) {
     s.preset = rest.substr(0, colon);
     if (colon != std::string::npos) {
       const std::string t = rest.substr(colon + 1);
-      char* end = nullptr;
-      const long v = std::strtol(t.c_str(), &end, 10);
-      if (t.empty() || *end != '\0' || v <= 0)
+      const std::optional<std::int64_t> v = read_integer(t);  // model/numbers.hpp: the whole text
+      if (!v || *v <= 0 || *v > INT32_MAX)
         throw InputError("explorer: the context length '" + t + "' in '" + arg + "' is not a positive integer.");
-      s.context_length = static_cast<int>(v);
+      s.context_length = static_cast<int>(*v);
     }
     synth_preset(s.preset);  // InputError listing the presets
     return s;

@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/clock.hpp"
+#include "model/head_range.hpp"
 
 namespace tierlab {
 
@@ -37,18 +41,12 @@ std::vector<std::int32_t> parse_token_ids(const std::string& text) {
   while (std::getline(ss, part, ',')) {
     const auto b = part.find_first_not_of(" \t"), e = part.find_last_not_of(" \t");
     const std::string item = b == std::string::npos ? std::string() : part.substr(b, e - b + 1);
-    long long v = -1;
-    std::size_t used = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size() || v < 0 || v > INT32_MAX) {
+    const std::optional<std::int64_t> v = read_integer(item);  // model/numbers.hpp: the whole entry
+    if (!v || *v < 0 || *v > INT32_MAX) {
       throw InputError("token ids '" + text + "': entry " + std::to_string(index) + " = '" + item +
                        "' is not a non-negative integer (expected a comma-separated list such as 1,461,401).");
     }
-    out.push_back(static_cast<std::int32_t>(v));
+    out.push_back(static_cast<std::int32_t>(*v));
     ++index;
   }
   if (out.empty()) throw InputError("token ids '" + text + "' is empty (expected a list such as 1,461,401).");
@@ -136,6 +134,31 @@ std::string CaptureOptions::validate() const {
   return {};
 }
 
+namespace {
+
+// A checkpoint whose finite weights overflow the forward pass is the input at fault, not the
+// trace about to be written: names the checkpoint, the head and the first non-finite entry,
+// or the head's magnitudes beyond docs/model.md's convention 10.
+void check_captured_head(const Llama2cModel& model, const HeadData& hd) {
+  const std::string where = "checkpoint '" + model.path() + "': the forward pass ";
+  const std::string head = "layer " + std::to_string(hd.layer) + ", KV head " + std::to_string(hd.kv_head);
+  const std::pair<const char*, const MatrixRM*> fields[] = {
+      {"keys", &hd.keys},           {"keys_pre_rope", &hd.keys_pre_rope}, {"values", &hd.values},
+      {"obs_queries", &hd.obs_queries}, {"decode_queries", &hd.decode_queries}, {"decode_keys", &hd.decode_keys},
+      {"decode_values", &hd.decode_values}};
+  for (const auto& [name, m] : fields)
+    for (Eigen::Index r = 0; r < m->rows(); ++r)
+      for (Eigen::Index j = 0; j < m->cols(); ++j)
+        if (!std::isfinite((*m)(r, j)))
+          throw InputError(where + "overflows float32: " + name + " of " + head + " is " +
+                           (std::isnan((*m)(r, j)) ? "NaN" : "infinite") + " at row " + std::to_string(r) +
+                           ", column " + std::to_string(j) + " (the weights are finite, their products are not).");
+  if (const std::string fault = head_magnitude_fault(hd); !fault.empty())
+    throw InputError(where + "gives " + head + " beyond tierlab's range: " + fault);
+}
+
+}  // namespace
+
 CaptureResult capture(const Llama2cModel& model, const CaptureOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   if (const std::string p = options.validate(); !p.empty()) throw InputError("capture: " + p + ".");
@@ -218,6 +241,7 @@ CaptureResult capture(const Llama2cModel& model, const CaptureOptions& options) 
       hd.decode_queries = gather_head_queries(rec.queries(l), h, g, hs, T, S);
       hd.decode_keys = rec.keys(l).block(T, col, S, hs);
       hd.decode_values = rec.values(l).block(T, col, S, hs);
+      check_captured_head(model, hd);
       result.heads.push_back(std::move(hd));
     }
   }

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/text.hpp"
 #include "model/quantizer.hpp"
 
@@ -220,28 +221,10 @@ const std::string* ParamReader::find(const std::string& key) {
   return it == params_.end() ? nullptr : &it->second;
 }
 
-namespace {
-
-// The whole of `s` parsed by `parse` (std::stoi, std::stod, std::stoull), or nothing.
-template <typename T, typename Parse>
-std::optional<T> parse_whole(const std::string& s, Parse parse) {
-  std::size_t used = 0;
-  T v{};
-  try {
-    v = parse(s, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  if (used == 0 || used != s.size()) return std::nullopt;
-  return v;
-}
-}  // namespace
-
 int ParamReader::get_int(const std::string& key, int lo, int hi) {
   const std::string& def = declared(key).default_value;
   const std::string* s = find(key);
-  const auto parse = [](const std::string& t, std::size_t* used) { return std::stoi(t, used); };
-  const std::optional<int> v = parse_whole<int>(s ? *s : def, parse);
+  const std::optional<std::int64_t> v = read_integer(s ? *s : def);  // model/numbers.hpp: the whole text
   if (!v && !s) bad_default(key, "is not an integer");
   if (!v)
     throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s + "' is not an integer.");
@@ -251,14 +234,13 @@ int ParamReader::get_int(const std::string& key, int lo, int hi) {
                      " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "].");
   }
   effective_[key] = std::to_string(*v);
-  return *v;
+  return static_cast<int>(*v);
 }
 
 double ParamReader::get_double(const std::string& key, double lo, double hi) {
   const std::string& def = declared(key).default_value;
   const std::string* s = find(key);
-  const auto parse = [](const std::string& t, std::size_t* used) { return std::stod(t, used); };
-  const std::optional<double> v = parse_whole<double>(s ? *s : def, parse);
+  const std::optional<double> v = read_real(s ? *s : def);  // model/numbers.hpp: the whole text, finite
   if (!v && !s) bad_default(key, "is not a number");
   if (!v)
     throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s + "' is not a number.");
@@ -291,9 +273,7 @@ std::uint64_t ParamReader::get_seed(const std::string& key) {
   const std::string& def = declared(key).default_value;
   const std::string* s = find(key);
   const std::string& text = s ? *s : def;
-  const auto parse = [](const std::string& t, std::size_t* used) { return std::stoull(t, used); };
-  std::optional<std::uint64_t> v = parse_whole<std::uint64_t>(text, parse);
-  if (!text.empty() && text[0] == '-') v.reset();
+  const std::optional<std::uint64_t> v = read_unsigned(text);  // model/numbers.hpp: no sign, no wrap-around
   if (!v && !s) bad_default(key, "is not a non-negative integer");
   if (!v)
     throw InputError("Key quantizer '" + quantizer_ + "': parameter " + key + " = '" + *s +

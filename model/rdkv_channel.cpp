@@ -30,6 +30,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/key_quantizer.hpp"
 
 namespace tierlab {
@@ -251,31 +252,20 @@ std::unique_ptr<KeyQuantizer> make_rdkv_channel_quantizer(const KeyQuantizerPara
     throw InputError("Key quantizer 'rdkv-channel': parameter kernel = " + std::to_string(kernel) + " must be odd.");
   std::vector<int> options;
   for (const std::string& item : split_list(opt_s)) {
-    std::size_t used = 0;
-    int b = -1;
-    try {
-      b = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || b < 0 || b > 16 || (b > 8 && b < 16))
+    const std::optional<std::int64_t> parsed = read_integer(item);  // model/numbers.hpp: the whole item
+    const long long b = parsed ? *parsed : -1;
+    if (b < 0 || b > 16 || (b > 8 && b < 16))
       throw InputError("Key quantizer 'rdkv-channel': parameter options item '" + item +
                        "' is not a bit width in 0..8 or 16.");
-    options.push_back(b);
+    options.push_back(static_cast<int>(b));
   }
   std::vector<double> eps;
   if (eps_s.empty()) {
     for (int b : options) eps.push_back(paper_key_nmse(b));
   } else {
     for (const std::string& item : split_list(eps_s)) {
-      std::size_t used = 0;
-      double e = -1;
-      try {
-        e = std::stod(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != item.size() || !(e >= 0) || !std::isfinite(e))
+      const double e = read_real(item).value_or(-1.0);  // model/numbers.hpp: the whole item, finite
+      if (!(e >= 0))
         throw InputError("Key quantizer 'rdkv-channel': parameter eps item '" + item +
                          "' is not a finite number >= 0.");
       eps.push_back(e);

@@ -220,7 +220,8 @@ void SynthParams::validate() const {
   const std::array<std::pair<const char*, double>, 4> mix = {
       {{"mix_sink", mix_sink}, {"mix_local", mix_local}, {"mix_retrieval", mix_retrieval}, {"mix_diffuse", mix_diffuse}}};
   for (const auto& [name, w] : mix)
-    if (!finite(w) || w < 0.0) throw InputError(invalid(name, str(w), "head-mix weights must be finite and >= 0"));
+    if (!finite(w) || w < 0.0 || w > 1e6)  // relative weights: a bound keeps their sum and products finite
+      throw InputError(invalid(name, str(w), "head-mix weights are relative: each must be in [0, 1e6]"));
   if (mix_sink + mix_local + mix_retrieval + mix_diffuse <= 0.0)
     throw InputError(invalid("mix_sink + mix_local + mix_retrieval + mix_diffuse", "0", "at least one weight must be positive"));
 

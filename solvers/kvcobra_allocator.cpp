@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "solvers/exact.hpp"
 
 namespace tierlab {
@@ -170,16 +171,9 @@ KvcobraAllocOptions KvcobraAllocOptions::from_params(double budget, const Method
   std::string valid;
   for (const auto& p : param_list()) valid += (valid.empty() ? "" : ", ") + p.name;
   auto to_num = [](const std::string& k, const std::string& v) {
-    std::size_t used = 0;
-    double x = 0;
-    try {
-      x = std::stod(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != v.size() || !std::isfinite(x))
-      throw InputError("kvcobra allocator: parameter " + k + " = '" + v + "' is not a number");
-    return x;
+    const std::optional<double> x = read_real(v);  // model/numbers.hpp: the whole text, finite
+    if (!x) throw InputError("kvcobra allocator: parameter " + k + " = '" + v + "' is not a number");
+    return *x;
   };
   auto to_int = [&](const std::string& k, const std::string& v) {
     const double x = to_num(k, v);

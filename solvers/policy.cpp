@@ -1,11 +1,13 @@
 #include "solvers/policy.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numeric>
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 
 namespace tierlab {
 namespace {
@@ -22,12 +24,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 int parse_int(const std::string& text, const std::string& what, const std::string& policy) {
-  try {
-    std::size_t used = 0;
-    int v = std::stoi(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
+  const std::optional<std::int64_t> v = read_integer(text);  // model/numbers.hpp: the whole text
+  if (v && *v >= INT_MIN && *v <= INT_MAX) return static_cast<int>(*v);
   throw InputError("policy '" + policy + "': " + what + " '" + text + "' is not an integer (" + kForms + ")");
 }
 
@@ -67,13 +65,9 @@ UniformPolicy UniformPolicy::parse(const std::string& text) {
   }
   if (head == "evict" && parts.size() == 2) {
     p.kind = Kind::Evict;
-    try {
-      std::size_t used = 0;
-      p.keep = std::stod(parts[1], &used);
-      if (used != parts[1].size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw InputError("policy '" + text + "': keep fraction '" + parts[1] + "' is not a number (" + kForms + ")");
-    }
+    const std::optional<double> keep = read_real(parts[1]);  // model/numbers.hpp: the whole text, finite
+    if (!keep) throw InputError("policy '" + text + "': keep fraction '" + parts[1] + "' is not a number (" + kForms + ")");
+    p.keep = *keep;
     if (!(p.keep > 0.0 && p.keep <= 1.0))
       throw InputError("policy '" + text + "': keep fraction " + parts[1] + " must be in (0, 1]");
     return p;

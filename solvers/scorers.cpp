@@ -11,6 +11,7 @@
 
 #include "model/enum_names.hpp"
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/text.hpp"
 #include "solvers/scorer_parts.hpp"
 
@@ -41,12 +42,7 @@ bool parse_bool(const std::string& method, const std::string& p, const std::stri
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not true or false");
 }
 double parse_double(const std::string& method, const std::string& p, const std::string& v) {
-  try {
-    std::size_t used = 0;
-    double x = std::stod(v, &used);
-    if (used == v.size() && std::isfinite(x)) return x;
-  } catch (const std::exception&) {
-  }
+  if (const std::optional<double> x = read_real(v)) return *x;  // model/numbers.hpp: the whole text, finite
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not a number");
 }
 int parse_int(const std::string& method, const std::string& p, const std::string& v) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/key_quantizer.hpp"
 #include "model/tier_quantizer.hpp"
 #include "solvers/families.hpp"
@@ -19,12 +20,7 @@ namespace {
 
 
 double to_double(const std::string& method, const std::string& p, const std::string& v) {
-  try {
-    std::size_t used = 0;
-    const double x = std::stod(v, &used);
-    if (used == v.size() && std::isfinite(x)) return x;
-  } catch (const std::exception&) {
-  }
+  if (const std::optional<double> x = read_real(v)) return *x;  // model/numbers.hpp: the whole text, finite
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not a number");
 }
 

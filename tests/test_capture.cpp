@@ -5,6 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -14,6 +19,7 @@
 #include "model/llama2c.hpp"
 #include "model/surrogate.hpp"
 #include "model/trace.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 
@@ -218,4 +224,39 @@ TEST_CASE("on a captured trace the observation queries give no weight to later t
   CHECK(later_weight == 0.0);
   CHECK(worst_causal < 2e-6);     // the forward pass's own output, to float precision
   CHECK(worst_unmasked > 1e-2);   // seeing the future would not be what the model computed
+}
+
+namespace {
+
+// stories260K with layer 0's attention RMSNorm weights set to `scale`: every weight is finite.
+std::string checkpoint_with_attention_norm(float scale, const std::string& name) {
+  std::ifstream in(kCheckpoint, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::int32_t h[7];
+  std::memcpy(h, bytes.data(), sizeof h);
+  const std::size_t D = h[0], V = std::abs(h[5]);
+  const std::size_t rms_att = V * D;  // after the token embedding table
+  for (std::size_t i = 0; i < D; ++i) std::memcpy(bytes.data() + 28 + 4 * (rms_att + i), &scale, 4);
+  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/" + name;
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("capture of a checkpoint whose finite weights overflow the forward pass blames the checkpoint, not the trace",
+          "[capture][reliability]") {
+  CaptureOptions opt;
+  opt.prompt.generate = 12;
+  opt.decode_steps = 2;
+  // 3e38: layer 0's queries and keys overflow to infinity; 1e30: they stay finite but their
+  // logits would overflow float32 (docs/model.md convention 10).
+  const std::string inf_path = checkpoint_with_attention_norm(3e38f, "test_capture_overflow.bin");
+  const std::string inf_error = testing::error_of<InputError>([&] { capture(Llama2cModel(inf_path), opt); });
+  CHECK_THAT(inf_error, Catch::StartsWith("checkpoint '" + inf_path + "': the forward pass overflows float32") &&
+                            Catch::Contains("layer 0, KV head 0"));
+  const std::string big_path = checkpoint_with_attention_norm(1e30f, "test_capture_large.bin");
+  const std::string big_error = testing::error_of<InputError>([&] { capture(Llama2cModel(big_path), opt); });
+  CHECK_THAT(big_error, Catch::StartsWith("checkpoint '" + big_path + "': the forward pass gives layer 0, KV head 0 beyond") &&
+                            Catch::Contains("convention 10"));
 }

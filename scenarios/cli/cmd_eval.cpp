@@ -18,6 +18,7 @@
 #include "solvers/scorers.hpp"
 #include "model/error.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/usage.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/run/progress.hpp"
 #include "scenarios/pipeline/report.hpp"
@@ -219,20 +220,19 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_flag("--per-head", args->per_head, "Show every head in the table");
-  cmd->callback([args]() {
+  cmd->callback([args, cmd]() {
     if (args->policy.empty() && args->allocation.empty() && args->quantizer.empty() && args->scorer.empty() &&
         args->seed.empty())
       throw InputError("eval needs --policy, --allocation, --quantizer, --scorer or --seed (e.g. --policy kivi:2)");
+    const std::vector<std::string> kinds = {"--policy", "--allocation", "--quantizer", "--scorer", "--seed"};
+    only_with(*cmd, "--keep", {"--scorer"}, kinds);
+    only_with(*cmd, "--param", {"--quantizer", "--scorer", "--seed"}, kinds);
+    for (const char* o : {"--budget", "--ladder", "--scope", "--rate-kind"}) only_with(*cmd, o, {"--seed"}, kinds);
     if (!args->seed.empty() && !std::isfinite(args->budget))
       throw InputError("option --seed " + args->seed + " needs --budget B (bits per key element)");
     TraceReader trace(args->trace);
     auto backend = backend_or_throw(args->backend);
-    std::map<std::string, std::string> params;
-    for (const std::string& kv : args->params) {
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) throw InputError("option --param: '" + kv + "' is not NAME=VALUE");
-      params[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
+    const std::map<std::string, std::string> params = name_values(args->params, "--param");
     if (!args->seed.empty()) {
       nlohmann::json seed_json;
       std::string seed_line;

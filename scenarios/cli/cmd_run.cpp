@@ -15,6 +15,7 @@
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/figures/figures.hpp"
 #include "scenarios/run/launch.hpp"
+#include "scenarios/run/estimate.hpp"
 #include "scenarios/run/runner.hpp"
 #ifdef TIERLAB_HAVE_MPI
 #include "scenarios/run/mpi/mpi_runner.hpp"
@@ -65,6 +66,8 @@ struct RunArgs {
   std::string shard;
   int jobs = 1;
   bool force = false, complete = false, scheduler_only = false;
+  bool force_size = false;
+  std::string max_memory, max_disk;
 };
 
 // The scenarios, loaded and validated before any work (a typo in the last one fails first).
@@ -118,7 +121,7 @@ void run_command(const RunArgs& args) {
   const std::string parent = args.out.empty() ? "out" : args.out;
   std::string index = "# tierlab: summary of " + std::to_string(scenarios.size()) + " scenarios\n\n";
   bool all_tables = true;
-  for (const Scenario& sc : scenarios) {
+  const auto options_of = [&](const Scenario& sc) {
     RunOptions opt;
     opt.out = set ? parent + "/" + sc.name : (args.out.empty() ? "out/" + sc.name : args.out);
     if (!args.backend.empty()) opt.backend = parse_backend(args.backend);
@@ -126,6 +129,20 @@ void run_command(const RunArgs& args) {
     opt.force = args.force;
     opt.shard = shard;
     opt.complete_missing = args.complete;
+    opt.force_size = args.force_size;
+    if (!args.max_memory.empty()) opt.max_memory = parse_size(args.max_memory, "--max-memory");
+    if (!args.max_disk.empty()) opt.max_disk = parse_size(args.max_disk, "--max-disk");
+    return opt;
+  };
+  // Every scenario's size before any work (scenarios/run/estimate.hpp): a run too large for the
+  // machine is refused before its first cell, not after the scenarios before it.
+  // (Under MPI the ranks share the work differently; a sharded run checks its own share.)
+  const bool checked_here = !mpi && shard.count == 1;
+  if (checked_here)
+    for (const Scenario& sc : scenarios) check_run_size(sc, options_of(sc));
+  for (const Scenario& sc : scenarios) {
+    RunOptions opt = options_of(sc);
+    opt.size_checked = checked_here;
     if (root) {
       std::printf("scenario %s: %zu cells x %zu budgets -> %s%s\n", sc.name.c_str(), sc.cells.size(), sc.budgets.size(),
                   opt.out.c_str(),
@@ -220,6 +237,13 @@ void add_run(CLI::App& app) {
                   "the shard that finds every cell finished writes the tables (docs/cluster.md)");
   cmd->add_flag("--complete", args->complete,
                 "With --shard: then also compute the cells no shard has finished, and write the tables");
+  cmd->add_flag("--force-size", args->force_size,
+                "Run even when the size estimate printed before the work exceeds the machine's memory or free disk, or "
+                "--max-memory / --max-disk (--force recomputes finished cells instead)");
+  cmd->add_option("--max-memory", args->max_memory,
+                  "Refuse a run whose estimated resident memory exceeds this size (e.g. 8G; default: physical memory)");
+  cmd->add_option("--max-disk", args->max_disk,
+                  "Refuse a run whose temporary traces exceed this size on disk at once (e.g. 50G; default: free space)");
   cmd->add_flag("--scheduler-only", args->scheduler_only,
                 "Under mpirun: the scheduling rank only schedules (default: it computes cells too)");
   cmd->callback([args]() { run_command(*args); });

@@ -13,6 +13,7 @@
 #include "model/error.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/cli/usage.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/run/progress.hpp"
@@ -121,9 +122,21 @@ void add_solve(CLI::App& app) {
   cmd->add_flag("--advantage", args->advantage,
                 "Also recompute the interior advantage A = 1 - err(M*)/min(err(Q*), err(E*)) (implied by routed with --recompute)");
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda")->capture_default_str();
-  cmd->callback([args, budget, budgets, method]() {
+  cmd->callback([args, budget, budgets, method, cmd]() {
     if (budget->count() == 0 && budgets->count() == 0)
       throw InputError("solve needs --budget B (one allocation) or --budgets A:B:STEP (the rate-distortion curve).");
+    for (const char* o : {"--families", "--queries", "--decode-step"}) only_with(*cmd, o, {"--budgets"}, {"--budget"});
+    if (cmd->count("--decode-step") > 0 && args->queries != "step")
+      throw InputError("option --decode-step acts only with --queries step; it was given with --queries " +
+                       args->queries + ", which it does not change.");
+    if (args->solver != "smoothed")
+      for (const char* o : {"--smooth", "--kernel", "--padding"})
+        if (cmd->count(o) > 0)
+          throw InputError(std::string("option ") + o + " acts only with --solver smoothed; it was given with --solver " +
+                           args->solver + ", which it does not change.");
+    if (cmd->count("--route-tolerance") > 0 && args->family != "routed")
+      throw InputError("option --route-tolerance acts only with --family routed; it was given with --family " +
+                       args->family + ", which it does not change.");
     AllocateOptions opt;
     opt.budget = args->budget;
     opt.rate_kind = parse_rate_kind(args->rate);

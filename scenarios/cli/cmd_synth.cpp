@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/realism.hpp"
 #include "model/synthetic.hpp"
 #include "scenarios/cli/commands.hpp"
@@ -43,11 +44,9 @@ std::vector<double> number_list(const std::string& text, const std::string& opti
   std::stringstream ss(text);
   std::string part;
   while (std::getline(ss, part, ',')) {
-    try {
-      w.push_back(std::stod(part));
-    } catch (const std::exception&) {
-      throw InputError("option " + option + ": '" + part + "' is not a number (expected " + what + ")");
-    }
+    const std::optional<double> v = read_real(part);  // model/numbers.hpp: the whole part, finite ('3abc' is not 3)
+    if (!v) throw InputError("option " + option + ": '" + part + "' is not a number (expected " + what + ")");
+    w.push_back(*v);
   }
   if (w.size() != count)
     throw InputError("option " + option + ": expected " + std::to_string(count) + " numbers " + what + ", got '" +

@@ -12,20 +12,34 @@
 #include <new>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/openmp_policy.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
 
 namespace {
 
-// Every option that takes a value refuses an empty one (CLI11 would read `--budget ''` as 0):
-// a usage error naming the option, as for any value that does not convert.
-void refuse_empty_values(CLI::App* app) {
-  for (CLI::Option* o : app->get_options())
-    if (o->get_type_size() > 0)
-      o->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("an empty value is not a value") : std::string(); },
-                              "", "non-empty"));
-  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(sub);
+// Every option that takes a value is read by the one strict parser (model/numbers.hpp): an
+// empty value is not a value (CLI11 would read `--budget ''` as 0), and a number is the whole
+// text, finite, without wrap-around (CLI11 reads `--seed -1` as 2^64 - 1, 2^64 + 1 as 2^64 - 1,
+// ' 5' as 5 and 0x10 as 16). A usage error naming the option, as for any value that does not
+// convert; the ranges are the options' own checks.
+void check_values(CLI::App* app) {
+  for (CLI::Option* o : app->get_options()) {
+    if (o->get_type_size() <= 0) continue;
+    const std::string type = o->get_type_name();
+    o->check(CLI::Validator(
+        [type](std::string& v) -> std::string {
+          if (v.empty()) return "an empty value is not a value";
+          if (type.rfind("UINT", 0) == 0 && !tierlab::read_unsigned(v))
+            return "'" + v + "' is not a whole number from 0 to 18446744073709551615";
+          if (type.rfind("INT", 0) == 0 && !tierlab::read_integer(v)) return "'" + v + "' is not a whole number";
+          if (type.rfind("FLOAT", 0) == 0 && !tierlab::read_real(v)) return "'" + v + "' is not a finite number";
+          return {};
+        },
+        "", "a value"));
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) check_values(sub);
 }
 
 }  // namespace
@@ -45,7 +59,7 @@ int main(int argc, char** argv) {
   tierlab::cli::add_methods(app);
   tierlab::cli::add_run(app);
   tierlab::cli::add_figure(app);
-  refuse_empty_values(&app);
+  check_values(&app);
   // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
   // instead of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);

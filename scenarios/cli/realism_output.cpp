@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 
 namespace tierlab::cli {
 
@@ -13,14 +14,10 @@ std::vector<int> parse_length_list(const std::string& text, const std::string& o
   std::stringstream ss(text);
   std::string part;
   while (std::getline(ss, part, ',')) {
-    try {
-      std::size_t used = 0;
-      const int v = std::stoi(part, &used);
-      if (used != part.size() || v < 1) throw std::invalid_argument(part);
-      out.push_back(v);
-    } catch (const std::exception&) {
+    const std::optional<std::int64_t> v = read_integer(part);  // model/numbers.hpp: the whole part
+    if (!v || *v < 1 || *v > INT32_MAX)
       throw InputError("option " + option + ": '" + part + "' is not a positive integer (expected e.g. 64,128,256).");
-    }
+    out.push_back(static_cast<int>(*v));
   }
   if (out.empty()) throw InputError("option " + option + ": no lengths given (expected e.g. 64,128,256).");
   return out;

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "model/error.hpp"
+#include "model/numbers.hpp"
+
 namespace tierlab::cli {
 
 namespace {
@@ -71,11 +74,9 @@ std::string join(const std::vector<std::string>& v) {
 CLI::Validator at_least(long long lo) {
   return CLI::Validator(
       [lo](std::string& value) -> std::string {
-        char* end = nullptr;
-        errno = 0;
-        const long long v = std::strtoll(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0' || errno == ERANGE) return "'" + value + "' is not a whole number";
-        if (v < lo) return value + " is too small; it must be at least " + std::to_string(lo);
+        const std::optional<std::int64_t> v = read_integer(value);  // model/numbers.hpp: the whole value
+        if (!v) return "'" + value + "' is not a whole number";
+        if (*v < lo) return value + " is too small; it must be at least " + std::to_string(lo);
         return {};
       },
       ">= " + std::to_string(lo));
@@ -126,6 +127,39 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e, int argc, char** 
   while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
   std::fprintf(stderr, "tierlab: error: %s: %s (see %s).\n", cmd->get_name().c_str(), what.c_str(), help.c_str());
   return 2;
+}
+
+void only_with(const CLI::App& cmd, const std::string& option, const std::vector<std::string>& partners,
+               const std::vector<std::string>& instead) {
+  if (cmd.count(option) == 0) return;
+  for (const std::string& p : partners)
+    if (cmd.count(p) > 0) return;
+  std::string list;
+  for (std::size_t i = 0; i < partners.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == partners.size() ? " or " : ", ") + partners[i];
+  std::string given;
+  for (const std::string& o : instead)
+    if (cmd.count(o) > 0) given = o;
+  throw InputError("option " + option + " acts only with " + list + "; " +
+                   (given.empty() ? std::string("none was given, so it would be ignored")
+                                  : "it was given with " + given + ", which it does not change") +
+                   " (tierlab " + cmd.get_name() + " --help).");
+}
+
+std::map<std::string, std::string> name_values(const std::vector<std::string>& items, const std::string& option) {
+  std::map<std::string, std::string> out;
+  std::map<std::string, std::string> item_of;
+  for (const std::string& kv : items) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw InputError("option " + option + ": '" + kv + "' is not NAME=VALUE.");
+    const std::string name = kv.substr(0, eq);
+    if (item_of.count(name))
+      throw InputError("option " + option + ": " + name + " is given twice ('" + item_of[name] + "' and '" + kv +
+                       "'); give each parameter once.");
+    item_of[name] = kv;
+    out[name] = kv.substr(eq + 1);
+  }
+  return out;
 }
 
 }  // namespace tierlab::cli

@@ -18,6 +18,7 @@
 #include "model/dominance.hpp"
 #include "model/enum_names.hpp"
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/quantizer.hpp"
 #include "model/tier_quantizer.hpp"
 #include "model/text.hpp"
@@ -110,7 +111,12 @@ class PreparedQuerySet {
         }
       }
       cpu::set_variants(ph_, {&variant_}, &differ_);
-      return cpu::evaluate_selection(ph_, sel, ws_);
+      const ErrorMetrics m = cpu::evaluate_selection(ph_, sel, ws_);
+      if (const std::string bad = non_finite_metric(m); !bad.empty())  // as the recompute() seam checks
+        throw RecomputeError("the rate-distortion curve's recomputation gave " + bad +
+                             " within the magnitude range of docs/model.md section 12, convention 10; this is a "
+                             "defect: please report it with the trace.");
+      return m;
     }
 
    private:
@@ -687,13 +693,9 @@ std::vector<double> parse_budget_grid(std::string_view spec, std::string_view op
     const std::size_t end = i < 2 ? text.find(':', pos) : text.size();
     if (end == std::string::npos) throw bad("three numbers separated by ':' are needed");
     const std::string part = text.substr(pos, end - pos);
-    try {
-      std::size_t used = 0;
-      v[i] = std::stod(part, &used);
-      if (used != part.size()) throw std::invalid_argument(part);
-    } catch (const std::exception&) {
-      throw bad("'" + part + "' is not a number");
-    }
+    const std::optional<double> x = read_real(part);  // model/numbers.hpp: the whole part, finite
+    if (!x) throw bad("'" + part + "' is not a number");
+    v[i] = *x;
     pos = end + 1;
   }
   const double a = v[0], b = v[1], step = v[2];

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 
+#include "model/numbers.hpp"
 #include "model/text.hpp"
 
 namespace tierlab {
@@ -21,22 +22,29 @@ std::string YamlReader::str(const YAML::Node& n, const std::string& key) const {
 
 double YamlReader::num(const YAML::Node& n, const std::string& key, double lo, double hi) const {
   if (!n.IsScalar()) fail(n, "key '" + key + "' must be a number.");
-  double v = 0;
-  try {
-    v = n.as<double>();
-  } catch (const YAML::Exception&) {
-    fail(n, "key '" + key + "' is '" + n.as<std::string>() + "', not a number.");
-  }
-  if (!std::isfinite(v) || v < lo || v > hi)
-    fail(n, "key '" + key + "' is " + format_number(v) + ", out of range; it must be in [" + format_number(lo) + ", " +
+  // The one strict parser (model/numbers.hpp): the whole value, finite.
+  const auto v = read_real(n.Scalar());
+  if (!v) fail(n, "key '" + key + "' is '" + n.Scalar() + "', not a (finite) number.");
+  if (*v < lo || *v > hi)
+    fail(n, "key '" + key + "' is " + format_number(*v) + ", out of range; it must be in [" + format_number(lo) + ", " +
                 format_number(hi) + "].");
-  return v;
+  return *v;
 }
 
 long long YamlReader::integer(const YAML::Node& n, const std::string& key, long long lo, long long hi) const {
-  const double v = num(n, key, static_cast<double>(lo), static_cast<double>(hi));
-  if (v != std::floor(v)) fail(n, "key '" + key + "' must be an integer, not " + n.as<std::string>() + ".");
-  return static_cast<long long>(v);
+  if (!n.IsScalar()) fail(n, "key '" + key + "' must be an integer.");
+  const auto v = read_integer(n.Scalar());
+  if (!v) {
+    if (read_real(n.Scalar())) fail(n, "key '" + key + "' must be an integer, not " + n.Scalar() + ".");
+    fail(n, "key '" + key + "' is '" + n.Scalar() + "', not an integer" +
+                (n.Scalar().find_first_not_of("-0123456789") == std::string::npos && !n.Scalar().empty()
+                     ? " within the 64-bit range."
+                     : "."));
+  }
+  if (*v < lo || *v > hi)
+    fail(n, "key '" + key + "' is " + n.Scalar() + ", out of range; it must be in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "].");
+  return *v;
 }
 
 std::vector<YAML::Node> YamlReader::list(const YAML::Node& n, const std::string& key) const {
