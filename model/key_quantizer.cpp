@@ -452,16 +452,6 @@ const KeyQuantizerEntry& key_quantizer_entry(const std::string& name) {
   throw InputError("Unknown key quantizer '" + name + "'; valid names are " + list + ".");
 }
 
-std::vector<KeyQuantizerInfo> list_key_quantizers() {
-  std::vector<KeyQuantizerInfo> out;
-  for (const auto& e : key_quantizer_registry()) {
-    KeyQuantizerInfo info{e.name, e.summary, {}, e.source};
-    for (const auto& p : e.params) info.params.emplace_back(p.name, p.default_value);
-    out.push_back(std::move(info));
-  }
-  return out;
-}
-
 std::unique_ptr<KeyQuantizer> make_key_quantizer(const std::string& name, const KeyQuantizerParams& params) {
   return key_quantizer_entry(name).make(params);
 }

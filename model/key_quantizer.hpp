@@ -44,14 +44,6 @@ struct QuantizedHeadKeys {
   Rate rate() const;            // per element over keys.rows() x keys.cols()
 };
 
-// A key quantizer's description, generated from its registry entry (below).
-struct KeyQuantizerInfo {
-  std::string name;
-  std::string summary;                                       // one line: what it quantizes, its rate
-  std::vector<std::pair<std::string, std::string>> params;   // parameter -> default, in order
-  std::string source;                                        // arXiv id and repository
-};
-
 class KeyQuantizer {
  public:
   virtual ~KeyQuantizer() = default;
@@ -70,7 +62,7 @@ class KeyQuantizer {
 // One entry per key quantizer declares its name, summary, parameters with their defaults,
 // source and factory, once. The factory reads each parameter through a ParamReader built
 // from its entry, so the default it uses is the declared one (no second literal), and
-// make_key_quantizer, list_key_quantizers and `tierlab methods` are all generated from it.
+// make_key_quantizer and `tierlab methods` are both generated from it.
 
 // One declared parameter. `default_value` is the text the factory parses as if the user had
 // passed it, so it is also what parameters() reports when the parameter is not given.
@@ -102,8 +94,6 @@ const KeyQuantizerEntry& key_quantizer_entry(const std::string& name);
 // make_key_quantizer("quarot", {{"bits", "4"}}); unknown names or parameters, and
 // invalid values, throw InputError listing the valid choices.
 std::unique_ptr<KeyQuantizer> make_key_quantizer(const std::string& name, const KeyQuantizerParams& params = {});
-// The registry as descriptions (params: name -> declared default text).
-std::vector<KeyQuantizerInfo> list_key_quantizers();
 
 // ---- shared helpers ---------------------------------------------------------------
 

@@ -396,11 +396,6 @@ bool Llama2cSession::kept(int layer, int kv_head, int pos) const {
   return kept_[(static_cast<std::size_t>(layer) * cfg_.n_kv_heads + kv_head) * cfg_.seq_len + pos] != 0;
 }
 
-void Llama2cSession::keep_all() {
-  std::fill(kept_.begin(), kept_.end(), std::uint8_t{1});
-  n_evicted_ = 0;
-}
-
 void Llama2cSession::set_key(int layer, int kv_head, int pos, const float* k) {
   if (layer < 0 || layer >= cfg_.n_layers || kv_head < 0 || kv_head >= cfg_.n_kv_heads || pos < 0 ||
       pos >= cfg_.seq_len) {

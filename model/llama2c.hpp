@@ -134,7 +134,6 @@ class Llama2cSession {
   // then renormalises over the kept positions. forward() marks the position it writes kept.
   void set_kept(int layer, int kv_head, int pos, bool kept);
   bool kept(int layer, int kv_head, int pos) const;
-  void keep_all();
 
   const Llama2cModel& model() const { return *model_; }
 

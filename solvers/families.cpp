@@ -36,11 +36,6 @@ std::string_view to_string(Family f) { return enum_name(kFamilies, f); }
 
 char family_letter(Family f) { return enum_name(kFamilyLetters, f)[0]; }
 
-Family parse_family(std::string_view s) {
-  if (const auto f = find_enum(kFamilyLetters, s)) return *f;
-  return parse_enum(kFamilies, s);
-}
-
 std::string_view to_string(FamilyChoice f) { return enum_name(kFamilyChoices, f); }
 
 FamilyChoice parse_family_choice(std::string_view s) { return parse_enum(kFamilyChoices, s); }

@@ -58,7 +58,6 @@ namespace tierlab {
 enum class Family { Quantize, Evict, Mixed };
 std::string_view to_string(Family);  // "quantize" | "evict" | "mixed"
 char family_letter(Family);          // 'Q' | 'E' | 'M'
-Family parse_family(std::string_view);
 
 // What a solve may use per head: one family, or routed (each head picks Q, E or M).
 enum class FamilyChoice { Mixed, Quantize, Evict, Routed };

@@ -118,8 +118,6 @@ constexpr auto kSolveStatuses = enum_table<SolveStatus>("solve status", {{SolveS
 
 std::string_view to_string(SolveStatus s) { return enum_name(kSolveStatuses, s); }
 
-SolveStatus parse_solve_status(std::string_view s) { return parse_enum(kSolveStatuses, s); }
-
 std::string MckpResult::summary() const {
   std::ostringstream os;
   os << solver << ": " << to_string(status);

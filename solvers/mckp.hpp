@@ -103,8 +103,7 @@ RateUnits rate_units(const MckpInstance&);
 //   Infeasible no choice meets the budget (B < smallest rate); choice is empty
 //   Trivial    the budget affords every item its cheapest-cost tier (optimal, gap 0)
 enum class SolveStatus { Optimal, Feasible, Infeasible, Trivial };
-std::string_view to_string(SolveStatus);
-SolveStatus parse_solve_status(std::string_view);  // "optimal" | "feasible" | "infeasible" | "trivial"
+std::string_view to_string(SolveStatus);  // "optimal" | "feasible" | "infeasible" | "trivial"
 
 // What every solve reports about itself, whatever it solved (a knapsack instance, a family
 // problem): the outcome and how it was reached, the objective sum_i c_{i,choice_i} with a

@@ -59,10 +59,6 @@ MatrixRMd window_logits(const HeadData& head, int g, int j, int window, bool cau
   return z;
 }
 
-MatrixRMd window_attention(const HeadData& head, int group_size, int query_head, int window, bool causal) {
-  return softmax_rows(window_logits(head, group_size, query_head, window, causal));
-}
-
 VectorD aggregate(const std::vector<VectorD>& xs, GqaAggregate a) {
   VectorD out = xs[0];
   for (std::size_t j = 1; j < xs.size(); ++j) {

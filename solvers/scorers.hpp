@@ -252,10 +252,6 @@ class ScorerParamReader {
   const std::string& text(const std::string& p);  // given or declared default
 };
 
-// Attention p (W x T: the last W window queries of query head j of a group of g,
-// causal as in the header comment; masked entries 0).
-MatrixRMd window_attention(const HeadData& head, int group_size, int query_head, int window, bool causal);
-
 // Per-token scores of one head (T entries; for tova: this head's share, for the layer
 // score use layer_scores). Tokens the rule does not score (snapkv window) get +inf.
 VectorD head_scores(const ScorerConfig& cfg, const HeadData& head);

@@ -72,23 +72,6 @@ TEST_CASE("Every registered quantizer made with no parameters reports exactly it
   }
 }
 
-TEST_CASE("list_key_quantizers is the registry: names, summaries, sources and declared defaults in order",
-          "[key_quantizer]") {
-  const auto infos = list_key_quantizers();
-  const auto& reg = key_quantizer_registry();
-  REQUIRE(infos.size() == reg.size());
-  for (std::size_t i = 0; i < reg.size(); ++i) {
-    CHECK(infos[i].name == reg[i].name);
-    CHECK(infos[i].summary == reg[i].summary);
-    CHECK(infos[i].source == reg[i].source);
-    REQUIRE(infos[i].params.size() == reg[i].params.size());
-    for (std::size_t j = 0; j < reg[i].params.size(); ++j) {
-      CHECK(infos[i].params[j].first == reg[i].params[j].name);
-      CHECK(infos[i].params[j].second == reg[i].params[j].default_value);
-    }
-  }
-}
-
 TEST_CASE("An unknown parameter is rejected with a message that lists the declared parameter names",
           "[key_quantizer]") {
   for (const KeyQuantizerEntry& e : key_quantizer_registry()) {

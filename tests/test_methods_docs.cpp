@@ -25,7 +25,7 @@ bool listed(const std::string& name) { return methods_doc().find("`" + name) != 
 
 TEST_CASE("docs/methods.md names every registered key quantizer, tier form, scorer and seed allocator") {
   REQUIRE_FALSE(methods_doc().empty());
-  for (const KeyQuantizerInfo& q : list_key_quantizers()) {
+  for (const KeyQuantizerEntry& q : key_quantizer_registry()) {
     INFO("key quantizer " << q.name);
     CHECK(listed(q.name));
   }

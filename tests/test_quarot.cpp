@@ -106,19 +106,19 @@ TEST_CASE("RoPE re-applied to the synthetic pre-RoPE keys gives the post-RoPE ke
 }
 
 TEST_CASE("The registry lists every key quantizer and rejects unknown names and parameters", "[key_quantizer]") {
-  const auto all = list_key_quantizers();
+  const auto& all = key_quantizer_registry();
   REQUIRE(all.size() == 8);
-  for (const auto& info : all) {
+  for (const KeyQuantizerEntry& info : all) {
     CHECK_FALSE(info.source.empty());
     const auto q = make_key_quantizer(info.name);
     CHECK(q->name() == info.name);
     // The listed parameters are exactly the effective ones (headq: base.* expands).
     const KeyQuantizerParams eff = q->parameters();
-    for (const auto& [key, def] : info.params)
-      if (key != "base.*") CHECK(eff.count(key) == 1);
+    for (const KeyQuantizerParam& p : info.params)
+      if (p.name != "base.*") CHECK(eff.count(p.name) == 1);
     for (const auto& [key, value] : eff) {
       bool listed = key.rfind("base.", 0) == 0;
-      for (const auto& [k2, def] : info.params) listed = listed || k2 == key;
+      for (const KeyQuantizerParam& p : info.params) listed = listed || p.name == key;
       INFO(info.name << ": " << key);
       CHECK(listed);
     }
