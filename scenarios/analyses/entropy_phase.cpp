@@ -15,6 +15,7 @@
 
 #include "model/error.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/run/table_numbers.hpp"
 
@@ -183,14 +184,12 @@ std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vec
     bin_of = equal_count_bins(hv, nb);
   }
 
-  std::ostringstream hc;
-  hc << "cell,layer,kv_head,entropy,bin,R2,budget,winner\n";
+  CsvWriter hc({"cell", "layer", "kv_head", "entropy", "bin", "R2", "budget", "winner"});
   for (std::size_t i = 0; i < heads.size(); ++i)
     for (std::size_t b = 0; b < budgets.size(); ++b)
-      hc << heads[i].cell << ',' << heads[i].layer << ',' << heads[i].kv_head << ',' << format_or_nan(heads[i].H) << ','
-         << bin_of[i] << ',' << format_or_nan(heads[i].R2) << ',' << format_or_nan(budgets[b]) << ','
-         << heads[i].winner[b] << '\n';
-  write_file_atomically(tables_dir + "/phase_entropy_heads.csv", hc.str());
+      hc.row() << heads[i].cell << heads[i].layer << heads[i].kv_head << format_or_nan(heads[i].H) << bin_of[i]
+               << format_or_nan(heads[i].R2) << format_or_nan(budgets[b]) << heads[i].winner[b];
+  write_file_atomically(tables_dir + "/phase_entropy_heads.csv", hc.text());
 
   // Per bin: entropies and R2 of its heads; per (bin, budget): family wins.
   std::map<int, std::vector<double>> bin_H, bin_R2;
@@ -205,8 +204,8 @@ std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vec
       w[0] += h.winner[k] == "Q", w[1] += h.winner[k] == "E", w[2] += h.winner[k] == "M";
     }
   }
-  std::ostringstream pc;
-  pc << "bin,entropy_lo,entropy_hi,entropy_median,entropy_mean,heads,budget,winner,share_Q,share_E,share_M,R2_median\n";
+  CsvWriter pc({"bin", "entropy_lo", "entropy_hi", "entropy_median", "entropy_mean", "heads", "budget", "winner", "share_Q",
+                "share_E", "share_M", "R2_median"});
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::pair<double, double>> r2_curve;                         // (mean H, median R2) per bin
   std::vector<std::vector<std::pair<double, double>>> e_curve(budgets.size());  // (mean H, share E) per budget
@@ -224,10 +223,9 @@ std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vec
       const std::string win = plurality_winner(w[0], w[1], w[2]);  // "tie" when two win as many heads
       auto share = [&](int i) { return tot ? static_cast<double>(w[static_cast<std::size_t>(i)]) / tot : kNaN; };
       e_curve[k].push_back({md, share(1)});
-      pc << b << ',' << format_or_nan(elo) << ',' << format_or_nan(ehi) << ',' << format_or_nan(md) << ','
-         << format_or_nan(mh) << ',' << hv.size() << ',' << format_or_nan(budgets[k]) << ',' << win << ','
-         << format_or_nan(share(0)) << ',' << format_or_nan(share(1)) << ',' << format_or_nan(share(2)) << ','
-         << format_or_nan(r2) << '\n';
+      pc.row() << b << format_or_nan(elo) << format_or_nan(ehi) << format_or_nan(md) << format_or_nan(mh) << hv.size()
+               << format_or_nan(budgets[k]) << win << format_or_nan(share(0)) << format_or_nan(share(1))
+               << format_or_nan(share(2)) << format_or_nan(r2);
       rows.push_back({{"bin", b},
                       {"entropy_lo", elo},
                       {"entropy_hi", ehi},
@@ -257,7 +255,7 @@ std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vec
                                 {"R2_median_by_bin", r2j},
                                 {"boundary_entropy", finite_or_null(boundary)},
                                 {"recomputed_boundary_E", recomputed}};
-  write_file_atomically(tables_dir + "/phase_entropy.csv", pc.str());
+  write_file_atomically(tables_dir + "/phase_entropy.csv", pc.text());
   write_file_atomically(tables_dir + "/phase_entropy.json", table.dump(1) + "\n");
 
   return entropy_phase_summary(heads.size(), lo, hi, nb, rows, budgets, boundary, recomputed);

@@ -15,6 +15,7 @@
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
@@ -193,12 +194,14 @@ void add_budgets(const CellContext& ctx, const std::vector<std::string>& dense, 
 // cells.csv, cells.json and heads.csv.
 void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::string& dir) {
   // ---- cells.csv / heads.csv
-  std::ostringstream cc, hc;
-  cc << "cell,preset,seed,prompt_len,logit_scale,budget,dominated_share,R2_median,A_median,A,A_obs,A_decode,A_surrogate,"
-        "heads_defined,wins_Q,wins_E,wins_M,winner,A_sum,share_M_wins,A_clipped_mean,share_below_floor,"
-        "code_Q,total_Q,code_E,total_E,code_M,total_M,repaired_heads,A_routed,routed_Q,routed_E,routed_M,routed_total_bits\n";
-  hc << "cell,preset,prompt_len,logit_scale,budget,layer,kv_head,A,A_surrogate,err_Q,err_E,err_M,winner,dominated_2bit,R2,"
-        "code_Q,total_Q,code_E,total_E,code_M,total_M,repaired,below_floor\n";
+  CsvWriter cc({"cell", "preset", "seed", "prompt_len", "logit_scale", "budget", "dominated_share", "R2_median",
+                "A_median", "A", "A_obs", "A_decode", "A_surrogate", "heads_defined", "wins_Q", "wins_E", "wins_M",
+                "winner", "A_sum", "share_M_wins", "A_clipped_mean", "share_below_floor", "code_Q", "total_Q", "code_E",
+                "total_E", "code_M", "total_M", "repaired_heads", "A_routed", "routed_Q", "routed_E", "routed_M",
+                "routed_total_bits"});
+  CsvWriter hc({"cell", "preset", "prompt_len", "logit_scale", "budget", "layer", "kv_head", "A", "A_surrogate", "err_Q",
+                "err_E", "err_M", "winner", "dominated_2bit", "R2", "code_Q", "total_Q", "code_E", "total_E", "code_M",
+                "total_M", "repaired", "below_floor"});
   // Errors and rates are written exactly (the shortest text that reads back the same double):
   // six digits flip the sign of A where two errors agree to six digits.
   auto exact = [](const nlohmann::json& j, const char* key) {
@@ -209,27 +212,27 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
   for (const auto& c : cells) {
     for (const auto& b : c["budgets"]) {
       const auto& w = b["wins"];
-      cc << c["id"].get<std::string>() << ',' << c["preset"].get<std::string>() << ',' << c["seed"].get<std::uint64_t>()
-         << ',' << c["prompt_len"].get<int>() << ',' << format_or_nan(double_or_nan(c, "logit_scale")) << ','
-         << format_or_nan(b["budget"].get<double>()) << ',' << format_or_nan(double_or_nan(c, "dominated_share")) << ','
-         << format_or_nan(double_or_nan(c, "R2_median")) << ',' << format_or_nan(cell_median_advantage(b)) << ','
-         << format_or_nan(double_or_nan(b, "A")) << ',' << format_or_nan(double_or_nan(b, "A_obs")) << ','
-         << format_or_nan(double_or_nan(b, "A_decode")) << ',' << format_or_nan(double_or_nan(b, "A_surrogate")) << ','
-         << b["defined"].get<int>() << ',' << w["Q"].get<int>() << ',' << w["E"].get<int>() << ',' << w["M"].get<int>()
-         << ',' << b["winner"].get<std::string>() << ',' << format_or_nan(double_or_nan(b, "A_sum")) << ','
-         << format_or_nan(double_or_nan(b, "share_M_wins")) << ',' << format_or_nan(double_or_nan(b, "A_clipped_mean"))
-         << ',' << format_or_nan(double_or_nan(b, "share_below_floor"));
+      cc.row() << c["id"].get<std::string>() << c["preset"].get<std::string>() << c["seed"].get<std::uint64_t>()
+               << c["prompt_len"].get<int>() << format_or_nan(double_or_nan(c, "logit_scale"))
+               << format_or_nan(b["budget"].get<double>()) << format_or_nan(double_or_nan(c, "dominated_share"))
+               << format_or_nan(double_or_nan(c, "R2_median")) << format_or_nan(cell_median_advantage(b))
+               << format_or_nan(double_or_nan(b, "A")) << format_or_nan(double_or_nan(b, "A_obs"))
+               << format_or_nan(double_or_nan(b, "A_decode")) << format_or_nan(double_or_nan(b, "A_surrogate"))
+               << b["defined"].get<int>() << w["Q"].get<int>() << w["E"].get<int>() << w["M"].get<int>()
+               << b["winner"].get<std::string>() << format_or_nan(double_or_nan(b, "A_sum"))
+               << format_or_nan(double_or_nan(b, "share_M_wins")) << format_or_nan(double_or_nan(b, "A_clipped_mean"))
+               << format_or_nan(double_or_nan(b, "share_below_floor"));
       int repaired = 0;
       for (const char* f : {"Q", "E", "M"}) {
         const nlohmann::json r = b.contains("rates") ? b["rates"][f] : nlohmann::json::object();
-        cc << ',' << exact(r, "code_bits") << ',' << exact(r, "total_bits");
+        cc << exact(r, "code_bits") << exact(r, "total_bits");
         repaired += r.value("repaired", 0);
       }
-      cc << ',' << repaired;
+      cc << repaired;
       const nlohmann::json md = b.value("model", nlohmann::json::object());
       const nlohmann::json to = md.value("routed_to", nlohmann::json::object());
-      cc << ',' << format_or_nan(double_or_nan(md, "A")) << ',' << to.value("Q", 0) << ',' << to.value("E", 0) << ','
-         << to.value("M", 0) << ',' << exact(md.value("routed", nlohmann::json::object()), "total_bits") << '\n';
+      cc << format_or_nan(double_or_nan(md, "A")) << to.value("Q", 0) << to.value("E", 0) << to.value("M", 0)
+         << exact(md.value("routed", nlohmann::json::object()), "total_bits");
       cells_json.push_back({{"cell", c["id"]}, {"preset", c["preset"]}, {"seed", c["seed"]}, {"prompt_len", c["prompt_len"]},
                             {"logit_scale", c["logit_scale"]}, {"budget", b["budget"]},
                             {"dominated_share", c["dominated_share"]}, {"R2_median", c["R2_median"]},
@@ -245,21 +248,20 @@ void write_cell_tables(const std::vector<nlohmann::json>& cells, const std::stri
       std::size_t hi = 0;
       for (const auto& h : b["heads"]) {
         const double R2 = hi < c["R2"].size() && !c["R2"][hi].is_null() ? c["R2"][hi].get<double>() : kNaN;
-        hc << c["id"].get<std::string>() << ',' << c["preset"].get<std::string>() << ',' << c["prompt_len"].get<int>()
-           << ',' << format_or_nan(double_or_nan(c, "logit_scale")) << ',' << format_or_nan(b["budget"].get<double>())
-           << ',' << h["layer"].get<int>() << ',' << h["kv_head"].get<int>() << ','
-           << format_or_nan(double_or_nan(h, "A")) << ',' << format_or_nan(double_or_nan(h, "A_surrogate")) << ','
-           << exact(h, "err_Q") << ',' << exact(h, "err_E") << ',' << exact(h, "err_M") << ','
-           << h["winner"].get<std::string>() << ',' << (h["dominated_2bit"].get<bool>() ? 1 : 0) << ','
-           << format_or_nan(R2);
-        for (const char* k : {"code_Q", "total_Q", "code_E", "total_E", "code_M", "total_M"}) hc << ',' << exact(h, k);
-        hc << ',' << h.value("repaired", std::string()) << ',' << (h.value("below_floor", false) ? 1 : 0) << '\n';
+        hc.row() << c["id"].get<std::string>() << c["preset"].get<std::string>() << c["prompt_len"].get<int>()
+                 << format_or_nan(double_or_nan(c, "logit_scale")) << format_or_nan(b["budget"].get<double>())
+                 << h["layer"].get<int>() << h["kv_head"].get<int>() << format_or_nan(double_or_nan(h, "A"))
+                 << format_or_nan(double_or_nan(h, "A_surrogate")) << exact(h, "err_Q") << exact(h, "err_E")
+                 << exact(h, "err_M") << h["winner"].get<std::string>() << h["dominated_2bit"].get<bool>()
+                 << format_or_nan(R2);
+        for (const char* k : {"code_Q", "total_Q", "code_E", "total_E", "code_M", "total_M"}) hc << exact(h, k);
+        hc << h.value("repaired", std::string()) << h.value("below_floor", false);
         ++hi;
       }
     }
   }
-  write_file_atomically(dir + "/cells.csv", cc.str());
-  write_file_atomically(dir + "/heads.csv", hc.str());
+  write_file_atomically(dir + "/cells.csv", cc.text());
+  write_file_atomically(dir + "/heads.csv", hc.text());
   write_file_atomically(dir + "/cells.json", cells_json.dump(1) + "\n");
 
 }
@@ -274,10 +276,10 @@ BudgetRows write_budget_table(const Scenario& sc, const std::vector<nlohmann::js
   BudgetRows out;
   nlohmann::json& budgets = out.rows;
   // ---- A vs budget (per head)
-  std::ostringstream bc;
   // A is unbounded below (err(M*) >> an endpoint's): medians and the mean of A clipped to
   // [-1, 1] only, never a plain mean.
-  bc << "budget,median_A_heads,clipped_mean_A_heads,share_heads_positive,heads_defined,wins_Q,wins_E,wins_M\n";
+  CsvWriter bc({"budget", "median_A_heads", "clipped_mean_A_heads", "share_heads_positive", "heads_defined", "wins_Q",
+                "wins_E", "wins_M"});
   std::vector<double> mean_by_budget;
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
     double clipped = 0;
@@ -293,8 +295,8 @@ BudgetRows write_budget_table(const Scenario& sc, const std::vector<nlohmann::js
     const double cm = h_n ? clipped / h_n : kNaN, sp = h_n ? double(pos) / h_n : kNaN;
     const double med = quantile_or_nan(hv, 0.5);
     mean_by_budget.push_back(med);
-    bc << format_or_nan(sc.budgets[bi]) << ',' << format_or_nan(med) << ',' << format_or_nan(cm) << ','
-       << format_or_nan(sp) << ',' << h_n << ',' << wq << ',' << we << ',' << wm << '\n';
+    bc.row() << format_or_nan(sc.budgets[bi]) << format_or_nan(med) << format_or_nan(cm) << format_or_nan(sp) << h_n
+             << wq << we << wm;
     budgets.push_back({{"budget", sc.budgets[bi]},
                        {"median_A_heads", finite_or_null(med)},
                        {"clipped_mean_A_heads", finite_or_null(cm)},
@@ -302,7 +304,7 @@ BudgetRows write_budget_table(const Scenario& sc, const std::vector<nlohmann::js
                        {"heads_defined", h_n},
                        {"wins", {{"Q", wq}, {"E", we}, {"M", wm}}}});
   }
-  write_file_atomically(dir + "/budgets.csv", bc.str());
+  write_file_atomically(dir + "/budgets.csv", bc.text());
   // The interior stops paying at the smallest budget from which the median A over heads <= 0
   // for every larger one (the median: A is unbounded below, a few heads dominate a mean).
   std::vector<std::size_t> order(sc.budgets.size());
@@ -772,15 +774,14 @@ std::string InteriorAnalysis::write_tables(const Scenario& sc, const std::vector
   const BudgetRows br = write_budget_table(sc, cells, dir);
   const RhoAcrossCells r = rho_across_cells(sc, cells);
   {
-    std::ostringstream sv;
-    sv << "budget,aggregation,n_cells,clusters,rho,ci_lo,ci_hi,rho_within_model,primary\n";
+    CsvWriter sv({"budget", "aggregation", "n_cells", "clusters", "rho", "ci_lo", "ci_hi", "rho_within_model", "primary"});
     for (const auto& e : r.sensitivity)
-      sv << format_or_nan(e["budget"].get<double>()) << ',' << e["aggregation"].get<std::string>() << ','
-         << e["n_cells"].get<std::size_t>() << ',' << e["clusters"].get<std::size_t>() << ','
-         << format_or_nan(double_or_nan(e, "rho")) << ',' << format_or_nan(double_or_nan(e, "ci_lo")) << ','
-         << format_or_nan(double_or_nan(e, "ci_hi")) << ',' << format_or_nan(double_or_nan(e, "rho_within_model"))
-         << ',' << (e["primary"].get<bool>() ? 1 : 0) << '\n';
-    write_file_atomically(dir + "/sensitivity.csv", sv.str());
+      sv.row() << format_or_nan(e["budget"].get<double>()) << e["aggregation"].get<std::string>()
+               << e["n_cells"].get<std::size_t>() << e["clusters"].get<std::size_t>()
+               << format_or_nan(double_or_nan(e, "rho")) << format_or_nan(double_or_nan(e, "ci_lo"))
+               << format_or_nan(double_or_nan(e, "ci_hi")) << format_or_nan(double_or_nan(e, "rho_within_model"))
+               << e["primary"].get<bool>();
+    write_file_atomically(dir + "/sensitivity.csv", sv.text());
   }
   nlohmann::json stops_json = nlohmann::json::array(), q_json = nlohmann::json::array();
   // A bound beyond the sweep is null with its *_beyond_sweep flag true (a column holds numbers

@@ -9,6 +9,7 @@
 
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/pipeline/head.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
@@ -211,8 +212,8 @@ std::vector<ContextTrend> context_trends(const Scenario& sc, const std::vector<n
 }
 
 std::string dense_routing_section(const Scenario& sc, const std::vector<nlohmann::json>& cells, std::string* csv) {
-  std::ostringstream s, c;
-  c << "budget,router,choice,heads,share,median_A_dense\n";
+  std::ostringstream s;
+  CsvWriter c({"budget", "router", "choice", "heads", "share", "median_A_dense"});
   bool any = false;
   for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
     for (const char* router : {"surrogate", "obs"}) {
@@ -243,14 +244,14 @@ std::string dense_routing_section(const Scenario& sc, const std::vector<nlohmann
       std::string shares;
       for (const auto& [choice, n] : count) {
         shares += (shares.empty() ? "" : ", ") + choice + " " + format_or_nan(100.0 * n / heads, "%.1f") + "%";
-        c << format_or_nan(sc.budgets[bi]) << ',' << router << ',' << choice << ',' << n << ','
-          << format_or_nan(static_cast<double>(n) / heads) << ',' << format_or_nan(quantile_or_nan(A, 0.5)) << '\n';
+        c.row() << format_or_nan(sc.budgets[bi]) << router << choice << n << format_or_nan(static_cast<double>(n) / heads)
+                << format_or_nan(quantile_or_nan(A, 0.5));
       }
       s << "| " << format_or_nan(sc.budgets[bi]) << " | " << (std::string(router) == "obs" ? "recomputed obs error" : "surrogate")
         << " | " << shares << " | " << format_or_nan(quantile_or_nan(A, 0.5), "%.4f") << " |\n";
     }
   }
-  if (csv) *csv = any ? c.str() : std::string();
+  if (csv) *csv = any ? c.text() : std::string();
   return s.str();
 }
 

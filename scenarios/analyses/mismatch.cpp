@@ -21,6 +21,7 @@
 #include "model/key_quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/run/table_numbers.hpp"
 
@@ -338,11 +339,10 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
   for (const auto& q : spec.quantizers) labels.push_back(q.label);
 
   // ---- beta per quantizer (all heads of all cells) and per-head fits
-  std::ostringstream fc;
-  fc << "cell,layer,kv_head,quantizer,alpha,beta,residual,weight";
-  for (int b : spec.bits) fc << ",noise_b" << b;
-  for (int b : spec.bits) fc << ",err_b" << b;
-  fc << '\n';
+  std::vector<std::string> fits_header = {"cell", "layer", "kv_head", "quantizer", "alpha", "beta", "residual", "weight"};
+  for (int b : spec.bits) fits_header.push_back("noise_b" + std::to_string(b));
+  for (int b : spec.bits) fits_header.push_back("err_b" + std::to_string(b));
+  CsvWriter fc(fits_header);
   std::map<std::string, std::vector<double>> betas, alphas, residuals;
   for (const auto& c : cells) {
     if (!c.contains("mismatch")) continue;
@@ -352,23 +352,25 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
         const double beta = double_or_nan(q, "beta"), alpha = double_or_nan(q, "alpha"),
                      res = double_or_nan(q, "residual");
         if (std::isfinite(beta)) betas[label].push_back(beta), alphas[label].push_back(alpha), residuals[label].push_back(res);
-        fc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << label << ','
-           << format_or_nan(alpha) << ',' << format_or_nan(beta) << ',' << format_or_nan(res) << ','
-           << format_or_nan(double_or_nan(h, "weight"));
-        for (const auto& v : q["noise"]) fc << ',' << format_or_nan(v.get<double>());
-        for (const auto& v : q["error"]) fc << ',' << format_or_nan(v.get<double>());
-        fc << '\n';
+        fc.row() << c["id"].get<std::string>() << h["layer"].get<int>() << h["kv_head"].get<int>() << label
+                 << format_or_nan(alpha) << format_or_nan(beta) << format_or_nan(res)
+                 << format_or_nan(double_or_nan(h, "weight"));
+        // One column per bit width of the scenario: a value the cell lacks is not defined (nan).
+        for (const char* key : {"noise", "error"}) {
+          const nlohmann::json v = q.is_object() && q.contains(key) ? q[key] : nlohmann::json();
+          for (std::size_t i = 0; i < spec.bits.size(); ++i)
+            fc << format_or_nan(v.is_array() && i < v.size() && v[i].is_number() ? v[i].get<double>() : kNaN);
+        }
       }
   }
-  std::ostringstream bc;
-  bc << "quantizer,heads,beta_median,beta_q25,beta_q75,alpha_median,fit_residual_median\n";
+  CsvWriter bc({"quantizer", "heads", "beta_median", "beta_q25", "beta_q75", "alpha_median", "fit_residual_median"});
   nlohmann::json beta_rows = nlohmann::json::array();
   for (const auto& label : labels) {
     const auto& v = betas[label];
     const double med = quantile_or_nan(v, 0.5), q25 = quantile_or_nan(v, 0.25), q75 = quantile_or_nan(v, 0.75);
     const double am = quantile_or_nan(alphas[label], 0.5), rm = quantile_or_nan(residuals[label], 0.5);
-    bc << label << ',' << v.size() << ',' << format_or_nan(med) << ',' << format_or_nan(q25) << ','
-       << format_or_nan(q75) << ',' << format_or_nan(am) << ',' << format_or_nan(rm) << '\n';
+    bc.row() << label << v.size() << format_or_nan(med) << format_or_nan(q25) << format_or_nan(q75) << format_or_nan(am)
+             << format_or_nan(rm);
     beta_rows.push_back({{"quantizer", label},
                          {"heads", v.size()},
                          {"beta_median", finite_or_null(med)},
@@ -378,8 +380,8 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
                          {"fit_residual_median", finite_or_null(rm)},
                          {"betas", v}});
   }
-  write_file_atomically(dir + "/mismatch_fits.csv", fc.str());
-  write_file_atomically(dir + "/mismatch_beta.csv", bc.str());
+  write_file_atomically(dir + "/mismatch_fits.csv", fc.text());
+  write_file_atomically(dir + "/mismatch_beta.csv", bc.text());
   write_file_atomically(dir + "/mismatch_beta.json", nlohmann::json({{"bits", spec.bits}, {"rows", beta_rows}}).dump(1) + "\n");
 
   // ---- allocations: mean over cells per (budget, model, actual)
@@ -404,8 +406,8 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
     auto it = acc.find({B, m, y});
     return it == acc.end() || it->second.n == 0 ? kNaN : it->second.err / it->second.n;
   };
-  std::ostringstream mc;
-  mc << "budget,actual,model,matched,err,ratio_to_uniform,ratio_to_matched,surrogate,predicted_by_actual_model,mean_bits,cells\n";
+  CsvWriter mc({"budget", "actual", "model", "matched", "err", "ratio_to_uniform", "ratio_to_matched", "surrogate",
+                "predicted_by_actual_model", "mean_bits", "cells"});
   nlohmann::json rows = nlohmann::json::array();
   for (const double B : spec.budgets)
     for (const auto& y : labels)
@@ -415,9 +417,8 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
         const Acc& a = it->second;
         const double err = a.err / a.n, uni = mean_err(B, "uniform", y), mat = mean_err(B, y, y);
         const double ru = uni > 0 ? err / uni : kNaN, rm = mat > 0 ? err / mat : kNaN;
-        mc << format_or_nan(B) << ',' << y << ',' << m << ',' << (m == y ? 1 : 0) << ',' << format_or_nan(err) << ','
-           << format_or_nan(ru) << ',' << format_or_nan(rm) << ',' << format_or_nan(a.sur / a.n) << ','
-           << format_or_nan(a.pred / a.n) << ',' << format_or_nan(a.bits / a.n) << ',' << a.n << '\n';
+        mc.row() << format_or_nan(B) << y << m << (m == y) << format_or_nan(err) << format_or_nan(ru) << format_or_nan(rm)
+                 << format_or_nan(a.sur / a.n) << format_or_nan(a.pred / a.n) << format_or_nan(a.bits / a.n) << a.n;
         rows.push_back({{"budget", B},
                         {"actual", y},
                         {"model", m},
@@ -430,7 +431,7 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
                         {"mean_bits", a.bits / a.n},
                         {"cells", a.n}});
       }
-  write_file_atomically(dir + "/mismatch.csv", mc.str());
+  write_file_atomically(dir + "/mismatch.csv", mc.text());
   write_file_atomically(dir + "/mismatch.json",
                         nlohmann::json({{"budgets", spec.budgets}, {"quantizers", labels}, {"rows", rows}}).dump(1) + "\n");
 

@@ -10,6 +10,7 @@
 
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
@@ -65,7 +66,7 @@ Figure phase_map_figure(const nlohmann::json& ph) {
 std::string PhaseMapAnalysis::write_tables(const Scenario& /*sc*/, const std::vector<nlohmann::json>& cells,
                                            const std::string& dir) const {
   nlohmann::json phase;
-  std::ostringstream pc;
+  CsvWriter pc({"logit_scale", "budget", "winner", "share_Q", "share_E", "share_M", "mean_A", "R2_median"});
   std::map<std::pair<double, double>, std::array<int, 4>> cellwins;  // Q E M, total A defined
   std::map<double, std::vector<double>> r2_by_scale;
   std::map<std::pair<double, double>, std::pair<double, int>> meanA;
@@ -81,7 +82,6 @@ std::string PhaseMapAnalysis::write_tables(const Scenario& /*sc*/, const std::ve
       if (const double a = double_or_nan(b, "A"); std::isfinite(a)) m.first += a, m.second += 1;
     }
   }
-  pc << "logit_scale,budget,winner,share_Q,share_E,share_M,mean_A,R2_median\n";
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::pair<double, double>> r2med;  // scale, median R2
   for (const auto& [ls, v] : r2_by_scale) r2med.push_back({ls, quantile_or_nan(v, 0.5)});
@@ -93,10 +93,9 @@ std::string PhaseMapAnalysis::write_tables(const Scenario& /*sc*/, const std::ve
       if (s == key.first) r2 = m;
     const auto& m = meanA[key];
     const double ma = m.second ? m.first / m.second : kNaN;
-    pc << format_or_nan(key.first) << ',' << format_or_nan(key.second) << ',' << (tot ? win : "") << ','
-       << format_or_nan(tot ? double(w[0]) / tot : kNaN) << ',' << format_or_nan(tot ? double(w[1]) / tot : kNaN)
-       << ',' << format_or_nan(tot ? double(w[2]) / tot : kNaN) << ',' << format_or_nan(ma) << ','
-       << format_or_nan(r2) << '\n';
+    pc.row() << format_or_nan(key.first) << format_or_nan(key.second) << (tot ? win : "")
+             << format_or_nan(tot ? double(w[0]) / tot : kNaN) << format_or_nan(tot ? double(w[1]) / tot : kNaN)
+             << format_or_nan(tot ? double(w[2]) / tot : kNaN) << format_or_nan(ma) << format_or_nan(r2);
     rows.push_back({{"logit_scale", key.first},
                     {"budget", key.second},
                     {"winner", tot ? win : ""},
@@ -119,7 +118,7 @@ std::string PhaseMapAnalysis::write_tables(const Scenario& /*sc*/, const std::ve
   nlohmann::json med = nlohmann::json::array();
   for (const auto& [s, m] : r2med) med.push_back({{"logit_scale", s}, {"R2_median", finite_or_null(m)}});
   phase = {{"rows", rows}, {"R2_median_by_scale", med}, {"boundary_logit_scale", finite_or_null(boundary)}};
-  write_file_atomically(dir + "/phase.csv", pc.str());
+  write_file_atomically(dir + "/phase.csv", pc.text());
   write_file_atomically(dir + "/phase.json", phase.dump(1) + "\n");
   std::ostringstream s;
   s << "\n## Dominance phase map (logit scale x budget)\n\nWinner by exact recomputation (the family that wins the most heads; tie when two win as many), shares of heads won:\n\n";

@@ -18,6 +18,7 @@
 #include "model/llama2c.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/replay.hpp"
 #include "scenarios/run/table_numbers.hpp"
@@ -146,19 +147,18 @@ nlohmann::json proxy_correlations(const std::vector<ProxyMethodResult>& ms, int 
 std::string write_proxy_tables(const Scenario& sc, const ProxySpec& spec, const std::vector<nlohmann::json>& cells,
                                const std::string& dir) {
   // Per cell x method, then the mean over cells per method (in the scenario's order).
-  std::ostringstream cc;
-  cc << "cell,method,kind,code_bits,total_bits,evicted,surrogate,error,agreement,mean_kl,ppl_compressed\n";
+  CsvWriter cc({"cell", "method", "kind", "code_bits", "total_bits", "evicted", "surrogate", "error", "agreement", "mean_kl",
+                "ppl_compressed"});
   std::map<std::string, std::vector<const nlohmann::json*>> by;
   for (const auto& c : cells) {
     if (!c.contains("proxy")) continue;
     for (const auto& m : c["proxy"]["methods"]) {
       by[m["label"].get<std::string>()].push_back(&m);
-      cc << c["id"].get<std::string>() << ',' << m["label"].get<std::string>() << ',' << m["kind"].get<std::string>()
-         << ',' << format_or_nan(double_or_nan(m, "code_bits")) << ',' << format_or_nan(double_or_nan(m, "total_bits"))
-         << ',' << format_or_nan(double_or_nan(m, "evicted")) << ',' << format_or_nan(double_or_nan(m, "surrogate"))
-         << ',' << format_or_nan(double_or_nan(m, "error")) << ',' << format_or_nan(double_or_nan(m, "agreement"))
-         << ',' << format_or_nan(double_or_nan(m, "mean_kl")) << ','
-         << format_or_nan(double_or_nan(m, "ppl_compressed")) << '\n';
+      cc.row() << c["id"].get<std::string>() << m["label"].get<std::string>() << m["kind"].get<std::string>()
+               << format_or_nan(double_or_nan(m, "code_bits")) << format_or_nan(double_or_nan(m, "total_bits"))
+               << format_or_nan(double_or_nan(m, "evicted")) << format_or_nan(double_or_nan(m, "surrogate"))
+               << format_or_nan(double_or_nan(m, "error")) << format_or_nan(double_or_nan(m, "agreement"))
+               << format_or_nan(double_or_nan(m, "mean_kl")) << format_or_nan(double_or_nan(m, "ppl_compressed"));
     }
   }
   std::vector<ProxyMethodResult> ms;
@@ -196,17 +196,15 @@ std::string write_proxy_tables(const Scenario& sc, const ProxySpec& spec, const 
     if (ok) ranks[m.name] = mid_ranks(v);
   }
   auto rank = [&](const char* k, std::size_t i) { return ranks.count(k) ? ranks[k][i] : kNaN; };
-  std::ostringstream pc;
-  pc << "method,kind,code_bits,total_bits,evicted,surrogate,error,agreement,mean_kl,ppl_compressed,rank_surrogate,rank_error,"
-        "rank_kl,rank_agreement\n";
+  CsvWriter pc({"method", "kind", "code_bits", "total_bits", "evicted", "surrogate", "error", "agreement", "mean_kl",
+                "ppl_compressed", "rank_surrogate", "rank_error", "rank_kl", "rank_agreement"});
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < ms.size(); ++i) {
     const auto& r = ms[i];
-    pc << r.label << ',' << r.kind << ',' << format_or_nan(r.code_bits) << ',' << format_or_nan(r.total_bits) << ','
-       << format_or_nan(r.evicted) << ',' << format_or_nan(r.surrogate) << ',' << format_or_nan(r.error) << ','
-       << format_or_nan(r.agreement) << ',' << format_or_nan(r.mean_kl) << ',' << format_or_nan(r.ppl_compressed) << ','
-       << format_or_nan(rank("surrogate", i)) << ',' << format_or_nan(rank("error", i)) << ','
-       << format_or_nan(rank("kl", i)) << ',' << format_or_nan(rank("disagreement", i)) << '\n';
+    pc.row() << r.label << r.kind << format_or_nan(r.code_bits) << format_or_nan(r.total_bits) << format_or_nan(r.evicted)
+             << format_or_nan(r.surrogate) << format_or_nan(r.error) << format_or_nan(r.agreement)
+             << format_or_nan(r.mean_kl) << format_or_nan(r.ppl_compressed) << format_or_nan(rank("surrogate", i))
+             << format_or_nan(rank("error", i)) << format_or_nan(rank("kl", i)) << format_or_nan(rank("disagreement", i));
     rows.push_back({{"method", r.label},
                     {"kind", r.kind},
                     {"code_bits", r.code_bits},
@@ -226,8 +224,8 @@ std::string write_proxy_tables(const Scenario& sc, const ProxySpec& spec, const 
   for (const auto& c : cells) n_cells += c.contains("proxy") ? 1 : 0;
   const nlohmann::json pj = {{"mode", spec.mode}, {"cells", n_cells}, {"resamples", sc.bootstrap}, {"seed", sc.seed},
                              {"methods", rows}, {"correlations", corr}};
-  write_file_atomically(dir + "/proxy_cells.csv", cc.str());
-  write_file_atomically(dir + "/proxy.csv", pc.str());
+  write_file_atomically(dir + "/proxy_cells.csv", cc.text());
+  write_file_atomically(dir + "/proxy.csv", pc.text());
   write_file_atomically(dir + "/proxy.json", pj.dump(1) + "\n");
 
   // ---- summary section

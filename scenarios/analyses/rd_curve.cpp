@@ -13,6 +13,7 @@
 #include "scenarios/scenario/methods_spec.hpp"
 #include "scenarios/scenario/rd_methods.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
@@ -59,14 +60,6 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
 
 // A number of the cell JSON (null, for an undefined value: NaN).
 double jnum(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN(); }
-
-// A CSV field: quoted when it holds a comma or a quote (method labels may).
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"") == std::string::npos) return s;
-  std::string q = "\"";
-  for (const char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return q + "\"";
-}
 
 const char* const kFamilyOrder[] = {"quantize", "evict", "mixed", "routed"};
 
@@ -161,12 +154,12 @@ void RdCurveAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) co
 
 std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
                                           const std::string& dir) const {
-  std::ostringstream csv, lad, hull, md, meth;
-  meth << "cell,label,kind,code_bits,total_bits,rate,surrogate,error,above_hull\n";
-  bool any_methods = false;
-  csv << "cell,family,budget,code_bits,total_bits,rate,surrogate,error,attn_tv\n";
-  lad << "cell,tier,code_bits,total_bits,rate,surrogate,error,above_hull,above_surrogate_hull\n";
-  hull << "cell,vertex,rate,error,point\n";
+  std::ostringstream md;
+  CsvWriter meth({"cell", "label", "kind", "code_bits", "total_bits", "rate", "surrogate", "error", "above_hull"});
+  CsvWriter csv({"cell", "family", "budget", "code_bits", "total_bits", "rate", "surrogate", "error", "attn_tv"});
+  CsvWriter lad({"cell", "tier", "code_bits", "total_bits", "rate", "surrogate", "error", "above_hull",
+                 "above_surrogate_hull"});
+  CsvWriter hull({"cell", "vertex", "rate", "error", "point"});
   nlohmann::json all = {{"cells", nlohmann::json::array()}};
   md << "\n## Rate-distortion curves\n\n"
      << "Per cell: each family's surrogate optimum over the budget grid, recomputed exactly (mean over the heads), "
@@ -188,36 +181,33 @@ std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlo
       if (!c["families"].contains(fam)) continue;
       const nlohmann::json& fj = c["families"][fam];
       for (std::size_t k = 0; k < fj["feasible"].size(); ++k)
-        csv << id << ',' << fam << ',' << num(c["budgets"][k]) << ',' << num(fj["code_bits"][k]) << ','
-            << num(fj["total_bits"][k]) << ',' << num(fj["rate"][k]) << ',' << num(fj["surrogate"][k]) << ','
-            << num(fj["error"][k]) << ',' << num(fj["attn_tv"][k]) << '\n';
+        csv.row() << id << fam << num(c["budgets"][k]) << num(fj["code_bits"][k]) << num(fj["total_bits"][k])
+                  << num(fj["rate"][k]) << num(fj["surrogate"][k]) << num(fj["error"][k]) << num(fj["attn_tv"][k]);
     }
     std::string above;
     for (const nlohmann::json& l : c["ladder_points"]) {
-      lad << id << ',' << l["tier"].get<std::string>() << ',' << num(l["code_bits"]) << ',' << num(l["total_bits"]) << ','
-          << num(l["rate"]) << ',' << num(l["surrogate"]) << ',' << num(l["error"]) << ',' << l["above_hull"].get<bool>()
-          << ',' << l["above_surrogate_hull"].get<bool>() << '\n';
+      lad.row() << id << l["tier"].get<std::string>() << num(l["code_bits"]) << num(l["total_bits"]) << num(l["rate"])
+                << num(l["surrogate"]) << num(l["error"]) << l["above_hull"].get<bool>()
+                << l["above_surrogate_hull"].get<bool>();
       if (l["above_hull"].get<bool>()) above += (above.empty() ? "" : ", ") + l["tier"].get<std::string>();
     }
     if (c.contains("methods"))
-      for (const nlohmann::json& m : c["methods"]) {
-        any_methods = true;
-        meth << id << ',' << csv_field(m["label"].get<std::string>()) << ',' << m["kind"].get<std::string>() << ','
-             << num(m["code_bits"]) << ',' << num(m["total_bits"]) << ',' << num(m["rate"]) << ','
-             << num(m["surrogate"]) << ',' << num(m["error"]) << ',' << m["above_hull"].get<bool>() << '\n';
-      }
+      for (const nlohmann::json& m : c["methods"])
+        meth.row() << id << m["label"].get<std::string>() << m["kind"].get<std::string>() << num(m["code_bits"])
+                   << num(m["total_bits"]) << num(m["rate"]) << num(m["surrogate"]) << num(m["error"])
+                   << m["above_hull"].get<bool>();
     for (std::size_t i = 0; i < c["hull"]["rate"].size(); ++i)
-      hull << id << ',' << i << ',' << num(c["hull"]["rate"][i]) << ',' << num(c["hull"]["value"][i]) << ','
-           << c["hull"]["label"][i].get<std::string>() << '\n';
+      hull.row() << id << i << num(c["hull"]["rate"][i]) << num(c["hull"]["value"][i])
+                 << c["hull"]["label"][i].get<std::string>();
     md << "| " << id << " | " << c["scope"].get<std::string>() << " | " << c["queries"].get<std::string>() << " | "
        << c["hull"]["rate"].size() << " | " << (above.empty() ? "none" : above) << " |\n";
   }
   if (all["cells"].empty()) return "";
-  write_file_atomically(dir + "/rd_curve.csv", csv.str());
-  write_file_atomically(dir + "/rd_curve_ladder.csv", lad.str());
-  write_file_atomically(dir + "/rd_curve_hull.csv", hull.str());
+  write_file_atomically(dir + "/rd_curve.csv", csv.text());
+  write_file_atomically(dir + "/rd_curve_ladder.csv", lad.text());
+  write_file_atomically(dir + "/rd_curve_hull.csv", hull.text());
   write_file_atomically(dir + "/rd_curve.json", all.dump(1) + "\n");
-  if (any_methods) write_file_atomically(dir + "/rd_curve_methods.csv", meth.str());
+  if (meth.rows() > 0) write_file_atomically(dir + "/rd_curve_methods.csv", meth.text());
   return md.str();
 }
 

@@ -19,6 +19,7 @@
 #include "model/quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/run/table_numbers.hpp"
@@ -200,9 +201,9 @@ using SmoothingKey = std::tuple<std::string, double, std::string>;
 std::map<SmoothingKey, SmoothingAcc> smoothing_heads_table(const std::vector<nlohmann::json>& cells, const char* err_key,
                                                            const std::string& tables_dir) {
   std::map<SmoothingKey, SmoothingAcc> acc;
-  std::ostringstream hc;
-  hc << "cell,layer,kv_head,spans,budget,family,variant,feasible,truncated,fully_evicted,split,evicted_fraction,"
-        "surrogate,surrogate_rel,err_obs,err_decode,err_ratio_to_raw\n";
+  CsvWriter hc({"cell", "layer", "kv_head", "spans", "budget", "family", "variant", "feasible", "truncated",
+                "fully_evicted", "split", "evicted_fraction", "surrogate", "surrogate_rel", "err_obs", "err_decode",
+                "err_ratio_to_raw"});
   for (const auto& c : cells) {
     if (!c.contains("smoothing")) continue;
     for (const auto& h : c["smoothing"]["heads"]) {
@@ -218,13 +219,12 @@ std::map<SmoothingKey, SmoothingAcc> smoothing_heads_table(const std::vector<nlo
         const auto rit = raw.find({fam, B});
         const double e = double_or_nan(o, err_key), er = rit != raw.end() ? rit->second.first : kNaN;
         const double ratio = std::isfinite(e) && std::isfinite(er) && er > 0 ? e / er : kNaN;
-        hc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << spans << ','
-           << format_or_nan(B) << ',' << fam << ',' << var << ',' << (o["feasible"].get<bool>() ? 1 : 0) << ','
-           << o["truncated"] << ',' << o["fully_evicted"] << ',' << o["split"] << ','
-           << format_or_nan(double_or_nan(o, "evicted_fraction")) << ',' << format_or_nan(double_or_nan(o, "surrogate"))
-           << ',' << format_or_nan(double_or_nan(o, "surrogate_rel")) << ','
-           << format_or_nan(double_or_nan(o, "err_obs")) << ',' << format_or_nan(double_or_nan(o, "err_decode")) << ','
-           << format_or_nan(ratio) << '\n';
+        hc.row() << c["id"].get<std::string>() << h["layer"].get<int>() << h["kv_head"].get<int>() << spans
+                 << format_or_nan(B) << fam << var << o["feasible"].get<bool>() << o["truncated"].get<int>()
+                 << o["fully_evicted"].get<int>() << o["split"].get<int>()
+                 << format_or_nan(double_or_nan(o, "evicted_fraction")) << format_or_nan(double_or_nan(o, "surrogate"))
+                 << format_or_nan(double_or_nan(o, "surrogate_rel")) << format_or_nan(double_or_nan(o, "err_obs"))
+                 << format_or_nan(double_or_nan(o, "err_decode")) << format_or_nan(ratio);
         if (!o["feasible"].get<bool>()) continue;
         SmoothingAcc& a = acc[{fam, B, var}];
         ++a.heads;
@@ -251,7 +251,7 @@ std::map<SmoothingKey, SmoothingAcc> smoothing_heads_table(const std::vector<nlo
       }
     }
   }
-  write_file_atomically(tables_dir + "/smoothing_heads.csv", hc.str());
+  write_file_atomically(tables_dir + "/smoothing_heads.csv", hc.text());
 
   return acc;
 }
@@ -260,10 +260,10 @@ std::map<SmoothingKey, SmoothingAcc> smoothing_heads_table(const std::vector<nlo
 nlohmann::json smoothing_rows_table(const Scenario& sc, const nlohmann::json& spec, const std::vector<double>& budgets,
                                     const std::map<SmoothingKey, SmoothingAcc>& acc, const std::string& qname,
                                     const std::string& tables_dir) {
-  std::ostringstream tc;
-  tc << "family,budget,variant,pool,kernel,heads,span_heads,spans,truncated,fully_evicted,split,truncation_rate,"
-        "split_rate,mean_evicted_fraction,mean_err,median_err,mean_err_span_heads,median_err_ratio_to_raw,"
-        "mean_err_ratio_to_raw,median_surrogate_ratio_to_raw,share_better_than_raw,share_worse_than_raw\n";
+  CsvWriter tc({"family", "budget", "variant", "pool", "kernel", "heads", "span_heads", "spans", "truncated",
+                "fully_evicted", "split", "truncation_rate", "split_rate", "mean_evicted_fraction", "mean_err",
+                "median_err", "mean_err_span_heads", "median_err_ratio_to_raw", "mean_err_ratio_to_raw",
+                "median_surrogate_ratio_to_raw", "share_better_than_raw", "share_worse_than_raw"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& fam : spec["families"])
     for (const double B : budgets)
@@ -298,14 +298,12 @@ nlohmann::json smoothing_rows_table(const Scenario& sc, const nlohmann::json& sp
                         {"median_surrogate_ratio_to_raw", finite_or_null(median_or_nan(a.sur_ratio))},
                         {"share_better_than_raw", finite_or_null(better)},
                         {"share_worse_than_raw", finite_or_null(worse)}});
-        tc << fn << ',' << format_or_nan(B) << ',' << vn << ',' << v["pool"].get<std::string>() << ',' << v["kernel"]
-           << ',' << a.heads << ',' << a.span_heads << ',' << a.spans << ',' << a.truncated << ',' << a.fully << ','
-           << a.split << ',' << format_or_nan(trunc) << ',' << format_or_nan(split) << ','
-           << format_or_nan(mean_or_nan(a.evicted)) << ',' << format_or_nan(mean_or_nan(a.err)) << ','
-           << format_or_nan(median_or_nan(a.err)) << ',' << format_or_nan(mean_or_nan(a.err_span_heads)) << ','
-           << format_or_nan(median_or_nan(a.ratio)) << ',' << format_or_nan(mean_or_nan(a.ratio)) << ','
-           << format_or_nan(median_or_nan(a.sur_ratio)) << ',' << format_or_nan(better) << ',' << format_or_nan(worse)
-           << '\n';
+        tc.row() << fn << format_or_nan(B) << vn << v["pool"].get<std::string>() << v["kernel"].get<int>() << a.heads
+                 << a.span_heads << a.spans << a.truncated << a.fully << a.split << format_or_nan(trunc)
+                 << format_or_nan(split) << format_or_nan(mean_or_nan(a.evicted)) << format_or_nan(mean_or_nan(a.err))
+                 << format_or_nan(median_or_nan(a.err)) << format_or_nan(mean_or_nan(a.err_span_heads))
+                 << format_or_nan(median_or_nan(a.ratio)) << format_or_nan(mean_or_nan(a.ratio))
+                 << format_or_nan(median_or_nan(a.sur_ratio)) << format_or_nan(better) << format_or_nan(worse);
       }
   const nlohmann::json table = {{"budgets", budgets},
                                 {"rate_kind", sc.rate_kind == RateKind::Code ? "code" : "total"},
@@ -313,7 +311,7 @@ nlohmann::json smoothing_rows_table(const Scenario& sc, const nlohmann::json& sp
                                 {"queries", qname},
                                 {"ladder", sc.ladder.name()},
                                 {"rows", rows}};
-  write_file_atomically(tables_dir + "/smoothing.csv", tc.str());
+  write_file_atomically(tables_dir + "/smoothing.csv", tc.text());
   write_file_atomically(tables_dir + "/smoothing.json", table.dump(1) + "\n");
 
   return rows;

@@ -12,6 +12,7 @@
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
@@ -330,17 +331,17 @@ std::string window_section(const Scenario& sc, const std::vector<nlohmann::json>
             if (!f.empty() && !p.empty()) a.fam.push_back(f), a.prefill.push_back(p);
           }
   if (by.empty()) return "";
-  std::ostringstream csv, s;
-  csv << "window,step,median_ratio,share_fresh_better,kappa\n";
+  std::ostringstream s;
+  CsvWriter csv({"window", "step", "median_ratio", "share_fresh_better", "kappa"});
   std::set<int> steps;
   for (const auto& [w, per] : by)
     for (const auto& [st, a] : per) {
       steps.insert(st);
-      csv << w << ',' << st << ',' << format_or_nan(quantile_or_nan(a.ratio, 0.5)) << ','
-          << format_or_nan(a.compared ? static_cast<double>(a.better) / a.compared : kNaN) << ','
-          << format_or_nan(cohen_kappa(a.fam, a.prefill)) << '\n';
+      csv.row() << w << st << format_or_nan(quantile_or_nan(a.ratio, 0.5))
+                << format_or_nan(a.compared ? static_cast<double>(a.better) / a.compared : kNaN)
+                << format_or_nan(cohen_kappa(a.fam, a.prefill));
     }
-  write_file_atomically(dir + "/staleness_windows.csv", csv.str());
+  write_file_atomically(dir + "/staleness_windows.csv", csv.text());
   s << "\n### By decision window\n\nThe fresh allocation at step s decided from the W decode steps before s: with a "
        "long W the fresh decision at small s shares most of its query rows with the stale one (observation rows fill "
        "in while s - 1 < W), so only short windows can show staleness within a few steps. Each entry: median "
@@ -372,12 +373,17 @@ std::string window_section(const Scenario& sc, const std::vector<nlohmann::json>
 
 std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
                                             const std::string& dir) const {
-  std::ostringstream hc, pc;
-  hc << "cell,layer,kv_head,step,scored_steps,err_stale,err_fresh,err_insample,ratio,aging,ratio_insample,jaccard,"
-        "agreement,err_Q,err_E,err_M,family_prefill,family,same_family,family_surrogate\n";
-  pc << "step,heads,median_ratio,mean_ratio,share_fresh_better,median_aging,mean_aging,median_ratio_insample,"
-        "median_jaccard,mean_jaccard,median_agreement,mean_agreement,share_Q,share_E,share_M,share_same_family,kappa,"
-        "kappa_lo,kappa_hi\n";
+  CsvWriter hc({"cell", "layer", "kv_head", "step", "scored_steps", "err_stale", "err_fresh", "err_insample", "ratio",
+                "aging", "ratio_insample", "jaccard", "agreement", "err_Q", "err_E", "err_M", "family_prefill", "family",
+                "same_family", "family_surrogate"});
+  // staleness.csv: the step, its heads, then these columns of its row (staleness.json).
+  const std::vector<std::string> step_columns = {
+      "median_ratio", "mean_ratio", "share_fresh_better", "median_aging", "mean_aging", "median_ratio_insample",
+      "median_jaccard", "mean_jaccard", "median_agreement", "mean_agreement", "share_Q", "share_E", "share_M",
+      "share_same_family", "kappa", "kappa_lo", "kappa_hi"};
+  std::vector<std::string> step_header = {"step", "heads"};
+  step_header.insert(step_header.end(), step_columns.begin(), step_columns.end());
+  CsvWriter pc(step_header);
   struct Acc {
     std::vector<double> ratio, aging, bound, jaccard, agreement;
     int heads = 0, same = 0, fresh_better = 0, compared = 0;
@@ -405,14 +411,13 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
         const double es = double_or_nan(st, "err_stale"), ef = double_or_nan(st, "err_fresh");
         const bool same = st["same_family"].get<bool>();
         const std::string fam = st["family"].get<std::string>();
-        hc << c["id"].get<std::string>() << ',' << h["layer"] << ',' << h["kv_head"] << ',' << step << ','
-           << st["scored_steps"] << ',' << format_or_nan(es) << ',' << format_or_nan(ef) << ','
-           << format_or_nan(double_or_nan(st, "err_insample")) << ',' << format_or_nan(r) << ','
-           << format_or_nan(ag) << ',' << format_or_nan(b) << ',' << format_or_nan(jac) << ','
-           << format_or_nan(agr) << ',' << format_or_nan(double_or_nan(st, "err_Q")) << ','
-           << format_or_nan(double_or_nan(st, "err_E")) << ',' << format_or_nan(double_or_nan(st, "err_M")) << ','
-           << h["family_prefill"].get<std::string>() << ',' << fam << ',' << (same ? 1 : 0) << ','
-           << st["family_surrogate"].get<std::string>() << '\n';
+        hc.row() << c["id"].get<std::string>() << h["layer"].get<int>() << h["kv_head"].get<int>() << step
+                 << st["scored_steps"].get<int>() << format_or_nan(es) << format_or_nan(ef)
+                 << format_or_nan(double_or_nan(st, "err_insample")) << format_or_nan(r) << format_or_nan(ag)
+                 << format_or_nan(b) << format_or_nan(jac) << format_or_nan(agr)
+                 << format_or_nan(double_or_nan(st, "err_Q")) << format_or_nan(double_or_nan(st, "err_E"))
+                 << format_or_nan(double_or_nan(st, "err_M")) << h["family_prefill"].get<std::string>() << fam << same
+                 << st["family_surrogate"].get<std::string>();
         Acc& a = by_step[step];
         if (std::isfinite(r)) a.ratio.push_back(r);
         if (std::isfinite(ag)) a.aging.push_back(ag);
@@ -455,13 +460,8 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
                               {"share_E", finite_or_null(share_of(a.family["E"], a.heads))},
                               {"share_M", finite_or_null(share_of(a.family["M"], a.heads))},
                               {"share_same_family", finite_or_null(share_of(a.same, a.heads))}};
-    pc << step << ',' << a.heads;
-    for (const char* k : {"median_ratio", "mean_ratio", "share_fresh_better", "median_aging", "mean_aging",
-                          "median_ratio_insample", "median_jaccard", "mean_jaccard", "median_agreement",
-                          "mean_agreement", "share_Q", "share_E", "share_M", "share_same_family", "kappa", "kappa_lo",
-                          "kappa_hi"})
-      pc << ',' << format_or_nan(double_or_nan(r, k));
-    pc << '\n';
+    pc.row() << step << a.heads;
+    for (const std::string& k : step_columns) pc << format_or_nan(double_or_nan(r, k.c_str()));
     rows.push_back(r);
   }
   std::string window_text;
@@ -472,8 +472,8 @@ std::string StalenessAnalysis::write_tables(const Scenario& sc, const std::vecto
                                 {"horizon", horizon},
                                 {"rows", rows}};
   const std::string by_window = window_section(sc, cells, dir);
-  write_file_atomically(dir + "/staleness_heads.csv", hc.str());
-  write_file_atomically(dir + "/staleness.csv", pc.str());
+  write_file_atomically(dir + "/staleness_heads.csv", hc.text());
+  write_file_atomically(dir + "/staleness.csv", pc.text());
   write_file_atomically(dir + "/staleness.json", stale.dump(1) + "\n");
   if (rows.empty()) return "";
   return staleness_summary(spec, rows, window_text, horizon) + by_window;

@@ -10,6 +10,7 @@
 
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/run/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/scenario/yaml_reader.hpp"
@@ -120,21 +121,19 @@ std::string WaterfillAnalysis::write_tables(const Scenario&, const std::vector<n
       std::vector<std::size_t> idx(a.size());
       std::iota(idx.begin(), idx.end(), 0);
       std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) { return a[x] > a[y]; });
-      std::ostringstream wc;
-      wc << "rank,token,a,g0,bits\n";
+      CsvWriter wc({"rank", "token", "a", "g0", "bits"});
       int zero = 0;
       double maxb = 0;
       nlohmann::json rows = nlohmann::json::array();
       for (std::size_t r = 0; r < idx.size(); ++r) {
         const std::size_t t = idx[r];
         const double g0 = a[t] * alpha * std::log(beta);  // marginal return per bit at 0 bits
-        wc << r + 1 << ',' << t << ',' << format_or_nan(a[t]) << ',' << format_or_nan(g0) << ','
-           << format_or_nan(bits[t]) << '\n';
+        wc.row() << r + 1 << t << format_or_nan(a[t]) << format_or_nan(g0) << format_or_nan(bits[t]);
         rows.push_back({{"rank", r + 1}, {"token", t}, {"a", a[t]}, {"g0", g0}, {"bits", bits[t]}});
         zero += bits[t] <= 0 ? 1 : 0;
         maxb = std::max(maxb, bits[t]);
       }
-      write_file_atomically(dir + "/waterfill.csv", wc.str());
+      write_file_atomically(dir + "/waterfill.csv", wc.text());
       wf = {{"cell", c["id"]}, {"layer", w["layer"]}, {"kv_head", w["kv_head"]}, {"budget", w["budget"]},
             {"alpha", alpha}, {"beta", beta}, {"theta", theta}, {"tokens", a.size()}, {"zero_bit_tokens", zero},
             {"max_bits", maxb}, {"rows", rows}};

@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "model/text.hpp"
 #include "scenarios/figures/figure.hpp"
+#include "scenarios/run/csv.hpp"
 
 namespace tierlab {
 
@@ -110,19 +112,14 @@ void log_range(double lo, double hi, double& a, double& b) {
 }
 
 std::string figure_csv(const Figure& fig) {
-  std::ostringstream s;
-  s.precision(10);
-  s << "series,x,y\n";
+  CsvWriter csv({"series", "x", "y"});
   for (std::size_t k = 0; k < fig.series.size(); ++k) {
     const Series& se = fig.series[k];
-    std::string name = se.name.empty() ? "series " + std::to_string(k + 1) : se.name;
-    // CSV quoting (RFC 4180): names may hold commas.
-    std::string q = "\"";
-    for (char c : name) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    q += '"';
-    for (std::size_t i = 0; i < se.x.size() && i < se.y.size(); ++i) s << q << ',' << se.x[i] << ',' << se.y[i] << '\n';
+    const std::string name = se.name.empty() ? "series " + std::to_string(k + 1) : se.name;
+    for (std::size_t i = 0; i < se.x.size() && i < se.y.size(); ++i)
+      csv.row() << name << format_number(se.x[i], 10) << format_number(se.y[i], 10);
   }
-  return s.str();
+  return csv.text();
 }
 
 }  // namespace tierlab

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "model/error.hpp"
+#include "scenarios/run/csv.hpp"
 #include "scenarios/run/table_numbers.hpp"
 
 namespace tierlab {
@@ -106,16 +107,22 @@ nlohmann::json read_table_json(const std::string& path) {
 }
 
 std::map<std::string, std::vector<std::string>> read_table_csv(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("the table '" + path + "' is missing; run `tierlab run` first.");
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> names;
-  {
-    std::stringstream ss(line);
-    std::string x;
-    while (std::getline(ss, x, ',')) names.push_back(x);
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  CsvReader csv(all);
+  std::size_t row = 0;  // the record being read: 0 the header, 1 the first after it
+  auto next = [&]() {
+    try {
+      return csv.next();
+    } catch (const InputError& e) {
+      throw InputError("the table '" + path + "', " + (row == 0 ? std::string("header line") : "row " + std::to_string(row)) +
+                       ": " + e.what() + "; rerun `tierlab run` to rewrite the tables.");
+    }
+  };
+  const std::vector<std::string> names = next().value_or(std::vector<std::string>());
   std::map<std::string, std::vector<std::string>> cols;
   for (const auto& n : names)
     if (!cols.emplace(n, std::vector<std::string>()).second)
@@ -126,21 +133,17 @@ std::map<std::string, std::vector<std::string>> read_table_csv(const std::string
     for (const auto& c : req->second)
       if (!cols.count(c))
         throw InputError("the table '" + path + "', header line: the column '" + c +
-                         "' is missing (the header is '" + line.substr(0, 200) +
+                         "' is missing (the header is '" + all.substr(0, std::min(all.find('\n'), std::size_t{200})) +
                          "'); rerun `tierlab run` to rewrite the tables.");
-  std::size_t row = 0;
-  while (std::getline(in, line)) {
+  while (true) {
     ++row;
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    std::string x;
-    while (std::getline(ss, x, ',')) fields.push_back(x);
-    if (!line.empty() && line.back() == ',') fields.push_back("");
-    if (fields.size() != names.size())
-      throw InputError("the table '" + path + "', row " + std::to_string(row) + ": " + std::to_string(fields.size()) +
+    const auto fields = next();
+    if (!fields) break;
+    if (fields->size() != names.size())
+      throw InputError("the table '" + path + "', row " + std::to_string(row) + ": " + std::to_string(fields->size()) +
                        " fields; the header has " + std::to_string(names.size()) +
                        " columns; rerun `tierlab run` to rewrite the tables.");
-    for (std::size_t i = 0; i < names.size(); ++i) cols[names[i]].push_back(fields[i]);
+    for (std::size_t i = 0; i < names.size(); ++i) cols[names[i]].push_back((*fields)[i]);
   }
   // A column of numbers holds numbers (or "nan" / empty: not defined) in every row.
   for (const auto& [name, values] : cols) {

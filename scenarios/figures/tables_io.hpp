@@ -20,10 +20,12 @@ namespace tierlab {
 // type (a number in one row, a string, an object or true/false in another; null, "not
 // defined", goes with any) or a value is a number given as a string ("0.5").
 nlohmann::json read_table_json(const std::string& path);
-// A CSV table with a header line, as its columns by name (cells as text, unquoted, split
-// at every ','; every header column is present, possibly empty).
+// A CSV table with a header line, as its columns by name (cells as text, read as RFC 4180
+// by CsvReader, scenarios/run/csv.hpp: a quoted field may hold commas, double quotes and line
+// ends; every header column is present, possibly empty). A row is a record, not a line.
 // InputError naming the file when it is missing; naming the file and the row (1 = the first
-// after the header) when a row has another number of fields than the header, or the column
+// after the header) when a quoted field is not closed or a double quote stands outside one,
+// when a row has another number of fields than the header, or the column
 // too when a column whose rows are mostly numbers holds a text that is not one; naming the
 // column when the header repeats one or lacks one a figure reads (heads.csv: budget, A).
 std::map<std::string, std::vector<std::string>> read_table_csv(const std::string& path);
