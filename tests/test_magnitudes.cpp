@@ -77,3 +77,10 @@ TEST_CASE("The trace writer refuses a head beyond the magnitude range and names 
   CHECK_THAT(testing::error_of<InputError>([&] { writer.write_head(scaled_head(1e20, 1e20)); }),
              Contains("head (0, 0)") && Contains("Q K = 1e+40"));
 }
+
+TEST_CASE("A decode-only trace (no observation queries) is readable, and computing from its observation queries is an input error saying so") {
+  HeadData h = scaled_head(1.0, 1.0);
+  h.obs_queries = MatrixRM(0, 4);
+  CHECK_THAT(testing::error_of<InputError>([&] { observation_queries(h); }),
+             Contains("head (0, 0): has no observation queries (obs_window = 0: a decode-only trace)"));
+}

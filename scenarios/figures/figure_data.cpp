@@ -1,12 +1,16 @@
 // The Qt-free part of figures (figure.hpp): colours, ticks, ranges and CSV. Compiled into
 // tierlab_experiments, so that the analyses build their figures without Qt.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <sstream>
+#include <string_view>
 
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/text.hpp"
 #include "scenarios/figures/figure.hpp"
 #include "scenarios/run/csv.hpp"
@@ -23,14 +27,16 @@ Rgb palette(int i) {
 
 double parse_length_pt(const std::string& text, const std::string& field) {
   const std::string accepted = " (a positive length up to 100 in: 3.5in, 89mm, 8.9cm or 252pt; a bare number is points)";
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw InputError(field + " '" + text + "' is not a length" + accepted + ".");
-  }
+  // The number is everything before the trailing letters (model/numbers.hpp: the whole of it).
+  // A space may stand between the number and its unit ("3.5 in").
+  std::size_t used = text.size();
+  while (used > 0 && std::isalpha(static_cast<unsigned char>(text[used - 1]))) --used;
   const std::string unit = text.substr(used);
+  std::size_t number_end = used;
+  while (number_end > 0 && !unit.empty() && text[number_end - 1] == ' ') --number_end;
+  const std::optional<double> number = read_real(std::string_view(text).substr(0, number_end));
+  if (!number) throw InputError(field + " '" + text + "' is not a length" + accepted + ".");
+  const double v = *number;
   double k = 0;
   if (unit.empty() || unit == "pt") k = 1;
   else if (unit == "in") k = 72;
