@@ -236,6 +236,9 @@ class Engine {
   // (head, budget) interior advantages the live interior view keeps (a head or budget change
   // computes only those it has not seen).
   std::size_t cached_advantages();
+  // Rate-distortion curves computed so far (the head's and the model-wide ones): a view served
+  // from the curve cache leaves it unchanged; clear_cache does not reset it.
+  int rd_curves_computed() const { return rd_curves_computed_; }
 
   // The allocation of the selected head that waterfill() would use (tests, benchmark).
   std::vector<std::uint8_t> allocate(const Settings&, std::string* option = nullptr);
@@ -300,6 +303,7 @@ class Engine {
   int partial_ms_ = 400;
   std::unique_ptr<Work> work_;
   std::map<std::string, std::shared_ptr<const RdCurve>> curves_;  // rd_curve_: (head, ladder, kind, solver) -> curve
+  int rd_curves_computed_ = 0;  // rd_curve_ and model_rd_curve_ misses of curves_
   std::map<std::string, std::shared_ptr<const std::vector<RdMethodGroup>>> rd_points_;  // rd_methods_
   std::map<std::string, std::shared_ptr<const Advantage>> advantages_;  // advantage_
   struct Last;

@@ -72,6 +72,7 @@ std::shared_ptr<const RdCurve> Engine::rd_curve_(const Settings& s, const Progre
       cancel, {std::move(hc)}));
   if (curves_.size() >= 8) curves_.clear();  // a few heads' curves (each a few kB)
   curves_[key] = c;
+  ++rd_curves_computed_;
   return c;
 }
 
@@ -107,6 +108,7 @@ std::shared_ptr<const RdCurve> Engine::model_rd_curve_(const Settings& s, const 
       cancel, std::move(costs)));
   if (curves_.size() >= 8) curves_.clear();
   curves_[key] = c;
+  ++rd_curves_computed_;
   return c;
 }
 

@@ -2,6 +2,7 @@
 `tierlab eval --json`: a separate process and code path) and against NumPy."""
 import os
 import re
+import sys
 import threading
 import time
 
@@ -254,26 +255,40 @@ def test_the_cuda_backend_is_an_input_error_where_it_is_not_there(tiny_trace):
 
 
 def test_long_calls_release_the_gil(workdir):
-    p = tierlab.synthetic_params("tiny", n_layers=8, n_kv_heads=4, prompt_len=2048, obs_window=32)
+    # Independent of the machine's speed: with a switch interval far longer than the test,
+    # CPython never takes the GIL from the main thread; another thread runs only while the
+    # main thread gives the GIL up itself. The other thread looks at `inside`, which is True
+    # only while tierlab.solve runs (no Python code between setting it and the call gives up
+    # the GIL). So if solve held the GIL, the other thread could never see inside == True, in
+    # any number of calls; if solve releases it, the waiting thread takes it during a call.
+    p = tierlab.synthetic_params("tiny", n_layers=2, n_kv_heads=2, prompt_len=512, obs_window=32)
     t = tierlab.write_synthetic(os.path.join(workdir, "gil.safetensors"), p)
-    ticks = []
-    done = threading.Event()
+    state = {"inside": False, "stop": False}
+    seen_inside = threading.Event()
 
-    def counter():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
+    def watcher():
+        while not state["stop"]:
+            if state["inside"]:
+                seen_inside.set()
+                return
+            time.sleep(0.0005)  # gives up the GIL; asks for it again on waking
 
-    th = threading.Thread(target=counter)
-    th.start()
-    start = time.perf_counter()
-    tierlab.solve(t, [2.0, 3.0])
-    elapsed = time.perf_counter() - start
-    done.set()
-    th.join()
-    during = [x for x in ticks if start <= x <= start + elapsed]
-    # With the GIL held for the whole call the other thread would not run at all meanwhile.
-    assert elapsed > 0.05 and len(during) > 10, (elapsed, len(during))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        th = threading.Thread(target=watcher)
+        th.start()
+        calls = 0
+        while calls < 100 and not seen_inside.is_set():
+            state["inside"] = True
+            tierlab.solve(t, [2.0, 3.0])
+            state["inside"] = False
+            calls += 1
+        state["stop"] = True
+        th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert seen_inside.is_set(), f"no other thread ran during {calls} calls of tierlab.solve: the GIL was held"
 
 
 def test_the_interior_advantage_gives_the_numbers_of_tierlab_solve_advantage(tiny_trace, tiny_trace_path):
