@@ -30,6 +30,14 @@ struct TempDir {
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
 
+// A TempDir of this test process, made on first use (inside a test case) and removed at
+// exit (one per process: the first call names it): for the files a test file's helpers write
+// outside any one test's scope.
+inline const TempDir& process_dir(const std::string& tag) {
+  static const TempDir dir(tag);
+  return dir;
+}
+
 // The message of the exception of type E that f() throws; fails the test otherwise.
 template <class E, class F>
 std::string error_of(F&& f) {

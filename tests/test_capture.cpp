@@ -69,7 +69,8 @@ TEST_CASE("a captured trace's attention, recomputed from the file, equals the fo
   opt.obs_window = 8;
   opt.keep_attention_outputs = true;
   const CaptureResult cap = capture(model, opt);
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_capture_stories.safetensors";
+  const testing::TempDir tmp("capture");
+  const std::string path = tmp.file("stories.safetensors");
   write_trace(path, cap);
 
   TraceReader reader(path);
@@ -237,7 +238,7 @@ std::string checkpoint_with_attention_norm(float scale, const std::string& name)
   const std::size_t D = h[0], V = std::abs(h[5]);
   const std::size_t rms_att = V * D;  // after the token embedding table
   for (std::size_t i = 0; i < D; ++i) std::memcpy(bytes.data() + 28 + 4 * (rms_att + i), &scale, 4);
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/" + name;
+  const std::string path = testing::process_dir("capture").file(name);
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path;
 }

@@ -40,7 +40,7 @@ QApplication& app() { return tierlab::testing::offscreen_app("test_explorer_teac
 // A small synthetic trace file: 2 layers x 2 KV heads, T = 160, d = 32, S = 6.
 std::string small_trace() {
   static const std::string path = [] {
-    const fs::path d = fs::temp_directory_path() / ("tierlab-test-teaching-" + std::to_string(::getpid()));
+    const fs::path d = tierlab::testing::process_temp_dir("teaching");  // removed at exit
     fs::create_directories(d);
     SynthParams p = synth_preset("tiny");
     p.head_dim = 32;

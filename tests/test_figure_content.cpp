@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string fresh(const std::string& name) {
-  const std::string d = std::string(TIERLAB_BINARY_DIR) + "/test_figure_content/" + name;
+  const std::string d = tierlab::testing::process_dir("figure-content").file(name);
   fs::remove_all(d);
   fs::create_directories(d + "/tables");
   return d;

@@ -15,8 +15,8 @@ namespace fs = std::filesystem;
 
 TEST_CASE("figures are rendered from the tables alone") {
   setenv("QT_QPA_PLATFORM", "offscreen", 1);  // headless, as in CI
-  const std::string d = std::string(TIERLAB_BINARY_DIR) + "/test_figures_out";
-  fs::remove_all(d);
+  const tierlab::testing::TempDir tmp("figures");
+  const std::string d = tmp.path.string();
   fs::create_directories(d + "/tables");
   write_file_atomically(d + "/tables/interior.json", R"({"queries":"decode","primary_budget":2,"n_cells":3,
     "rho":0.5,"ci_lo":-0.5,"ci_hi":1,
@@ -50,8 +50,7 @@ TEST_CASE("figures are rendered from the tables alone") {
 }
 
 TEST_CASE("a folder without tables is an InputError naming the table") {
-  const std::string d = std::string(TIERLAB_BINARY_DIR) + "/test_figures_empty";
-  fs::remove_all(d);
-  fs::create_directories(d);
+  const tierlab::testing::TempDir tmp("figures-empty");
+  const std::string d = tmp.path.string();
   CHECK_THROWS_WITH(render_figures(d), Catch::Contains("interior.json"));
 }

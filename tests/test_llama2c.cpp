@@ -14,6 +14,7 @@
 
 #include "model/error.hpp"
 #include "model/llama2c.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 
@@ -30,7 +31,7 @@ std::vector<char> read_bytes(const std::string& path) {
 }
 
 std::string write_temp(const std::string& name, const std::vector<char>& bytes) {
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_llama2c_" + name + ".bin";
+  const std::string path = tierlab::testing::process_dir("llama2c").file(name + ".bin");
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path;

@@ -15,6 +15,7 @@
 #include "model/key_quantizer.hpp"
 #include "model/synthetic.hpp"
 #include "scenarios/analyses/mismatch.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -183,9 +184,8 @@ TEST_CASE("mismatch on a tiny synthetic trace: fits, allocations and their invar
   }
 
   SECTION("the beta table is the median and quartiles over heads; the run is deterministic") {
-    const std::string dir = std::string(TIERLAB_BINARY_DIR) + "/test_mismatch_tables";
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    const tierlab::testing::TempDir tmp("mismatch-tables");
+    const std::string dir = tmp.path.string();
     const std::vector<nlohmann::json> cells{{{"id", "c0"}, {"mismatch", j}}};
     const std::string summary = write_mismatch_tables(sc, sc.find<MismatchAnalysis>()->spec, cells, dir);
     CHECK_THAT(summary, Catch::Contains("## Distortion-model mismatch"));

@@ -139,11 +139,11 @@ TEST_CASE("replay through a generic compressor equals the ladder path for the sa
 TEST_CASE("a run with methods, proxy and mismatch writes tables, figures and summary lines, deterministically") {
   setenv("QT_QPA_PLATFORM", "offscreen", 1);
   const Scenario s = parse_scenario(kTiny, "tiny.yaml");
+  const tierlab::testing::TempDir tmp("proxy");
   std::string tables[2];
   for (int run = 0; run < 2; ++run) {
     RunOptions opt;
-    opt.out = std::string(TIERLAB_BINARY_DIR) + "/test_proxy_out/run" + std::to_string(run);
-    fs::remove_all(opt.out);
+    opt.out = tmp.file("run" + std::to_string(run));
     opt.progress = false;
     opt.jobs = run + 1;  // the tables do not depend on --jobs
     const RunResult r = run_scenario(s, opt);
@@ -177,7 +177,7 @@ TEST_CASE("a run with methods, proxy and mismatch writes tables, figures and sum
   }
   CHECK(tables[0] == tables[1]);
   // 10 methods per cell, 2 cells: the table lists every method once, in the scenario's order.
-  const std::string proxy = slurp(std::string(TIERLAB_BINARY_DIR) + "/test_proxy_out/run0/tables/proxy.csv");
+  const std::string proxy = slurp(tmp.file("run0/tables/proxy.csv"));
   CHECK(std::count(proxy.begin(), proxy.end(), '\n') == 1 + 10);
   CHECK_THAT(proxy, Catch::StartsWith("method,kind,") && Catch::Contains("\nkivi bits=2 residual=0,quantizer,"));
 }

@@ -158,7 +158,8 @@ TEST_CASE("A point equal to a hull vertex within float32 rounding is on the hull
   CaptureOptions opt;
   opt.prompt.generate = 64;
   opt.decode_steps = 8;
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_rd_curve_stories.safetensors";
+  const tierlab::testing::TempDir tmp("rd-curve-stories");
+  const std::string path = tmp.file("stories.safetensors");
   write_trace(path, capture(model, opt));
   TraceReader trace(path);
   const RdCurve c = rd_curve(trace, options(RateKind::Total, Scope::Head, parse_budget_grid("0:8:1")));

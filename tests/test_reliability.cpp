@@ -180,9 +180,8 @@ TEST_CASE("Writers never replace a device node, a FIFO or a folder, and write th
   CHECK(S_ISCHR(after.st_mode));
   CHECK(after.st_ino == before.st_ino);
   // A FIFO stays a FIFO; nothing is left beside it.
-  const std::string dir = std::string(TIERLAB_BINARY_DIR) + "/test_reliability_writers";
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const testing::TempDir tmp("reliability-writers");
+  const std::string dir = tmp.path.string();
   const std::string fifo = dir + "/pipe.safetensors";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK_THROWS_WITH(write_synthetic_trace(p, fifo), Catch::Contains("is a FIFO (named pipe)"));

@@ -17,6 +17,7 @@
 #include "model/quantizer.hpp"
 #include "scenarios/pipeline/replay.hpp"
 #include "solvers/policy.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 
@@ -155,7 +156,8 @@ TEST_CASE("a checkpoint whose finite weights overflow the forward pass is an err
     const float big = 3e38f;
     std::memcpy(bytes.data() + 28 + 4 * (rms_final + i), &big, 4);
   }
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_replay_overflow.bin";
+  const tierlab::testing::TempDir tmp("replay-overflow");
+  const std::string path = tmp.file("overflow.bin");
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   const Llama2cModel model(path);  // loads: every weight is finite
   try {

@@ -10,6 +10,7 @@
 
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -34,7 +35,7 @@ std::string slurp(const std::string& p) {
 }
 
 std::string fresh_dir(const std::string& name) {
-  const std::string d = std::string(TIERLAB_BINARY_DIR) + "/test_runner_out/" + name;
+  const std::string d = tierlab::testing::process_dir("runner").file(name);
   fs::remove_all(d);
   return d;
 }

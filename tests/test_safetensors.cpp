@@ -607,8 +607,8 @@ TEST_CASE("a tensor's pages leave the process once it has been read", "[safetens
 }
 
 TEST_CASE("a file that is not a safetensors file says so, and a checkpoint is recognised", "[safetensors]") {
-  const std::string dir = (std::filesystem::temp_directory_path() / "tierlab_not_st").string();
-  std::filesystem::create_directories(dir);
+  const TempDir tmp("not-st");
+  const std::string dir = tmp.path.string();
   auto message = [](const std::string& path) {
     try {
       SafetensorsFile f(path);

@@ -23,6 +23,7 @@
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/pipeline/staleness_head.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -313,9 +314,9 @@ TEST_CASE("a run with staleness writes its tables, summary verdict and figures")
       "bootstrap: 100\n"
       "staleness: {steps: [1, 2, 4, 8], budget: 2}\n",
       "tiny.yaml");
+  const tierlab::testing::TempDir tmp("staleness");
   RunOptions opt;
-  opt.out = std::string(TIERLAB_BINARY_DIR) + "/test_staleness_out";
-  fs::remove_all(opt.out);
+  opt.out = tmp.path.string();
   opt.progress = false;
   const RunResult r = run_scenario(s, opt);
   REQUIRE(r.tables_written);

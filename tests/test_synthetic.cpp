@@ -18,6 +18,7 @@
 #include "model/realism.hpp"
 #include "model/synthetic.hpp"
 #include "model/trace.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -77,9 +78,7 @@ std::string file_bytes(const std::string& path) {
 }
 
 std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::path(TIERLAB_BINARY_DIR) / "test_synthetic_files";
-  fs::create_directories(dir);
-  return (dir / name).string();
+  return tierlab::testing::process_dir("synthetic").file(name);
 }
 
 // The parameters' JSON text (from the trace's provenance), for comparing two SynthParams.

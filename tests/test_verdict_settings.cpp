@@ -22,6 +22,7 @@
 #include "scenarios/pipeline/head.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -38,7 +39,7 @@ std::string slurp(const std::string& p) {
 RunResult run_yaml(const std::string& yaml, const std::string& name, std::string& out) {
   const Scenario s = parse_scenario(yaml, name + ".yaml");
   RunOptions opt;
-  opt.out = std::string(TIERLAB_BINARY_DIR) + "/test_verdict_settings_out/" + name;
+  opt.out = tierlab::testing::process_dir("verdict-settings").file(name);
   fs::remove_all(opt.out);
   opt.progress = false;
   out = opt.out;
@@ -89,7 +90,8 @@ TEST_CASE("tierlab solve's JSON says infeasible with no objective or rate, and i
           "[verdicts][infeasible]") {
   SynthParams p = synth_preset("tiny");
   p.seed = 2;
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdict_settings_solve.safetensors";
+  const tierlab::testing::TempDir tmp("verdict-settings-solve");
+  const std::string path = tmp.file("solve.safetensors");
   write_synthetic_trace(p, path);
   const TraceReader trace(path);
   AllocateOptions o;

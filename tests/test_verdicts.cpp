@@ -15,6 +15,7 @@
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/head.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 
@@ -40,7 +41,7 @@ std::string tiny_trace_file(std::uint64_t seed, const std::string& name) {
   SynthParams p = synth_preset("tiny");
   p.seed = seed;
   p.prompt_len = 200;
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/" + name + ".safetensors";
+  const std::string path = tierlab::testing::process_dir("verdicts").file(name + ".safetensors");
   write_synthetic_trace(p, path);
   return path;
 }
@@ -173,7 +174,7 @@ TEST_CASE("at equal memory the model-wide routed allocation is never worse than 
   p.seed = 11;
   p.prompt_len = 40;
   p.obs_window = 8;
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdicts_nested.safetensors";
+  const std::string path = tierlab::testing::process_dir("verdicts").file("nested.safetensors");
   write_synthetic_trace(p, path);
   const TraceReader trace(path);
   auto cpu = make_recomputer(Backend::Cpu);
@@ -199,7 +200,7 @@ TEST_CASE("tierlab solve at a total-bit budget: the materialised allocation meas
   SynthParams p = synth_preset("tiny");
   p.seed = 6;
   p.prompt_len = 200;
-  const std::string path = std::string(TIERLAB_BINARY_DIR) + "/test_verdicts_solve.safetensors";
+  const std::string path = tierlab::testing::process_dir("verdicts").file("solve.safetensors");
   write_synthetic_trace(p, path);
   const TraceReader trace(path);
   for (const Scope scope : {Scope::Head, Scope::Layer, Scope::Model})
