@@ -2,7 +2,11 @@
 // docs/trace-format.md describes the format for users.
 #include "model/trace.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -290,7 +294,33 @@ class MetaParser {
   const std::map<std::string, std::string>& md_;
 };
 
+// What stat() says of a path: false (errno set) when it cannot be stat'ed.
+template <class Stamp>
+bool stamp_of(const std::string& path, Stamp& out) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  out.device = static_cast<std::uint64_t>(st.st_dev);
+  out.inode = static_cast<std::uint64_t>(st.st_ino);
+  out.size = static_cast<std::int64_t>(st.st_size);
+  out.mtime_sec = static_cast<std::int64_t>(st.st_mtim.tv_sec);
+  out.mtime_nsec = static_cast<std::int64_t>(st.st_mtim.tv_nsec);
+  return true;
+}
+
+// How `now` differs from `then` as a phrase ("was replaced by another file"), "" when it does not.
+template <class Stamp>
+std::string stamp_change(const Stamp& then, const Stamp& now) {
+  if (now.device != then.device || now.inode != then.inode) return "was replaced by another file";
+  if (now.size != then.size)
+    return std::string(now.size < then.size ? "was truncated" : "grew") + " from " + std::to_string(then.size) +
+           " to " + std::to_string(now.size) + " bytes";
+  if (now.mtime_sec != then.mtime_sec || now.mtime_nsec != then.mtime_nsec) return "was modified (its modification time changed)";
+  return {};
+}
+
 }  // namespace
+
+std::string trace_meta_problem(const TraceMeta& meta) { return meta_problem(meta); }
 
 std::string head_tensor_name(int layer, int kv_head, const std::string& field) {
   return "layers." + std::to_string(layer) + ".heads." + std::to_string(kv_head) + "." + field;
@@ -298,7 +328,36 @@ std::string head_tensor_name(int layer, int kv_head, const std::string& field) {
 
 // ---- reader ----------------------------------------------------------------------
 
-TraceReader::TraceReader(const std::string& path) : file_(std::make_unique<SafetensorsFile>(path)) {
+// A trace's file changed under an open reader (issue 33): the map is of the file as it was
+// opened, and a read of a page past a truncated end raises SIGBUS, which kills the process (a
+// Python session with it). So the reader remembers what stat() said of the path when it
+// opened it (device, inode, size, modification time) and check_unchanged() compares it with
+// the path now before every head read: a file truncated, grown, rewritten in place, replaced
+// (renamed over) or removed is an InputError naming it, before any page is touched.
+// What remains (stated, not solved):
+//   - a file truncated after the check, while head() copies from the map, still faults: the
+//     check and the copy are not atomic, and no lock keeps another process from truncating;
+//     a read of a whole head is short (milliseconds), so the window is that long;
+//   - NumPy views that the Python module handed out earlier (Trace.head(...).keys) read the
+//     map directly, with no check at all: a truncation before they are read faults too
+//     (Head.load() and every computation go through head() and are checked);
+//   - a rewrite of the same size within one tick of the file system's clock (milliseconds)
+//     keeps size and modification time, so it is not noticed; it cannot fault either (no page
+//     is past the end), and head() checks every value it reads;
+//   - the path replaced between the stat() and the open of the map, and put back before the
+//     second stat() below (an A-B-A swap), is not noticed.
+// A file replaced while it is being opened (another writer renaming a complete file over it)
+// is opened again, up to three times: each try maps one complete file.
+TraceReader::TraceReader(const std::string& path) {
+  for (int attempt = 1;; ++attempt) {
+    const bool stamped = stamp_of(path, opened_);
+    file_ = std::make_unique<SafetensorsFile>(path);  // its own messages for a missing or unreadable file
+    FileStamp mapped;
+    if (stamped && stamp_of(path, mapped) && stamp_change(opened_, mapped).empty()) break;
+    if (attempt == 3)
+      throw InputError("trace '" + path + "' changed while it was being opened, three times (another process is "
+                       "writing it?); open it again once it is complete.");
+  }
   meta_ = MetaParser(path, file_->metadata()).parse();
   auto fail = [&](const std::string& tensor, const std::string& detail) {
     throw FormatError("trace '" + path + "', tensor '" + tensor + "': " + detail + ".");
@@ -334,6 +393,17 @@ TraceReader::TraceReader(const std::string& path) : file_(std::make_unique<Safet
 
 const std::string& TraceReader::path() const { return file_->path(); }
 
+void TraceReader::check_unchanged() const {
+  FileStamp now;
+  if (!stamp_of(path(), now)) {
+    throw InputError("trace '" + path() + "' is no longer there (" + std::strerror(errno) +
+                     "): it was removed or renamed since it was opened; open it again where it is now.");
+  }
+  if (const std::string change = stamp_change(opened_, now); !change.empty())
+    throw InputError("trace '" + path() + "' " + change + " since it was opened; its heads can no longer be read from "
+                     "it. Open it again once it is complete.");
+}
+
 HeadData TraceReader::head(int layer, int kv_head) const {
   if (layer < 0 || layer >= meta_.n_layers) {
     throw InputError("trace '" + path() + "': layer " + std::to_string(layer) + " is out of range (n_layers = " +
@@ -343,6 +413,7 @@ HeadData TraceReader::head(int layer, int kv_head) const {
     throw InputError("trace '" + path() + "': KV head " + std::to_string(kv_head) + " is out of range (n_kv_heads = " +
                      std::to_string(meta_.n_kv_heads) + ").");
   }
+  check_unchanged();  // before any page of the map is touched
   const std::int64_t T = meta_.prompt_len, d = meta_.head_dim, g = meta_.group_size;
   const std::int64_t W = meta_.obs_window, S = meta_.decode_steps;
   auto read = [&](const char* field, std::int64_t rows) {

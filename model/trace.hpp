@@ -96,9 +96,19 @@ CausalQueries observation_queries(const HeadData& head, int group_size);
 // comes after the whole prompt; arrays a user built without positions).
 CausalQueries all_visible(const MatrixRM& queries, Eigen::Index tokens);
 
+// The first problem with a meta's values as a phrase ("rope_dim = 3 is odd (RoPE rotates
+// pairs)"), or "": what every reader and writer of a trace checks (counts and lengths in range,
+// obs_window <= prompt_len, rope_dim even and <= head_dim, rope_theta positive and finite,
+// rope_style, storage dtype, spans within the prompt, token_ids' length, provenance JSON).
+// tierlab.Head checks the heads a user builds with it.
+std::string trace_meta_problem(const TraceMeta& meta);
+
 // Reads a trace one head at a time through the memory map. The constructor checks
 // the metadata and that every expected tensor exists with the right shape and dtype;
 // head() converts and checks the values (NaN/Inf -> FormatError with the index).
+// A file truncated, rewritten, replaced or removed while a reader has it open would make a
+// read of the map fault (SIGBUS): head() first checks that the path still names the file it
+// opened, unchanged (check_unchanged; the race that remains is stated in trace.cpp).
 class TraceReader {
  public:
   explicit TraceReader(const std::string& path);
@@ -106,10 +116,20 @@ class TraceReader {
   const std::string& path() const;
   HeadData head(int layer, int kv_head) const;
   const SafetensorsFile& file() const { return *file_; }
+  // InputError naming the file and what changed (removed or renamed, replaced by another file,
+  // size, modification time) when the path no longer names the file as it was opened. Callers
+  // that read the map themselves (the Python module's views) call it before each read.
+  void check_unchanged() const;
 
  private:
+  // What stat() said of the path when it was opened: its identity, size and modification time.
+  struct FileStamp {
+    std::uint64_t device = 0, inode = 0;
+    std::int64_t size = 0, mtime_sec = 0, mtime_nsec = 0;
+  };
   std::unique_ptr<SafetensorsFile> file_;
   TraceMeta meta_;
+  FileStamp opened_;
 };
 
 // Writes a trace head by head (in order l = 0.., h = 0..), atomically.

@@ -32,6 +32,9 @@ std::vector<py::ssize_t> shape_of(const TensorInfo& ti) {
 // (checked, as the reader converts it) for BF16.
 py::object tensor_array(const py::object& trace_obj, const std::shared_ptr<const TraceReader>& reader,
                         const std::string& name) {
+  // A file truncated or replaced since it was opened: InputError, not a view whose first read
+  // faults (SIGBUS). A view made before the change is not protected (model/trace.cpp).
+  reader->check_unchanged();
   const SafetensorsFile& f = reader->file();
   const TensorInfo& ti = f.info(name);
   py::dtype dt;
@@ -141,7 +144,15 @@ PyHead make_head(const py::object& keys, const py::object& values, const py::obj
                        ") is not a range 0 <= begin < end <= T = " + std::to_string(T));
     d->spans.push_back(Span{b, e});
   }
-  if (layer < 0 || kv_head < 0) throw InputError("arguments layer, kv_head: must be >= 0");
+  constexpr int kMaxIndex = (1 << 20) - 1;  // a trace's n_layers and n_kv_heads are at most 2^20 (model/trace.cpp)
+  if (layer < 0 || kv_head < 0 || layer > kMaxIndex || kv_head > kMaxIndex)
+    throw InputError("arguments layer, kv_head: (" + std::to_string(layer) + ", " + std::to_string(kv_head) +
+                     ") is outside 0.." + std::to_string(kMaxIndex));
+  if (obs_first_position != -1 && (obs_first_position < 0 || obs_first_position > T - W))
+    throw InputError("argument obs_first_position: " + std::to_string(obs_first_position) +
+                     " is neither -1 (the last W prompt positions) nor a first position of the W = " + std::to_string(W) +
+                     " observation queries within the T = " + std::to_string(T) + " prompt tokens (0.." +
+                     std::to_string(T - W) + ")");
   d->layer = layer;
   d->kv_head = kv_head;
   d->group_size = g;
@@ -157,6 +168,21 @@ PyHead make_head(const py::object& keys, const py::object& values, const py::obj
   h.layer = layer;
   h.kv_head = kv_head;
   h.group_size = g;
+  // Everything the trace reader checks of a head's metadata (model/trace.hpp trace_meta_problem):
+  // rope_dim even and <= d, rope_theta positive and finite, lengths and counts in range, spans.
+  TraceMeta meta;
+  meta.n_layers = 1;
+  meta.n_kv_heads = 1;
+  meta.group_size = g;
+  meta.head_dim = static_cast<int>(std::min<Eigen::Index>(dim, INT32_MAX));
+  meta.prompt_len = static_cast<int>(std::min<Eigen::Index>(T, INT32_MAX));
+  meta.obs_window = static_cast<int>(W);
+  meta.decode_steps = static_cast<int>(std::min<Eigen::Index>(d->decode_keys.rows(), INT32_MAX));
+  meta.has_pre_rope = d->keys_pre_rope.size() > 0;
+  meta.rope = h.rope;
+  if (!d->spans.empty()) meta.spans = {d->spans};
+  if (const std::string problem = trace_meta_problem(meta); !problem.empty())
+    throw InputError("tierlab.Head: " + problem + " (as a trace's reader checks it)");
   observation_queries(*d);  // the library's own check of the layout (InputError naming the head)
   return h;
 }
