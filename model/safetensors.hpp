@@ -134,7 +134,8 @@ class SafetensorsFile {
 
 // Streaming, atomic writer. Declare every tensor first (the header carries all
 // offsets), then write their data in declaration order; commit() flushes, fsyncs and
-// renames the temporary file "<path>.tmp-<pid>" onto path. A writer destroyed
+// renames the temporary file onto path ("<path>.tmp-<pid>-<n>@<host>", a name of its own:
+// model/temporary_name.hpp). A writer destroyed
 // without commit() removes its temporary file, so a crash never leaves a partial file.
 class SafetensorsWriter {
  public:

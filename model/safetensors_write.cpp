@@ -13,6 +13,7 @@
 #include "model/paths.hpp"
 #include "model/safetensors.hpp"
 #include "model/safetensors_parts.hpp"
+#include "model/temporary_name.hpp"
 
 namespace tierlab {
 
@@ -93,7 +94,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::map<std::string, std
   // Never rename over a device, FIFO or folder (model/paths.hpp); a link keeps pointing at
   // the replaced file.
   impl_->path = writable_destination(path, "output file");
-  impl_->tmp = impl_->path + ".tmp-" + std::to_string(::getpid());
+  impl_->tmp = temporary_name(impl_->path);  // unique per call: two writers of one path never share it
   impl_->metadata = std::move(metadata);
   impl_->file = std::fopen(impl_->tmp.c_str(), "wb");
   if (!impl_->file) impl_->fail("cannot create the temporary file '" + impl_->tmp + "': " + errno_text());

@@ -22,6 +22,7 @@
 
 #include "model/error.hpp"
 #include "model/paths.hpp"
+#include "model/temporary_name.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
@@ -49,8 +50,9 @@ void ensure_app() {
   (void)app;
 }
 
-// A temporary name beside `path` for an atomic write (renamed over it when complete).
-std::string temp_beside(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()); }
+// A temporary name beside `path` for an atomic write (renamed over it when complete), unique
+// per call (model/temporary_name.hpp).
+std::string temp_beside(const std::string& path) { return temporary_name(path); }
 
 // Renames the finished temporary file over `path` (never over a device, FIFO or folder:
 // writable_destination); removes it and throws on failure.

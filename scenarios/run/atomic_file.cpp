@@ -3,10 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -28,7 +26,7 @@ void write_file_atomically(const std::string& given, const std::string& contents
   const std::filesystem::path target(given);
   if (target.has_parent_path()) make_directories(target.parent_path().string());
   const std::string path = writable_destination(given, "output file");  // model/paths.hpp
-  const std::string tmp = path + ".tmp-" + process_tag();
+  const std::string tmp = temporary_name(path);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw InputError("cannot write '" + tmp + "': " + std::strerror(errno) + ".");
   int err = 0;
@@ -43,29 +41,7 @@ void write_file_atomically(const std::string& given, const std::string& contents
   }
 }
 
-std::string process_tag() {
-  static const std::string host = [] {
-    char name[256] = {};
-    if (::gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-    std::string h;
-    for (const char* c = name; *c != '\0'; ++c)
-      h += (std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '-') ? *c : '_';
-    return h.empty() ? std::string("localhost") : h;
-  }();
-  return std::to_string(::getpid()) + "@" + host;
-}
-
 namespace {
-
-// "<pid>" or "<pid>@<host>" (process_tag): the pid and the host ("" for a bare pid: this host).
-bool parse_tag(std::string_view tag, long& pid, std::string_view& host) {
-  const auto at = tag.find('@');
-  const std::string_view digits = tag.substr(0, at);
-  host = at == std::string_view::npos ? std::string_view() : tag.substr(at + 1);
-  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-  return r.ec == std::errc() && r.ptr == digits.data() + digits.size() && !digits.empty() && pid > 0 &&
-         (at == std::string_view::npos || !host.empty());
-}
 
 // Running (a zombie, exited but not yet reaped, is not: it writes nothing more).
 bool process_alive(long pid) {
@@ -87,7 +63,7 @@ bool process_alive(long pid) {
 bool left_by_dead_process(std::string_view tag, const std::filesystem::path& p, std::chrono::hours age) {
   long pid = 0;
   std::string_view host;
-  if (!parse_tag(tag, pid, host)) return false;
+  if (!parse_temporary_tag(tag, pid, host)) return false;
   const std::string mine = process_tag();
   const std::string_view my_host = std::string_view(mine).substr(mine.find('@') + 1);
   if (host.empty() || host == my_host) return pid != static_cast<long>(::getpid()) && !process_alive(pid);
@@ -115,9 +91,9 @@ std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
       continue;
     }
     if (!it->is_regular_file(sec)) continue;
-    const auto at = name.rfind(".tmp-");
+    const auto at = name.rfind(kTemporaryMarker);
     if (at == std::string::npos || at == 0) continue;
-    if (left_by_dead_process(std::string_view(name).substr(at + 5), it->path(), std::chrono::hours(1)))
+    if (left_by_dead_process(std::string_view(name).substr(at + kTemporaryMarker.size()), it->path(), std::chrono::hours(1)))
       stale.push_back(it->path());
   }
   for (const auto& p : stale) {

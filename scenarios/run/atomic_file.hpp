@@ -1,8 +1,11 @@
 #pragma once
-// Writes a whole text file atomically: "<path>.tmp-<pid>@<host>", flushed, then renamed.
+// Writes a whole text file atomically: a temporary file beside it (model/temporary_name.hpp:
+// "<path>.tmp-<pid>-<n>@<host>", unique per call and thread), flushed, then renamed.
 // A reader never sees a half-written result and a crash leaves the old file intact.
 #include <string>
 #include <vector>
+
+#include "model/temporary_name.hpp"  // process_tag, temporary_name
 
 namespace tierlab {
 
@@ -14,12 +17,9 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 // that is a file, no permission) instead of std::filesystem's exception.
 void make_directories(const std::string& dir);
 
-// "<pid>@<host>": names what one process writes in a folder other processes may share
-// (shards of one run on several machines): its temporary files and its work folder.
-std::string process_tag();
-
 // Removes what killed runs left under dir (recursively): temporary files "<name>.tmp-<tag>"
-// and work folders "traces/<tag>" (tag: "<pid>@<host>", or a bare pid from earlier versions).
+// and work folders "traces/<tag>" (tag: "<pid>-<n>@<host>" or "<pid>@<host>", or a bare pid
+// from earlier versions: parse_temporary_tag).
 // Left by this host: removed when the pid is not running. Left by another host sharing the
 // folder: removed when older than an hour (a temporary file) or a day (a work folder), since
 // that host's processes cannot be asked. Files of live processes stay. Returns the paths removed.

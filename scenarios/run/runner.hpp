@@ -18,7 +18,7 @@
 // damaged cell file (truncated, not JSON, not a cell) is named, moved aside to
 // "<file>.damaged" and recomputed; a cell file that parses but is not the scenario's cell
 // (validate_cell_file: wrong id, budgets or heads, a field of the wrong type, a content hash that
-// does not match) is named, moved aside to "<file>.invalid-<n>" and recomputed. Temporary files "*.tmp-<pid>" of killed runs under DIR are
+// does not match) is named, moved aside to "<file>.invalid-<n>" and recomputed. Temporary files "*.tmp-<tag>" of killed runs under DIR are
 // removed at the start of a run.
 //
 // A cell (one trace, all budgets B of the scenario) is what the scenario's analyses
@@ -68,7 +68,7 @@ struct RunOptions {
 struct RunResult {
   int cells_total = 0, cells_computed = 0, cells_skipped = 0;
   int cells_stale = 0, cells_damaged = 0;  // recomputed: other inputs / a damaged file (moved aside)
-  int temporaries_removed = 0;             // "*.tmp-<pid>" files of killed runs
+  int temporaries_removed = 0;             // "*.tmp-<tag>" files of killed runs
   bool interrupted = false;
   bool tables_written = false;
   int shard_cells = 0;               // the cells of this shard (all of them without sharding)
