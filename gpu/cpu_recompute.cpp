@@ -14,6 +14,8 @@
 #include <limits>
 #include <string>
 
+#include "model/cancel.hpp"
+
 namespace tierlab {
 
 namespace {
@@ -143,6 +145,9 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   const int T = static_cast<int>(K.rows()), d = static_cast<int>(K.cols());
   const int rows = row_end - row_begin;
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
+  // The calling thread's cancel flag (model/cancel.hpp): once set, every remaining tile and
+  // row is skipped (every thread still meets every worksharing loop) and Cancelled thrown.
+  const std::atomic<bool>* cancel = current_cancel_flag();
 
   PreparedHead ph;
   ph.problem = hp;
@@ -173,6 +178,7 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
     TileScratch& sc = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
     for (int tile = 0; tile < grid.count(); ++tile) {
+      if (cancel_requested(cancel)) continue;
       const TileGrid::Tile tl = grid.at(tile);
       const int r0 = tl.r0, nr = tl.nr, t0 = tl.t0, nt = tl.nt;
       auto kd = sc.kd.topRows(nt);
@@ -191,6 +197,7 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
     // Exact softmax per row in double (max-subtracted), stored in float.
 #pragma omp for schedule(static)
     for (int r = 0; r < rows; ++r) {
+      if (cancel_requested(cancel)) continue;
       auto row = logits.row(r).array();
       const double m = row.maxCoeff();
       row = (row - m).exp();
@@ -202,6 +209,7 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
     // o = p V / P1 per block of rows, and ||o||^2.
 #pragma omp for schedule(dynamic, 1)
     for (int rb = 0; rb < (rows + kOutputRowBlock - 1) / kOutputRowBlock; ++rb) {
+      if (cancel_requested(cancel)) continue;
       const int r0 = rb * kOutputRowBlock, nr = std::min(kOutputRowBlock, rows - r0);
       MatrixRM o = ph.p.middleRows(r0, nr) * V;
       for (int r = 0; r < nr; ++r) {
@@ -210,6 +218,7 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
       }
     }
   }
+  throw_if_cancelled(cancel);
   set_variants(ph, hp.variants);
   return ph;
 }
@@ -227,6 +236,7 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
                                 std::to_string(T));
   const TileGrid grid(rows, T);
   const int row_blocks = grid.row_blocks, token_blocks = grid.token_blocks;
+  const std::atomic<bool>* cancel = current_cancel_flag();  // as in prepare_head
   // With `differ`: the token blocks holding a flagged token (the others equal the exact keys).
   std::vector<std::uint8_t> block_differs;
   bool any_differs = true;
@@ -274,6 +284,7 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
     TileScratch& sc = scratch[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 1)
     for (int tile = 0; tile < grid.count(); ++tile) {
+      if (cancel_requested(cancel)) continue;
       const TileGrid::Tile tl = grid.at(tile);
       const int rb = tl.rb, tb = tl.tb, r0 = tl.r0, nr = tl.nr, t0 = tl.t0, nt = tl.nt;
       const auto kblk = K.middleRows(t0, nt);
@@ -319,6 +330,7 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
       for (int rb = 1; rb < row_blocks; ++rb) ph.logit_sq[v] += logit_part[v][rb];
     }
   }
+  throw_if_cancelled(cancel);
 }
 
 double kept_logit_sq(const PreparedHead& ph, const Selection& sel, double* n_pairs) {
@@ -674,6 +686,10 @@ class CpuRecomputer final : public Recomputer {
   // With at least two batches per thread, each thread takes whole batches (one parallel
   // region, one barrier: robust when the machine is shared); otherwise the threads share
   // each batch's row blocks and selections.
+  // Cancellation: the calling thread's cancel flag (model/cancel.hpp current_cancel_flag, set
+  // by the Python module during a call) is checked at every tile, row block and selection task;
+  // once it is set the remaining work is skipped and evaluate() throws Cancelled, the one
+  // exception that leaves a backend (a stop request, not a failure of the call).
   EvalResult evaluate(const std::vector<HeadBatch>& batches) override {
     EvalResult res;
     for (std::size_t b = 0; b < batches.size(); ++b) {
@@ -686,6 +702,7 @@ class CpuRecomputer final : public Recomputer {
     }
     const int nb = static_cast<int>(batches.size());
     const int nthreads = omp_get_max_threads();
+    const std::atomic<bool>* cancel = current_cancel_flag();
     std::vector<std::string> failure(nb);
     try {
       res.errors.resize(nb);
@@ -693,6 +710,8 @@ class CpuRecomputer final : public Recomputer {
       if (nthreads > 1 && nb >= 2 * nthreads) {
 #pragma omp parallel for schedule(dynamic, 1)
         for (int b = 0; b < nb; ++b) {
+          if (cancel_requested(cancel)) continue;
+          const CancelScope scope(cancel);  // this thread's, for prepare_head inside
           try {
             res.errors[b] = evaluate_batch(batches[b], /*threads_inside=*/false, ws[omp_get_thread_num()], ws);
           } catch (const std::exception& e) {
@@ -705,6 +724,7 @@ class CpuRecomputer final : public Recomputer {
     } catch (const std::exception& e) {
       failure.push_back(e.what());
     }
+    throw_if_cancelled(cancel);  // before any failure: a skipped batch is no failure
     for (const std::string& f : failure)
       if (!f.empty()) {
         res.ok = false;
@@ -752,8 +772,10 @@ class CpuRecomputer final : public Recomputer {
       std::vector<RowSums> part(std::size_t(nsel) * nblk);
       if (threads_inside) {
         for (auto& w : all) reserve(w, T, d, rpb);  // no allocation inside the parallel loop
+        const std::atomic<bool>* cancel = current_cancel_flag();
 #pragma omp parallel for schedule(dynamic, 1)
         for (int task = 0; task < nsel * nblk; ++task) {
+          if (cancel_requested(cancel)) continue;
           const int s = task / nblk, k = task % nblk;
           const int r0 = k * rpb, r1 = std::min(rows, r0 + rpb);
           part[task] = cpu::evaluate_rows(ph, batch.selections[s], r0, r1, all[omp_get_thread_num()]);
@@ -761,11 +783,13 @@ class CpuRecomputer final : public Recomputer {
       } else {
         reserve(own, T, d, rpb);
         for (int task = 0; task < nsel * nblk; ++task) {
+          throw_if_cancelled(current_cancel_flag());
           const int s = task / nblk, k = task % nblk;
           const int r0 = k * rpb, r1 = std::min(rows, r0 + rpb);
           part[task] = cpu::evaluate_rows(ph, batch.selections[s], r0, r1, own);
         }
       }
+      throw_if_cancelled(current_cancel_flag());  // skipped tasks left `part` unfinished
       for (int s = 0; s < nsel; ++s) {
         for (int k = 0; k < nblk; ++k) {
           const RowSums& p = part[std::size_t(s) * nblk + k];

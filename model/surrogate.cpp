@@ -9,6 +9,9 @@
 // whose summation order does not depend on the thread partition (Eigen's threaded
 // GEMM changes its blocking, hence its summation order, with the thread count), so
 // results are bit-identical for any number of threads.
+// Cancellation (model/cancel.hpp): the calling thread's cancel flag is checked at every block of
+// the products and every token of a chunk; once set, the rest is skipped and Cancelled thrown,
+// so Ctrl-C in a Python call stops a long head (T = 32k: seconds) within a fraction of a second.
 #include "model/surrogate.hpp"
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <limits>
 #include <string>
 
+#include "model/cancel.hpp"
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
 #include "model/text.hpp"
@@ -35,33 +39,38 @@ constexpr Eigen::Index kRowBlock = 4;      // row blocks of P V
 
 // out = scale * A B^T (A: C x d, B: T x d): one dot product per entry, by blocks of
 // B's rows; each entry's summation order is fixed by its length alone.
-void product_abt(const Eigen::Ref<const MatrixRMd>& A, const MatrixRMd& B, double scale, MatrixRMd& out) {
+void product_abt(const Eigen::Ref<const MatrixRMd>& A, const MatrixRMd& B, double scale, MatrixRMd& out,
+                 const std::atomic<bool>* cancel) {
   const Eigen::Index T = B.rows(), C = A.rows();
   out.resize(C, T);
   const Eigen::Index n_blocks = (T + kTokenBlock - 1) / kTokenBlock;
 #pragma omp parallel for schedule(static) if (n_blocks > 1 && T * C >= kParallelMinWork)
   for (Eigen::Index blk = 0; blk < n_blocks; ++blk) {
+    if (cancel_requested(cancel)) continue;
     const Eigen::Index t1 = std::min(T, (blk + 1) * kTokenBlock);
     for (Eigen::Index t = blk * kTokenBlock; t < t1; ++t) {
       const auto b = B.row(t);
       for (Eigen::Index r = 0; r < C; ++r) out(r, t) = scale * A.row(r).dot(b);
     }
   }
+  throw_if_cancelled(cancel);
 }
 
 // out = P V, accumulated over tokens in position order, by blocks of P's rows.
-void product_pv(const MatrixRMd& P, const MatrixRMd& V, MatrixRMd& out) {
+void product_pv(const MatrixRMd& P, const MatrixRMd& V, MatrixRMd& out, const std::atomic<bool>* cancel) {
   const Eigen::Index T = V.rows(), C = P.rows();
   out = MatrixRMd::Zero(C, V.cols());
   const Eigen::Index n_blocks = (C + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel for schedule(static) if (n_blocks > 1 && T * C >= kParallelMinWork)
   for (Eigen::Index blk = 0; blk < n_blocks; ++blk) {
+    if (cancel_requested(cancel)) continue;
     const Eigen::Index r1 = std::min(C, (blk + 1) * kRowBlock);
     for (Eigen::Index t = 0; t < T; ++t) {
       const auto v = V.row(t);
       for (Eigen::Index r = blk * kRowBlock; r < r1; ++r) out.row(r).noalias() += P(r, t) * v;
     }
   }
+  throw_if_cancelled(cancel);
 }
 
 struct Accumulated {
@@ -141,12 +150,13 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
   std::vector<Eigen::Index> star_t;
   std::vector<double> star_cost;
   std::vector<double> seen_by(static_cast<std::size_t>(T), 0.0);  // queries that see token t
+  const std::atomic<bool>* cancel = current_cancel_flag();
 
   for (Eigen::Index q0 = 0; q0 < m; q0 += kQueryChunk) {
     const Eigen::Index C = std::min(kQueryChunk, m - q0);
     const auto Qc = Q.middleRows(q0, C);
-    product_abt(Qc, K, inv_sqrt_d, S);                                       // exact logits, C x T
-    for (int i = 0; i < n_fin; ++i) product_abt(Qc, key_errors[i], 1.0, D[i]);  // q.(k^ - k), C x T
+    product_abt(Qc, K, inv_sqrt_d, S, cancel);                                       // exact logits, C x T
+    for (int i = 0; i < n_fin; ++i) product_abt(Qc, key_errors[i], 1.0, D[i], cancel);  // q.(k^ - k), C x T
 
     // Softmax per row (in place: S becomes P), and the stable removal cost of a
     // dominant token (p > 1/2; at most one per query).
@@ -155,6 +165,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
     star_cost.assign(C, 0.0);
 #pragma omp parallel for schedule(static) if (C * T >= kParallelMinWork)
     for (Eigen::Index r = 0; r < C; ++r) {
+      if (cancel_requested(cancel)) continue;
       const double* s = S.row(r).data();
       double* p = P.row(r).data();
       const Eigen::Index Tr = qs.visible[static_cast<std::size_t>(q0 + r)];
@@ -175,11 +186,13 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
         star_cost[r] = removal_cost_stable(s, V, Tr, arg, p[arg]);
       }
     }
-    product_pv(P, V, O);  // outputs, C x dv
+    throw_if_cancelled(cancel);
+    product_pv(P, V, O, cancel);  // outputs, C x dv
     for (Eigen::Index r = 0; r < C; ++r) acc.output_norm2 += O.row(r).squaredNorm();
 
 #pragma omp parallel for schedule(static) if (C * T >= kParallelMinWork)
     for (Eigen::Index t = 0; t < T; ++t) {
+      if (cancel_requested(cancel)) continue;
       double a = 0.0, ev = 0.0, att = 0.0;
       const auto vt = V.row(t);
       for (Eigen::Index r = 0; r < C; ++r) {
@@ -207,6 +220,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
       acc.weights.evict_cost[t] += ev;
       acc.weights.attention[t] += att;
     }
+    throw_if_cancelled(cancel);
   }
 
   const double inv_m = 1.0 / double(m);

@@ -3,8 +3,9 @@
 //   - call_released: long work runs on the calling thread with the GIL released (other
 //     Python threads run meanwhile; OpenMP keeps its thread pool); during it, on the main
 //     thread, SIGINT (Ctrl-C) sets the work's cancel flag (model/cancel.hpp) instead of
-//     Python's: the work stops at its next progress point (Cancelled) and KeyboardInterrupt
-//     is raised when it returns;
+//     Python's: the work stops at its next progress point (Cancelled), or sooner inside a
+//     head (the surrogate and the CPU backend check the flag at every block of their loops:
+//     current_cancel_flag), and KeyboardInterrupt is raised when it returns;
 //   - progress callbacks: a Python callable progress(done, total) called from the worker
 //     with the GIL held; each call is also the work's cancel point;
 //   - array arguments: checked for dtype, dimensions, shape and memory order, with a
@@ -90,6 +91,7 @@ auto call_released(WorkContext& ctx, F&& work) -> decltype(work()) {
   const bool main = on_main_thread();
   {
     SigintScope sigint(&ctx.stop, main);
+    const CancelScope cancel(&ctx.stop);  // the work's inner loops see the flag too (model/cancel.hpp)
     py::gil_scoped_release release;
     try {
       result.emplace(work());

@@ -226,11 +226,11 @@ nominal rate, and mean_q ||o_q||^2. Arrays are read-only views owned by this obj
     out.layer = h.layer;
     out.kv_head = h.kv_head;
     out.queries = queries;
-    {
-      py::gil_scoped_release release;
+    WorkContext ctx;  // Ctrl-C stops a long head (the surrogate checks the flag: model/cancel.hpp)
+    out.costs = call_released(ctx, [&] {
       const auto d = h.data();
-      out.costs = head_costs(*d, h.rope, l, queries);
-    }
+      return head_costs(*d, h.rope, l, queries);
+    });
     return out;
   }, py::arg("head"), py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("queries") = "obs",
      "The surrogate costs of a head (tierlab.Costs) on its observation queries (causal) or its decode queries.");

@@ -363,16 +363,18 @@ void bind_head_solve(py::module_& m) {
       if (given->costs.ladder.name() != l.name())
         throw InputError("argument costs: computed on ladder " + given->costs.ladder.name() + ", not " + l.name());
     }
-    py::gil_scoped_release release;
-    const auto d = head.data();
-    const SurrogateCosts sc = given ? given->costs : head_costs(*d, head.rope, l, "obs");
-    const std::vector<double> rates = ladder_rates(*d, head.rope, l, kind);
-    DistortionModel noise;
-    if (fo.solver == FamilySolver::Waterfill) {
-      const HeadNoiseModel n = fit_head_noise(sc, rates);
-      noise = DistortionModel{n.alpha, n.beta};
-    }
-    return solve_head(sc.cost, sc.weights.a, rates, l, budget, fc, fo, noise);
+    WorkContext ctx;  // Ctrl-C stops the costs of a long head (model/cancel.hpp)
+    return call_released(ctx, [&] {
+      const auto d = head.data();
+      const SurrogateCosts sc = given ? given->costs : head_costs(*d, head.rope, l, "obs");
+      const std::vector<double> rates = ladder_rates(*d, head.rope, l, kind);
+      DistortionModel noise;
+      if (fo.solver == FamilySolver::Waterfill) {
+        const HeadNoiseModel n = fit_head_noise(sc, rates);
+        noise = DistortionModel{n.alpha, n.beta};
+      }
+      return solve_head(sc.cost, sc.weights.a, rates, l, budget, fc, fo, noise);
+    });
   }, py::arg("head"), py::arg("budget"), py::arg("family") = "mixed", py::arg("solver") = "exact",
      py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("rate") = "code", py::arg("costs") = py::none(),
      "One head's optimum at budget B (bits per element over its T tokens) for family mixed | quantize | evict | "

@@ -622,6 +622,9 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
   TerminalProgress bar("run " + sc.name);
   if (opt.progress) bar.update(already, total);
   auto worker = [&]() {
+    // The stop flag reaches the inner loops of this thread's cells too (the surrogate's chunks,
+    // the CPU backend's tiles: model/cancel.hpp), not only the steps between them.
+    const CancelScope cancel_scope(&stop);
     std::unique_ptr<Recomputer> be;
     try {
       be = make_run_backend(sc, opt);
