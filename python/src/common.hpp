@@ -6,6 +6,8 @@
 //     Python's: the work stops at its next progress point (Cancelled), or sooner inside a
 //     head (the surrogate and the CPU backend check the flag at every block of their loops:
 //     current_cancel_flag), and KeyboardInterrupt is raised when it returns;
+//   - scalar arguments: every function's float, int, bool and str arguments checked in one
+//     place (check_argument_types), so a wrong type is an InputError naming it;
 //   - progress callbacks: a Python callable progress(done, total) called from the worker
 //     with the GIL held; each call is also the work's cancel point;
 //   - array arguments: checked for dtype, dimensions, shape and memory order, with a
@@ -115,6 +117,20 @@ auto call_released(WorkContext& ctx, F&& work) -> decltype(work()) {
   if (error) std::rethrow_exception(error);
   return std::move(*result);
 }
+
+// ---- scalar arguments ----------------------------------------------------------------------
+
+// Wraps every function, method, constructor and property setter of the module so that its
+// arguments of the declared types float, int, bool and str are checked before pybind11 converts
+// them: a string for a number, a bool for a number, NaN, a number for a string, an integer out
+// of range is a tierlab.InputError naming the function, the argument and the value
+// (py_arguments.cpp). Called once, after every binding is made.
+void check_argument_types(py::module_& m);
+
+// A number given as a Python object (an argument declared `object` because it may also be a
+// list, such as a budget): an int or float (NumPy's too), finite; anything else (a string, a
+// bool, None) is an InputError naming the argument and the value.
+double real_arg(const py::handle& value, const std::string& arg);
 
 // ---- arrays ------------------------------------------------------------------------------
 

@@ -201,4 +201,5 @@ PYBIND11_MODULE(_tierlab, m) {
   bind_evaluate(m);
   bind_scenarios(m);
   bind_rdcurve(m);
+  check_argument_types(m);  // last: every function exists (py_arguments.cpp)
 }

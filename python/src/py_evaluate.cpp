@@ -183,12 +183,12 @@ and the dominated share (heads whose 2-bit tier has R_h >= 1).)doc")
 
   m.def("interior", [](const PyTrace& trace, const py::object& budget, const std::string& rate, const py::object& ladder,
                        const std::string& backend, py::object progress) -> py::object {
-    const bool many = py::hasattr(budget, "__len__");
+    const bool many = py::hasattr(budget, "__len__") && !py::isinstance<py::str>(budget);
     std::vector<double> budgets;
     if (many)
-      for (auto b : budget) budgets.push_back(b.cast<double>());
+      for (auto b : budget) budgets.push_back(real_arg(b, "budget"));
     else
-      budgets.push_back(budget.cast<double>());
+      budgets.push_back(real_arg(budget, "budget"));
     if (budgets.empty()) throw InputError("argument budget: an empty list of budgets");
     InteriorOptions io;
     io.budget = budgets[0];

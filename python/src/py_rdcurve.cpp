@@ -107,7 +107,7 @@ void bind_rdcurve(py::module_& m) {
     if (py::isinstance<py::str>(budgets)) {
       o.budgets = parse_budget_grid(budgets.cast<std::string>(), "budgets");
     } else {
-      for (auto b : budgets) o.budgets.push_back(b.cast<double>());
+      for (auto b : budgets) o.budgets.push_back(real_arg(b, "budgets"));
     }
     o.families.clear();
     for (const std::string& f : families) o.families.push_back(parse_family_choice(f));

@@ -294,13 +294,13 @@ uint8 array [n_layers, n_kv_heads, T] of tier indices into `ladder`.)doc")
   m.def("solve", [](const PyTrace& trace, const py::object& budget, const std::string& solver, const std::string& family,
                     const std::string& scope, const py::object& ladder, const std::string& rate, const std::string& smooth,
                     int kernel, const std::string& padding, double route_tolerance, py::object progress) -> py::object {
-    const bool many = py::hasattr(budget, "__len__");
+    const bool many = py::hasattr(budget, "__len__") && !py::isinstance<py::str>(budget);
     std::vector<double> budgets;
     if (many) {
-      for (auto b : budget) budgets.push_back(b.cast<double>());
+      for (auto b : budget) budgets.push_back(real_arg(b, "budget"));
       if (budgets.empty()) throw InputError("argument budget: an empty list of budgets");
     } else {
-      budgets.push_back(budget.cast<double>());
+      budgets.push_back(real_arg(budget, "budget"));
     }
     std::vector<AllocateOptions> opts;
     for (double b : budgets) opts.push_back(solve_options(b, solver, family, scope, ladder, rate, smooth, kernel, padding, route_tolerance));
