@@ -103,10 +103,9 @@ void Engine::set_cache_limit(std::size_t bytes) {
 
 namespace {
 
-std::size_t entry_bytes(const SurrogateCosts& c, const std::map<int, MatrixRMd>& smoothed, std::size_t order,
-                        std::size_t lp) {
+std::size_t entry_bytes(const SurrogateCosts& c, const std::map<int, MatrixRMd>& smoothed, std::size_t order) {
   std::size_t b = bytes_of(c.cost) + bytes_of(c.noise) + bytes_of(c.weights.a) + bytes_of(c.weights.evict_cost) +
-                  bytes_of(c.weights.attention) + order * sizeof(int) + lp * sizeof(double);
+                  bytes_of(c.weights.attention) + order * sizeof(int);
   for (const auto& [k, m] : smoothed) b += bytes_of(m);
   return b;
 }
@@ -117,7 +116,7 @@ std::size_t Engine::cache_bytes() {
   std::lock_guard<std::mutex> lock(mu_);
   std::size_t b = 0;
   for (const auto& [k, h] : heads_) b += bytes_of(*h);
-  for (const auto& [k, e] : ladders_) b += entry_bytes(e->costs, e->smoothed, e->order.size(), e->L.size() + e->P.size());
+  for (const auto& [k, e] : ladders_) b += entry_bytes(e->costs, e->smoothed, e->order.size());
   if (work_) {
     b += bytes_of(work_->keys) + bytes_of(work_->exact) + bytes_of(work_->values) + bytes_of(work_->queries) +
          work_->row_tier.size() * sizeof(int);
@@ -153,7 +152,7 @@ void Engine::trim_() {
     if (idx != keep) heads.push_back({used_[k], k});
   }
   for (const auto& [k, e] : ladders_) {
-    total += entry_bytes(e->costs, e->smoothed, e->order.size(), e->L.size() + e->P.size());
+    total += entry_bytes(e->costs, e->smoothed, e->order.size());
     if (e->layer * nkv + e->kv_head != keep) entries.push_back({used_[k], k});
   }
   if (total <= cache_limit_) return;
@@ -169,7 +168,7 @@ void Engine::trim_() {
   for (const auto& [t, k] : entries) {
     if (total <= cache_limit_) return;
     const auto& e = ladders_.at(k);
-    total -= entry_bytes(e->costs, e->smoothed, e->order.size(), e->L.size() + e->P.size());
+    total -= entry_bytes(e->costs, e->smoothed, e->order.size());
     ladders_.erase(k);
     used_.erase(k);
   }

@@ -63,9 +63,6 @@ struct Engine::LadderEntry {
   HeadNoiseModel fit;           // fit_head_noise (model/surrogate.hpp), the one convention
   DominanceReport dom;
   std::map<int, MatrixRMd> smoothed;  // kernel -> pooled costs
-  // Water-filling: L_i = ln(g_i(0)) / ln(beta) of the tokens with a_t > 0, decreasing, and
-  // their prefix sums P[k] = L_0 + ... + L_{k-1} (built on first use).
-  std::vector<double> L, P;
 };
 
 // The interior advantage of one head at one budget (pipeline/head.hpp head_interior), as the

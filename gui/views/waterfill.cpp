@@ -11,6 +11,7 @@
 #include "gui/engine_detail.hpp"
 #include "model/error.hpp"
 #include "model/quantizer.hpp"
+#include "solvers/waterfill.hpp"
 #include "scenarios/figures/tables_io.hpp"
 
 namespace tierlab::explorer {
@@ -129,52 +130,6 @@ std::string eviction_cut_text(const WaterfillNumbers& num, int T) {
 
 }  // namespace
 
-namespace {
-
-// Continuous reverse water-filling with one shared model (solvers/waterfill.hpp), in closed
-// form on the sorted L: with the level l = ln(theta) / ln(beta), b_i = clamp(L_i - l, 0, 16)
-// and f(l) = sum_i b_i = 16 n_sat + (P[n_act] - P[n_sat]) - l (n_act - n_sat), n_act =
-// #{L_i > l}, n_sat = #{L_i >= l + 16}, decreasing in l; l solves f(l) = N B by bisection
-// (each step O(log N)). theta = beta^l. When N B >= 16 * (tokens with a_t > 0) every weighted
-// token saturates (theta = 0); when every a_t = 0 the bits are spread evenly (theta = 0).
-struct WaterLevel {
-  double theta = 0, level = 0;
-  bool all_zero = false;
-  double weighted = 0;
-};
-
-}  // namespace
-
-static WaterLevel water_level_of(const std::vector<double>& L, const std::vector<double>& P, std::int64_t N, double B) {
-  WaterLevel w;
-  const std::int64_t n = static_cast<std::int64_t>(L.size());
-  w.weighted = static_cast<double>(n);
-  if (n == 0) {
-    w.all_zero = true;
-    return w;
-  }
-  const double target = static_cast<double>(N) * std::clamp(B, 0.0, 16.0);
-  if (target >= 16.0 * n) return w;  // saturated
-  auto count_gt = [&](double x) {  // #{L_i > x}, L decreasing
-    return static_cast<std::int64_t>(std::upper_bound(L.begin(), L.end(), x, [](double v, double e) { return v > e; }) - L.begin());
-  };
-  auto count_ge = [&](double x) {
-    return static_cast<std::int64_t>(std::lower_bound(L.begin(), L.end(), x, [](double e, double v) { return e > v; }) - L.begin());
-  };
-  auto f = [&](double l) {
-    const std::int64_t act = count_gt(l), sat = count_ge(l + 16.0);
-    return 16.0 * static_cast<double>(sat) + (P[static_cast<std::size_t>(act)] - P[static_cast<std::size_t>(sat)]) -
-           l * static_cast<double>(act - sat);
-  };
-  double lo = L.back() - 17.0, hi = L.front() + 1.0;  // f(lo) = 16 n >= target > 0 = f(hi)
-  for (int it = 0; it < 200 && hi - lo > 1e-13 * std::max(1.0, std::abs(lo) + std::abs(hi)); ++it) {
-    const double mid = 0.5 * (lo + hi);
-    (f(mid) > target ? lo : hi) = mid;
-  }
-  w.level = 0.5 * (lo + hi);
-  return w;
-}
-
 static std::string settings_key(const Settings& s) {
   return std::to_string(s.layer) + "." + std::to_string(s.kv_head) + "|" + s.ladder + "|" +
          std::string(to_string(s.rate_kind)) + "|" + std::string(to_string(s.solver)) + "|" +
@@ -186,7 +141,7 @@ static std::string settings_key(const Settings& s) {
 
 // Continuous reverse water-filling on the head's noise model: g_t(0) per token (a_t when the
 // model is not fitted), the water level theta (NaN when not fitted) and the continuous bits
-// b_t (none when not fitted). Builds e.L and e.P on first use.
+// b_t (none when not fitted), from the library's reverse water-filling.
 void Engine::waterfill_continuous_(LadderEntry& e, const Settings& s, int T, WaterfillNumbers& num,
                                    std::vector<double>& g0, std::vector<double>& cbits) {
   const VectorD& a = e.costs.weights.a;
@@ -195,27 +150,16 @@ void Engine::waterfill_continuous_(LadderEntry& e, const Settings& s, int T, Wat
     num.beta = e.fit.beta;
     const double k = e.fit.alpha * std::log(e.fit.beta);
     for (int t = 0; t < T; ++t) g0[static_cast<std::size_t>(t)] = a[t] * k;
-    if (e.L.empty() && e.P.empty()) {
-      const double lnb = std::log(e.fit.beta);
-      for (int t : e.order)
-        if (a[t] > 0) e.L.push_back(std::log(a[t] * k) / lnb);
-      e.P.assign(e.L.size() + 1, 0.0);
-      for (std::size_t i = 0; i < e.L.size(); ++i) e.P[i + 1] = e.P[i] + e.L[i];
-    }
-    WaterLevel wl = water_level_of(e.L, e.P, T, s.budget);
-    if (!wl.all_zero && static_cast<double>(T) * std::min(s.budget, 16.0) < 16.0 * wl.weighted)
-      wl.theta = std::exp(wl.level * std::log(e.fit.beta));
-    num.theta = wl.theta;
-    if (wl.theta > 0) {
-      cbits.resize(static_cast<std::size_t>(T));
-      const double lnb = std::log(e.fit.beta);
-      for (int t = 0; t < T; ++t) {
-        const double g = g0[static_cast<std::size_t>(t)];
-        cbits[static_cast<std::size_t>(t)] = g > 0 ? std::clamp(std::log(g) / lnb - wl.level, 0.0, 16.0) : 0.0;
-      }
-    } else {
-      for (int t = 0; t < T; ++t) cbits.push_back(a[t] > 0 || wl.all_zero ? std::min(s.budget * (wl.all_zero ? 1.0 : T / std::max(1.0, wl.weighted)), 16.0) : 0.0);
-    }
+    // The library's reverse water-filling (solvers/waterfill.hpp), the one implementation:
+    // weights a_t, the head's shared model, b_max = 16 bits.
+    WaterfillProblem wp;
+    wp.weights.assign(a.data(), a.data() + T);
+    wp.models = {DistortionModel{e.fit.alpha, e.fit.beta}};
+    wp.budget = std::clamp(s.budget, 0.0, 16.0);
+    wp.max_bits = 16.0;
+    ContinuousWaterfill c = waterfill_continuous(wp);
+    num.theta = c.theta;
+    cbits = std::move(c.bits);
   } else {
     num.theta = kNaN;
     for (int t = 0; t < T; ++t) g0[static_cast<std::size_t>(t)] = a[t];
