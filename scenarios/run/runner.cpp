@@ -1,5 +1,7 @@
 #include "scenarios/run/runner.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -678,6 +680,77 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
 
 }  // namespace
 
+namespace {
+
+// DIR/.lock held for a run (runner.hpp): exclusive for a whole run, shared for a shard. Waits
+// while another run holds it, polling every 100 ms so that the calling thread's cancel flag
+// stops the wait (interrupted(); model/cancel.hpp: Ctrl-C in a Python call). No signal handler
+// is installed for the wait: `tierlab run` interrupted while it waits simply ends (it holds
+// nothing yet), and a handler installed here could outlive a concurrent run's. A folder whose
+// file system has no locks (flock: ENOLCK, EOPNOTSUPP) is run without one, with a note.
+// Closing the descriptor (the destructor, or the process's end, killed or not) releases the
+// lock: a killed run never leaves the folder locked.
+class RunFolderLock {
+ public:
+  RunFolderLock(const RunOptions& opt, bool shared) {
+    make_directories(opt.out);
+    const std::string path = opt.out + "/.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
+    if (fd_ < 0) throw InputError("run: cannot open the lock file '" + path + "': " + std::strerror(errno) + ".");
+    const int op = (shared ? LOCK_SH : LOCK_EX) | LOCK_NB;
+    if (::flock(fd_, op) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        run_note(opt, "cannot lock '" + path + "' (" + std::strerror(errno) +
+                          "): running without the lock; another run into '" + opt.out + "' may compute the same cells.");
+        return;
+      }
+      run_note(opt, "waiting for the run of process " + holder() + " into '" + opt.out + "' (it holds '" + path +
+                        "'); this run goes on when it ends and skips the cells it finished.");
+      const std::atomic<bool>* cancel = current_cancel_flag();
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (cancel_requested(cancel)) {
+          interrupted_ = true;
+          return;
+        }
+        if (::flock(fd_, op) == 0) break;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+          throw InputError("run: cannot lock '" + path + "': " + std::strerror(errno) + ".");
+      }
+    }
+    // The holder's tag, for the message of the next run that waits.
+    const std::string tag = process_tag() + "\n";
+    if (::ftruncate(fd_, 0) == 0) {
+      const ssize_t written = ::pwrite(fd_, tag.data(), tag.size(), 0);
+      (void)written;  // only the message of a waiting run depends on it
+    }
+  }
+  ~RunFolderLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+  bool interrupted() const { return interrupted_; }
+
+ private:
+  // "<pid>@<host>" of the run holding the lock, as it wrote it ("unknown" before it has).
+  std::string holder() const {
+    char buf[300] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    std::string s = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '@' || c == '.' || c == '-' || c == '_';
+    });
+    return plain ? s : std::string("(unknown)");
+  }
+
+  int fd_ = -1;
+  bool interrupted_ = false;
+};
+
+}  // namespace
+
 SigintScope::SigintScope() : previous_int_(std::signal(SIGINT, on_sigint)), previous_term_(std::signal(SIGTERM, on_sigint)) {
   run_stop_flag().store(false);
   run_stop_signal().store(0);
@@ -717,6 +790,15 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
     const std::vector<int> shard = shard_assignment(sc, opt.shard.count);
     for (std::size_t i = 0; i < sc.cells.size(); ++i)
       if (shard[i] == opt.shard.index - 1) mine.push_back(i);
+  }
+  // One run into a folder at a time (shards side by side): a second run waits here, then plans
+  // and finds the cells the first one finished.
+  const RunFolderLock folder_lock(opt, /*shared=*/sharded);
+  if (folder_lock.interrupted()) {
+    RunResult stopped;
+    stopped.cells_total = static_cast<int>(sc.cells.size());
+    stopped.interrupted = true;
+    return stopped;
   }
   RunPlan plan = plan_run(sc, opt, sharded ? &mine : nullptr);
   RunResult res = plan.result;

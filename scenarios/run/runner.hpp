@@ -21,6 +21,15 @@
 // does not match) is named, moved aside to "<file>.invalid-<n>" and recomputed. Temporary files "*.tmp-<tag>" of killed runs under DIR are
 // removed at the start of a run.
 //
+// One run at a time computes into a folder: a run holds DIR/.lock (flock, with the holder's
+// "<pid>@<host>" written in it) from before it plans its cells until its tables are written. A
+// second run into the same folder (another process, or another thread: each run opens the file
+// itself, and flock locks belong to the open file) says once that it waits and for whom, waits
+// (Ctrl-C in a Python call stops the wait: interrupted, nothing computed; `tierlab run` simply
+// ends, holding nothing yet), then plans and finds the cells the first one finished. Shards of
+// one run (--shard) hold the lock shared, so they run side by side (they compute different
+// cells) while a whole run waits for them and they for it.
+//
 // A cell (one trace, all budgets B of the scenario) is what the scenario's analyses
 // (scenarios/analyses/analysis.hpp) compute from it, each under its own keys of the cell JSON
 // (the interior analysis: R2, budgets, dominated_share; the others: their name).
