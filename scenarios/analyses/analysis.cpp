@@ -1,6 +1,7 @@
 // The analysis registry (analysis.hpp): one line per analysis.
 #include "scenarios/analyses/analysis.hpp"
 
+#include "scenarios/analyses/claims.hpp"
 #include "scenarios/analyses/entropy_phase.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/analyses/mismatch.hpp"
@@ -24,6 +25,7 @@ const std::vector<AnalysisType>& analysis_types() {
       MismatchAnalysis::type(),      // mismatch
       ProxyAnalysis::type(),         // proxy (with methods)
       RdCurveAnalysis::type(),       // rd_curve
+      ClaimAnalysis::type(),         // claim; last: it reads the other analyses' tables
   };
   return types;
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "model/error.hpp"
+#include "scenarios/analyses/claims.hpp"
 #include "scenarios/run/atomic_file.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/figures/figures.hpp"
@@ -50,6 +51,26 @@ std::vector<std::string> default_scenarios() {
     if (e.is_regular_file() && e.path().extension() == ".yaml") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   if (files.empty()) throw InputError("run: the default scenario folder '" + dir.string() + "' holds no .yaml file.");
+  return files;
+}
+
+// A folder named on the command line stands for its *.yaml files, sorted
+// (`tierlab run scenarios/files/claims/`: the ledger of docs/claims.md).
+std::vector<std::string> expand_folders(const std::vector<std::string>& given) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const std::string& g : given) {
+    if (!fs::is_directory(g)) {
+      files.push_back(g);
+      continue;
+    }
+    std::vector<std::string> in;
+    for (const auto& e : fs::directory_iterator(g))
+      if (e.is_regular_file() && e.path().extension() == ".yaml") in.push_back(e.path().string());
+    if (in.empty()) throw InputError("run: the folder '" + g + "' holds no .yaml scenario file.");
+    std::sort(in.begin(), in.end());
+    files.insert(files.end(), in.begin(), in.end());
+  }
   return files;
 }
 
@@ -115,12 +136,13 @@ void run_command(const RunArgs& args) {
   if (!args.shard.empty()) shard = parse_shard(args.shard);
   if (args.complete && args.shard.empty()) throw InputError("run: --complete goes with --shard I/N; without --shard every cell is computed anyway.");
   if (args.scheduler_only && !mpi) throw InputError("run: --scheduler-only applies under mpirun only (this process was not started by an MPI launcher).");
-  const bool set = args.scenarios.size() != 1;
-  const std::vector<std::string> files = args.scenarios.empty() ? default_scenarios() : args.scenarios;
+  const std::vector<std::string> files = args.scenarios.empty() ? default_scenarios() : expand_folders(args.scenarios);
+  const bool set = args.scenarios.size() != 1 || files.size() != 1;
   const std::vector<Scenario> scenarios = load_all(files, mpi);
   const std::string parent = args.out.empty() ? "out" : args.out;
   std::string index = "# tierlab: summary of " + std::to_string(scenarios.size()) + " scenarios\n\n";
   bool all_tables = true;
+  std::vector<ClaimVerdict> claims;  // every scenario's claim rows (analyses/claims.hpp), one table on top
   const auto options_of = [&](const Scenario& sc) {
     RunOptions opt;
     opt.out = set ? parent + "/" + sc.name : (args.out.empty() ? "out/" + sc.name : args.out);
@@ -204,6 +226,7 @@ void run_command(const RunArgs& args) {
     for (const auto& fault : figures.layout) std::printf("figure layout, %s\n", fault.c_str());
     std::printf("summary: %s/summary.md\n", opt.out.c_str());
     std::fflush(stdout);
+    for (ClaimVerdict& v : read_claim_rows(opt.out)) claims.push_back(std::move(v));
     // The index: each scenario's summary with its headings pushed one level down.
     std::istringstream summary(slurp(opt.out + "/summary.md"));
     std::string line;
@@ -215,6 +238,11 @@ void run_command(const RunArgs& args) {
     index += "\n";
   }
   if (set && root && all_tables) {
+    if (!claims.empty()) {  // the ledger first: every claim row of these scenarios in one table
+      const std::size_t after_title = index.find("\n\n") + 2;
+      index.insert(after_title, "## Claims of the reference papers (docs/claims.md)\n\nEach row is computed from its "
+                                "scenario's tables (DIR/tables/claims.json).\n\n" + claims_table(claims) + "\n");
+    }
     write_file_atomically(parent + "/summary.md", index);
     std::printf("\nall %zu scenarios done; the combined summary: %s/summary.md\n", scenarios.size(), parent.c_str());
   }

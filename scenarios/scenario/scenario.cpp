@@ -355,7 +355,7 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   s.file = file_name;
   {
     nlohmann::json settings = canonical_json(root);
-    for (const char* k : {"name", "description", "traces", "figures"}) settings.erase(k);  // figures: drawing only
+    for (const char* k : {"name", "description", "traces", "figures", "claim"}) settings.erase(k);  // figures: drawing only; claim: the ledger's words (analyses/claims.hpp)
     s.settings_json = settings.dump();
   }
   const std::filesystem::path base = std::filesystem::path(file_name).parent_path();

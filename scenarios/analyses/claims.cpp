@@ -1,0 +1,604 @@
+// The ledger of the reference papers' claims (claims.hpp).
+#include "scenarios/analyses/claims.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "model/error.hpp"
+#include "model/safetensors.hpp"
+#include "model/text.hpp"
+#include "scenarios/analyses/interior_verdict.hpp"
+#include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/csv.hpp"
+#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/scenario/scenario.hpp"
+#include "scenarios/scenario/yaml_reader.hpp"
+
+namespace tierlab {
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string f2(double v) { return format_or_nan(v, "%.2f", "-"); }
+std::string f3(double v) { return format_or_nan(v, "%.3f", "-"); }
+std::string pct(double v) { return format_or_nan(100.0 * v, "%.0f%%", "-"); }
+
+// A JSON number that may be null (NaN in the tables).
+double num(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return kNaN;
+  return j[key].get<double>();
+}
+
+nlohmann::json read_table(const std::string& tables_dir, const std::string& name, const ClaimSpec& c) {
+  const std::string path = tables_dir + "/" + name;
+  if (!std::filesystem::exists(path))
+    throw InputError(c.where + ": claim '" + c.id + "' is measured from " + name + ", which this run did not write (" +
+                     path + ").");
+  return nlohmann::json::parse(read_regular_file(path, "table"));
+}
+
+std::string budgets_text(const std::vector<double>& b) {
+  std::vector<std::string> s;
+  for (double x : b) s.push_back(format_number(x));
+  return join(s);
+}
+
+// The settings every verdict of a scenario depends on.
+std::string common_settings(const Scenario& sc) {
+  return "rate convention " + std::string(sc.rate_kind == RateKind::Code ? "code" : "total") + " bits; ladder `" +
+         sc.ladder.name() + "`; " + std::to_string(sc.cells.size()) + " cells";
+}
+
+// Wilson score interval (95%) of k successes of n.
+std::pair<double, double> wilson(double k, double n) {
+  if (n <= 0) return {kNaN, kNaN};
+  const double z = 1.959964, p = k / n, d = 1 + z * z / n;
+  const double c = (p + z * z / (2 * n)) / d, h = z * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d;
+  return {std::max(0.0, c - h), std::min(1.0, c + h)};
+}
+
+std::string cluster_of(const nlohmann::json& c) {
+  const std::string who = c.contains("preset") && c["preset"].is_string() ? c["preset"].get<std::string>()
+                                                                          : c.value("source", std::string("cell"));
+  return who + "/s" + std::to_string(c.value("seed", std::uint64_t{0}));
+}
+
+// Median of xs over cells with a 95% percentile interval from resampling whole clusters.
+struct MedianCI {
+  double median = kNaN, lo = kNaN, hi = kNaN;
+  std::size_t n = 0, clusters = 0;
+};
+MedianCI cluster_median(const std::vector<double>& xs, const std::vector<std::string>& groups, std::uint64_t seed,
+                        int resamples) {
+  MedianCI r;
+  std::map<std::string, std::vector<double>> by;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (std::isfinite(xs[i])) by[groups[i]].push_back(xs[i]);
+  std::vector<std::vector<double>> cl;
+  for (auto& [k, v] : by) cl.push_back(v), r.n += v.size();
+  r.clusters = cl.size();
+  if (cl.empty()) return r;
+  std::vector<double> all;
+  for (const auto& v : cl) all.insert(all.end(), v.begin(), v.end());
+  r.median = quantile_or_nan(all, 0.5);
+  if (cl.size() < kMinClustersForRho) return r;  // the same rule as rho: no interval under 5 clusters
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::size_t> pick(0, cl.size() - 1);
+  std::vector<double> meds;
+  for (int b = 0; b < resamples; ++b) {
+    std::vector<double> s;
+    for (std::size_t i = 0; i < cl.size(); ++i) {
+      const auto& v = cl[pick(rng)];
+      s.insert(s.end(), v.begin(), v.end());
+    }
+    meds.push_back(quantile_or_nan(s, 0.5));
+  }
+  r.lo = quantile_or_nan(meds, 0.025), r.hi = quantile_or_nan(meds, 0.975);
+  return r;
+}
+
+std::size_t budget_index(const Scenario& sc, double B) {
+  for (std::size_t i = 0; i < sc.budgets.size(); ++i)
+    if (sc.budgets[i] == B) return i;
+  return 0;
+}
+
+// (a) rho(dominated share, primary summary) with its cluster-bootstrap interval: interior.json,
+// judged by interior_verdict's rules (rho_standing, rho_verdict).
+void claim_a(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "interior.json", v.spec);
+  RhoEvidence e;
+  e.cells = t.value("n_cells", std::size_t{0});
+  e.clusters = t.value("clusters", std::size_t{0});
+  e.rho = num(t, "rho"), e.lo = num(t, "ci_lo"), e.hi = num(t, "ci_hi");
+  const double B = num(t, "primary_budget");
+  for (const auto& q : t["q_feasible"])
+    if (num(q, "budget") == B && !q.value("feasible", true)) {
+      QFeasibility f;
+      f.heads = q.value("heads", 0), f.heads_infeasible = q.value("heads_infeasible", 0);
+      f.cells = static_cast<int>(e.cells), f.cells_model_infeasible = q.value("cells_model_infeasible", 0);
+      e.withheld = f.reason(sc.ladder.name(), B, sc.rate_kind == RateKind::Code ? "code" : "total");
+    }
+  std::set<double> shares;
+  for (const auto& p : t["points"]) shares.insert(num(p, "dominated_share"));
+  e.share_constant = shares.size() == 1;
+  if (e.share_constant) e.share = *shares.begin();
+  const double within = num(t, "rho_within_model"), seed_level = num(t, "rho_seed_level");
+  v.measured = "rho = " + f2(e.rho) + " [" + f2(e.lo) + ", " + f2(e.hi) + "] (" + std::to_string(e.cells) + " cells, " +
+               std::to_string(e.clusters) + " clusters); within-model " + f2(within) + ", seed-level " + f2(seed_level);
+  v.depends_on = common_settings(sc) + "; B = " + format_number(B) + "; cell summary " +
+                 t.value("primary_aggregation", std::string()) + "; queries " + t.value("queries", std::string()) +
+                 "; the sensitivity rows of this run's tables/sensitivity.csv";
+  const std::string verdict = rho_verdict(e);
+  if (rho_standing(e) != RhoStanding::Interval) {
+    v.standing = ClaimStanding::NotTestable, v.why = rho_statement(e);
+  } else if (!e.withheld.empty() || e.share_constant || !std::isfinite(e.lo) || !std::isfinite(e.hi)) {
+    v.standing = ClaimStanding::NotTestable, v.why = "the relation " + verdict;
+  } else if (e.hi < 0) {
+    const bool size = e.lo <= kPaperRho && kPaperRho <= e.hi;
+    v.standing = size ? ClaimStanding::Reproduced : ClaimStanding::Partly;
+    v.why = size ? "the relation " + verdict
+                 : "the sign holds (interval below 0), the size does not: " + paper_comparison(e.lo, e.hi);
+  } else if (e.lo <= kPaperRho && kPaperRho <= e.hi) {
+    v.standing = ClaimStanding::NotTestable;
+    v.why = "inconclusive at this size: the interval contains both 0 and the paper's -0.978 (more clusters needed)";
+  } else {
+    v.standing = ClaimStanding::Refuted, v.why = "the relation " + verdict;
+  }
+}
+
+// (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
+// (interior_verdict's context_trends, per preset).
+void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
+  const std::size_t bi = budget_index(sc, sc.primary_budget);
+  const std::vector<ContextTrend> trends = context_trends(sc, cells, bi);
+  // Both measures toward / away, the continuous one only (no head changes winner), or disagreeing.
+  std::vector<std::string> toward, cont_toward, away, cont_away, disagree, parts;
+  for (const ContextTrend& t : trends) {
+    if (t.preset == "(pooled)") continue;
+    parts.push_back(t.preset + " T " + std::to_string(t.T0) + "->" + std::to_string(t.T1) + ": E wins " +
+                    pct(t.e_share0) + "->" + pct(t.e_share1) + ", err(E*)/err(M*) " + f2(t.ratio0) + "->" + f2(t.ratio1));
+    if (t.direction == "toward eviction") toward.push_back(t.preset);
+    else if (t.direction == "away from eviction") away.push_back(t.preset);
+    else if (t.direction.find("moves toward") != std::string::npos) cont_toward.push_back(t.preset);
+    else if (t.direction.find("moves away") != std::string::npos) cont_away.push_back(t.preset);
+    else disagree.push_back(t.preset);
+  }
+  v.measured = parts.empty() ? "no preset has two context lengths"
+                             : join(parts, "; ") + " (E's share of heads won; median over cells of err(E*)/err(M*), "
+                                                   "falling = toward eviction; no interval)";
+  v.depends_on = common_settings(sc) + "; B = " + format_number(sc.primary_budget) +
+                 "; 'toward' by both the discrete (E's share of wins) and the continuous (err(E*)/err(M*)) measure; "
+                 "one preset's generator at its own sharpness, context length the only thing varied";
+  const auto list = [](const std::vector<std::string>& x) { return x.empty() ? std::string("none") : join(x); };
+  const std::string detail = "toward eviction by both measures: " + list(toward) + "; by err(E*)/err(M*) only: " +
+                             list(cont_toward) + "; away by both: " + list(away) + "; away by err(E*)/err(M*) only (no head changes winner): " +
+                             list(cont_away) + "; the two measures disagree: " + list(disagree);
+  const std::size_t n = toward.size() + cont_toward.size() + away.size() + cont_away.size() + disagree.size();
+  if (n == 0) {
+    v.standing = ClaimStanding::NotTestable, v.why = "the scenario needs at least two context lengths per preset";
+  } else if (toward.size() == n) {
+    v.standing = ClaimStanding::Reproduced, v.why = "every preset moves toward eviction by both measures";
+  } else if (!toward.empty() || !cont_toward.empty()) {
+    v.standing = ClaimStanding::Partly, v.why = detail;
+  } else if (!away.empty() || !cont_away.empty()) {
+    v.standing = ClaimStanding::Refuted, v.why = "no preset moves toward eviction by both measures; " + detail;
+  } else {
+    v.standing = ClaimStanding::NotTestable, v.why = detail;
+  }
+}
+
+// (m) the joint allocation (M*, routed model-wide) against eviction only (E) and quantization
+// only (Q) at the same measured rate: per budget, the median over cells of A_model with a
+// cluster-bootstrap interval (cells JSON A_routed, as cells.csv), where Q exists.
+void claim_m(const Scenario& sc, const std::vector<nlohmann::json>& cells, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "interior.json", v.spec);
+  std::vector<std::string> parts, pos, neg, other, infeasible;
+  for (std::size_t bi = 0; bi < sc.budgets.size(); ++bi) {
+    const double B = sc.budgets[bi];
+    bool feasible = true;
+    for (const auto& q : t["q_feasible"])
+      if (num(q, "budget") == B) feasible = q.value("feasible", true);
+    const std::string b = "B = " + format_number(B);
+    if (!feasible) {
+      infeasible.push_back(b);
+      continue;
+    }
+    std::vector<double> xs;
+    std::vector<std::string> groups;
+    int wins_M = 0, heads = 0;
+    for (const auto& c : cells) {
+      const auto& bb = c["budgets"][bi];
+      xs.push_back(num(bb, "A_routed"));
+      groups.push_back(cluster_of(c));
+      wins_M += bb["wins"].value("M", 0);
+      heads += bb["wins"].value("M", 0) + bb["wins"].value("Q", 0) + bb["wins"].value("E", 0);
+    }
+    const MedianCI m = cluster_median(xs, groups, sc.seed, sc.bootstrap);
+    parts.push_back(b + ": median A_model " + f2(m.median) + " [" + f2(m.lo) + ", " + f2(m.hi) + "], M* wins " +
+                    std::to_string(wins_M) + " of " + std::to_string(heads) + " heads");
+    if (m.lo > 0) pos.push_back(b);
+    else if (m.hi < 0) neg.push_back(b);
+    else other.push_back(b);
+  }
+  v.measured = (parts.empty() ? std::string("no budget where Q exists") : join(parts, "; ")) + " (" +
+               std::to_string(cells.size()) + " cells; A_model = 1 - err(routed)/min(err(Q pooled), err(E pooled)))";
+  v.depends_on = common_settings(sc) + "; budgets " + budgets_text(sc.budgets) +
+                 (infeasible.empty() ? "" : "; Q infeasible at " + join(infeasible) + " (no verdict there)") +
+                 "; per token only (the per-key-channel allocation of RDKV is not a family here)";
+  const std::string scope = "; the per-key-channel part is not tested here";
+  if (parts.empty()) {
+    v.standing = ClaimStanding::NotTestable, v.why = "Q does not exist at any budget of the ladder";
+  } else if (pos.size() == parts.size()) {
+    v.standing = ClaimStanding::Partly, v.why = "per token reproduced: the joint allocation beats both at every budget (interval above 0)" + scope;
+  } else if (!pos.empty()) {
+    v.standing = ClaimStanding::Partly,
+    v.why = "per token the joint allocation beats both at " + join(pos) + " only (not at " + join(neg) +
+            (neg.empty() || other.empty() ? "" : ", ") + join(other) + ")" + scope;
+  } else if (!neg.empty()) {
+    v.standing = ClaimStanding::Refuted, v.why = "a uniform endpoint beats the joint allocation at " + join(neg);
+  } else {
+    v.standing = ClaimStanding::NotTestable, v.why = "inconclusive: every interval contains 0 (or fewer than 5 clusters: no interval)";
+  }
+}
+
+// (d) staleness.json: the allocation goes stale (median err_stale/err_fresh >= kStaleRatio at a
+// step <= kStaleWithinSteps) while the family stays (same family as after prefill at the last
+// step, share >= kStableFamilyShare; kappa with its interval beside).
+void claim_d(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "staleness.json", v.spec);
+  const auto& rows = t["rows"];
+  if (rows.empty()) {
+    v.standing = ClaimStanding::NotTestable, v.why = "no decode step was scored";
+    return;
+  }
+  int stale_at = 0;
+  double stale_ratio = kNaN;
+  for (const auto& r : rows) {
+    const int s = r.value("step", 0);
+    if (s > kStaleWithinSteps) break;
+    if (num(r, "median_ratio") >= kStaleRatio) {
+      stale_at = s, stale_ratio = num(r, "median_ratio");
+      break;
+    }
+  }
+  const auto& last = rows.back();
+  const int S = last.value("step", 0);
+  const double same = num(last, "share_same_family"), k = num(last, "kappa"), klo = num(last, "kappa_lo"), khi = num(last, "kappa_hi");
+  std::string early;
+  for (const auto& r : rows)
+    if (r.value("step", 0) <= kStaleWithinSteps && r.value("step", 0) > 1)
+      early += (early.empty() ? "" : ", ") + ("s = " + std::to_string(r.value("step", 0)) + ": " + f2(num(r, "median_ratio")));
+  v.measured = "median err_stale/err_fresh " + early + "; at s = " + std::to_string(S) + ": " + f2(num(last, "median_ratio")) +
+               "; same family as after prefill at s = " + std::to_string(S) + ": " + pct(same) + ", kappa " + f2(k) + " [" +
+               f2(klo) + ", " + f2(khi) + "] (" + std::to_string(last.value("heads", 0)) + " heads)";
+  const std::string W = t.contains("window") ? (t["window"].is_string() ? t["window"].get<std::string>() : t["window"].dump()) : "?";
+  v.depends_on = common_settings(sc) + "; B = " + format_number(num(t, "budget")) + "; decision window W = " + (W == "trace" ? std::string("the trace's observation window") : W) +
+                 " (tables/staleness_windows.csv has the others); horizon k = " + format_number(num(t, "horizon")) +
+                 "; steps up to " + std::to_string(S) + " (the paper: 4,096); thresholds: stale when the median ratio >= " +
+                 format_number(kStaleRatio) + " by s = " + std::to_string(kStaleWithinSteps) + ", stable when >= " +
+                 pct(kStableFamilyShare) + " keep their family";
+  const bool stale = stale_at > 0, stable = same >= kStableFamilyShare;
+  const std::string chance = std::isfinite(klo) && klo > 0 ? "above chance" : "not above chance (kappa's interval reaches 0)";
+  const std::string stale_text = stale ? "the allocation goes stale by s = " + std::to_string(stale_at) + " (ratio " + f2(stale_ratio) + ")"
+                                       : "the allocation does not go stale within " + std::to_string(kStaleWithinSteps) + " steps";
+  const std::string stable_text = (stable ? "the family is kept by " : "the family is kept by only ") + pct(same) +
+                                  " of heads at s = " + std::to_string(S) + ", " + chance;
+  v.why = stale_text + "; " + stable_text;
+  v.standing = stale && stable ? ClaimStanding::Reproduced : stale || stable ? ClaimStanding::Partly : ClaimStanding::Refuted;
+}
+
+// (h) smoothing.json, family M: span truncation rate from raw scores vs the best smoothed
+// variant, per budget, with Wilson intervals over spans.
+void claim_h(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "smoothing.json", v.spec);
+  struct Rate { double k = 0, n = 0; std::string variant; };
+  std::map<double, Rate> raw, best;
+  for (const auto& r : t["rows"]) {
+    if (r.value("family", std::string()) != "M") continue;
+    const double B = num(r, "budget");
+    Rate x{num(r, "truncated"), num(r, "spans"), r.value("variant", std::string())};
+    if (r.value("kernel", 0) == 1) raw[B] = x;
+    else if (!best.count(B) || x.k / x.n < best[B].k / best[B].n) best[B] = x;
+  }
+  std::vector<std::string> parts, most, notmost;
+  for (const auto& [B, r] : raw) {
+    if (!best.count(B) || r.n <= 0) continue;
+    const Rate& s = best[B];
+    const auto [rl, rh] = wilson(r.k, r.n);
+    const auto [sl, sh] = wilson(s.k, s.n);
+    const std::string b = "B = " + format_number(B);
+    parts.push_back(b + ": raw " + pct(r.k / r.n) + " [" + pct(rl) + ", " + pct(rh) + "] -> " + s.variant + " " +
+                    pct(s.k / s.n) + " [" + pct(sl) + ", " + pct(sh) + "] of " + format_number(r.n) + " spans");
+    if (r.k > 0 && s.k / s.n <= kSmoothingRemovesMost * r.k / r.n) most.push_back(b);
+    else if (r.k > 0) notmost.push_back(b);
+  }
+  v.measured = parts.empty() ? "no planted span" : join(parts, "; ") + " (M*, truncated spans; Wilson 95%)";
+  v.depends_on = common_settings(sc) + "; smoothing budgets, kernels and pooling of the file; padding " +
+                 t.value("padding", std::string()) + "; synthetic planted spans (retrieval heads), not answers of a task";
+  const std::string scope = "; \"fails mainly by truncation\" is not measured here (no end task on synthetic traces)";
+  if (most.empty() && notmost.empty()) {
+    v.standing = ClaimStanding::NotTestable, v.why = "raw scores truncate no span at any budget";
+  } else if (notmost.empty()) {
+    v.standing = ClaimStanding::Partly, v.why = "smoothing removes most truncation (to <= half) at every budget" + scope;
+  } else if (!most.empty()) {
+    v.standing = ClaimStanding::Partly, v.why = "smoothing removes most truncation at " + join(most) + ", not at " + join(notmost) + scope;
+  } else {
+    v.standing = ClaimStanding::Refuted, v.why = "no smoothed variant halves the truncation rate at " + join(notmost);
+  }
+}
+
+// (j) mismatch_beta.json: the fitted beta per quantizer (median and quartiles over heads).
+void claim_j(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "mismatch_beta.json", v.spec);
+  std::vector<std::string> parts, outside;
+  double lo_med = 1e300, hi_med = -1e300;
+  std::vector<std::pair<double, double>> iqr;
+  for (const auto& r : t["rows"]) {
+    const std::string q = r.value("quantizer", std::string());
+    const double m = num(r, "beta_median"), a = num(r, "beta_q25"), b = num(r, "beta_q75");
+    parts.push_back(q + " " + f2(m) + " [" + f2(a) + ", " + f2(b) + "]");
+    lo_med = std::min(lo_med, m), hi_med = std::max(hi_med, m);
+    iqr.push_back({a, b});
+    if (m < kPaperBetaLo || m > kPaperBetaHi) outside.push_back(q);
+  }
+  bool differs = false;  // two quantizers whose interquartile ranges do not overlap
+  for (std::size_t i = 0; i < iqr.size(); ++i)
+    for (std::size_t k = i + 1; k < iqr.size(); ++k)
+      differs = differs || iqr[i].second < iqr[k].first || iqr[k].second < iqr[i].first;
+  v.measured = "beta median [quartiles] over heads: " + join(parts, "; ") + " (range of medians " + f2(lo_med) + "-" + f2(hi_med) + ")";
+  v.depends_on = common_settings(sc) + "; bits fitted " + t["bits"].dump() + "; beta fitted per head to the logit noise n(b) = alpha beta^-b";
+  if (parts.empty()) {
+    v.standing = ClaimStanding::NotTestable, v.why = "no quantizer was fitted";
+  } else if (differs && outside.empty()) {
+    v.standing = ClaimStanding::Reproduced, v.why = "beta differs across designs (quartiles apart) and every median lies in the paper's 3.6-5.3";
+  } else if (differs) {
+    v.standing = ClaimStanding::Partly, v.why = "beta differs across designs, but the medians of " + join(outside) + " lie outside the paper's 3.6-5.3";
+  } else {
+    v.standing = ClaimStanding::Refuted, v.why = "the quartiles of every quantizer's beta overlap: no difference across designs";
+  }
+}
+
+// (k), (l) mismatch.json: per budget x actual quantizer Y x model X, the mean recomputed error's
+// ratio to uniform Y and to matched (X = Y).
+void claim_kl(const Scenario& sc, const std::string& dir, ClaimVerdict& v, bool k) {
+  const nlohmann::json t = read_table(dir, "mismatch.json", v.spec);
+  std::set<std::string> quantizers;
+  for (const auto& r : t["rows"])
+    if (r.value("matched", false)) quantizers.insert(r.value("actual", std::string()));
+  int mism = 0, worse_uniform = 0, worse_matched = 0, matched_worse_uniform = 0;
+  std::vector<double> ratios;
+  std::map<double, std::vector<std::string>> matched_text;
+  int matched_n = 0, matched_better = 0, measured_n = 0, measured_better = 0;
+  for (const auto& r : t["rows"]) {
+    const std::string X = r.value("model", std::string()), Y = r.value("actual", std::string());
+    const double B = num(r, "budget"), ru = num(r, "ratio_to_uniform"), rm = num(r, "ratio_to_matched");
+    if (quantizers.count(X) && X != Y) {
+      ++mism, ratios.push_back(ru);
+      worse_uniform += ru > 1, worse_matched += rm > 1;
+    }
+    if (X == Y) matched_text[B].push_back(Y + " " + f3(ru)), ++matched_n, matched_better += ru < 1, matched_worse_uniform += ru > 1;
+    if (X == "measured") ++measured_n, measured_better += ru < 1;
+  }
+  const std::string common = common_settings(sc) + "; budgets (mean bits per head) " + t["budgets"].dump() +
+                             "; " + std::to_string(sc.cells.size()) + " cells, means over their heads (no interval)";
+  if (k) {
+    v.measured = std::to_string(worse_uniform) + " of " + std::to_string(mism) + " mismatched (model X != quantizer Y) allocations are worse than uniform Y (median ratio " +
+                 f3(quantile_or_nan(ratios, 0.5)) + "); " + std::to_string(worse_matched) + " of " + std::to_string(mism) + " worse than the matched allocation";
+    v.depends_on = common + "; the inversion of the allocation order is not in the tables yet";
+    if (mism == 0) {
+      v.standing = ClaimStanding::NotTestable, v.why = "the scenario has fewer than two quantizers";
+    } else if (2 * worse_uniform <= mism) {
+      v.standing = ClaimStanding::Refuted, v.why = "most mismatched allocations are no worse than uniform";
+    } else if (2 * worse_matched > mism && 2 * matched_worse_uniform <= matched_n) {
+      v.standing = ClaimStanding::Partly,
+      v.why = "mismatch is worse than uniform and than matched; the inversion of the allocation order is not measured here";
+    } else if (2 * worse_matched > mism) {
+      v.standing = ClaimStanding::Partly,
+      v.why = "mismatched allocations are worse than uniform, but so is the matched allocation in " + std::to_string(matched_worse_uniform) +
+              " of " + std::to_string(matched_n) + " cases: the loss to uniform is mostly not the mismatch's doing; the inversion of the allocation order is not measured here";
+    } else {
+      v.standing = ClaimStanding::Partly,
+      v.why = "mismatched allocations are worse than uniform, but mostly no worse than the matched one: here the per-head allocation itself loses to uniform, not the mismatch";
+    }
+    return;
+  }
+  std::vector<std::string> parts;
+  for (const auto& [B, s] : matched_text) parts.push_back("B = " + format_number(B) + ": " + join(s));
+  v.measured = "matched (per-quantizer fitted model) error / uniform: " + join(parts, "; ") + "; " + std::to_string(matched_better) +
+               " of " + std::to_string(matched_n) + " below 1; with the measured noise instead of the fit: " +
+               std::to_string(measured_better) + " of " + std::to_string(measured_n) + " below 1";
+  v.depends_on = common + "; the paper's 2.5 average bits is not a budget here (mismatch budgets are whole bits)";
+  if (matched_n == 0) {
+    v.standing = ClaimStanding::NotTestable, v.why = "no matched allocation in the tables";
+  } else if (matched_better == matched_n) {
+    v.standing = ClaimStanding::Reproduced, v.why = "calibrated allocation beats uniform for every quantizer and budget";
+  } else if (matched_better > 0 || measured_better > 0) {
+    v.standing = ClaimStanding::Partly,
+    v.why = "the fitted-model allocation beats uniform in " + std::to_string(matched_better) + " of " + std::to_string(matched_n) +
+            " cases, the measured-noise allocation in " + std::to_string(measured_better) + " of " + std::to_string(measured_n);
+  } else {
+    v.standing = ClaimStanding::Refuted, v.why = "no calibrated allocation beats uniform";
+  }
+}
+
+std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+  const YAML::Node node = root["claim"];
+  if (!node) return nullptr;
+  std::vector<YAML::Node> maps;
+  if (node.IsSequence()) {
+    if (node.size() == 0) c.fail(node, "key 'claim' is an empty list; give one mapping per claim.");
+    for (const auto& m : node) maps.push_back(m);
+  } else {
+    maps.push_back(node);
+  }
+  std::vector<ClaimSpec> out;
+  std::set<std::string> seen;
+  for (const YAML::Node& m : maps) {
+    if (!m.IsMap()) c.fail(m, "key 'claim' must be a mapping of id, claim, source and paper (or a list of them).");
+    c.keys(m, "claim", {"id", "claim", "source", "paper"});
+    ClaimSpec spec;
+    spec.where = c.at(m);
+    for (const char* k : {"id", "claim", "source", "paper"})
+      if (!m[k]) {
+        const std::string what = std::string(k) == "claim"    ? "the claim in one sentence"
+                                 : std::string(k) == "source" ? "the paper it comes from"
+                                 : std::string(k) == "paper"  ? "the paper's number, as the paper states it"
+                                                              : "a letter a to q (docs/claims.md)";
+        c.fail(m, "key 'claim' needs the key 'claim." + std::string(k) + "' (" + what + ").");
+      }
+    spec.id = c.str(m["id"], "claim.id");
+    if (spec.id.size() != 1 || spec.id[0] < 'a' || spec.id[0] > 'q')
+      c.fail(m["id"], "key 'claim.id' is '" + spec.id + "'; the claims are a to q (docs/claims.md).");
+    spec.claim = c.str(m["claim"], "claim.claim");
+    spec.source = c.str(m["source"], "claim.source");
+    spec.paper = c.str(m["paper"], "claim.paper");
+    if (spec.claim.empty()) c.fail(m["claim"], "key 'claim.claim' is empty; state the claim in one sentence.");
+    if (!seen.insert(spec.id).second) c.fail(m["id"], "key 'claim.id': claim '" + spec.id + "' is given twice.");
+    const auto& ms = claim_measures();
+    const auto it = std::find_if(ms.begin(), ms.end(), [&](const ClaimMeasure& x) { return x.id == spec.id; });
+    if (it == ms.end()) {
+      std::vector<std::string> ids;
+      for (const auto& x : ms) ids.push_back(x.id);
+      c.fail(m["id"], "key 'claim.id': claim '" + spec.id + "' has no measurement in tierlab yet (docs/claims.md says why); the claims measured are " + join(ids) + ".");
+    }
+    if (it->analysis != "interior" &&
+        std::none_of(s.analyses.begin(), s.analyses.end(), [&](const auto& a) { return a->name() == it->analysis; }))
+      c.fail(m["id"], "key 'claim.id': claim '" + spec.id + "' is measured by the " + it->analysis +
+                          " analysis; add the key '" + it->analysis + "' to the scenario.");
+    out.push_back(spec);
+  }
+  return std::make_shared<ClaimAnalysis>(std::move(out));
+}
+
+std::vector<NamedFigure> no_figures(const std::string&) { return {}; }
+
+std::string cell(std::string s) {  // a markdown table cell: no '|' or line end
+  for (char& ch : s)
+    if (ch == '|') ch = '/';
+    else if (ch == '\n') ch = ' ';
+  return s;
+}
+
+}  // namespace
+
+std::string_view to_string(ClaimStanding s) {
+  switch (s) {
+    case ClaimStanding::Reproduced: return "reproduced";
+    case ClaimStanding::Partly: return "partly";
+    case ClaimStanding::Refuted: return "refuted";
+    case ClaimStanding::NotTestable: return "not testable here";
+  }
+  return "?";
+}
+
+nlohmann::json ClaimVerdict::to_json() const {
+  return {{"id", spec.id},         {"claim", spec.claim},     {"source", spec.source},
+          {"paper", spec.paper},   {"scenario", scenario},    {"measured", measured},
+          {"verdict", std::string(to_string(standing))},      {"why", why},
+          {"depends_on", depends_on}};
+}
+
+ClaimVerdict ClaimVerdict::from_json(const nlohmann::json& j) {
+  ClaimVerdict v;
+  v.spec.id = j.value("id", ""), v.spec.claim = j.value("claim", ""), v.spec.source = j.value("source", "");
+  v.spec.paper = j.value("paper", ""), v.scenario = j.value("scenario", ""), v.measured = j.value("measured", "");
+  v.why = j.value("why", ""), v.depends_on = j.value("depends_on", "");
+  const std::string w = j.value("verdict", "");
+  for (ClaimStanding s : {ClaimStanding::Reproduced, ClaimStanding::Partly, ClaimStanding::Refuted, ClaimStanding::NotTestable})
+    if (to_string(s) == w) v.standing = s;
+  return v;
+}
+
+const std::vector<ClaimMeasure>& claim_measures() {
+  static const std::vector<ClaimMeasure> m = {
+      {"a", "interior", "rho(dominated share, the primary cell summary) with its cluster-bootstrap interval"},
+      {"c", "interior", "E's share of wins and err(E*)/err(M*) from the shortest to the longest context, per preset"},
+      {"d", "staleness", "err_stale/err_fresh in the first steps; family kept at the last step, with kappa"},
+      {"h", "smoothing", "span truncation rate of M*, raw vs the best smoothed scores, per budget"},
+      {"j", "mismatch", "fitted beta per quantizer (median and quartiles over heads)"},
+      {"k", "mismatch", "mismatched allocations vs uniform and vs matched"},
+      {"l", "mismatch", "matched (calibrated) allocations vs uniform"},
+      {"m", "interior", "A_model of the joint allocation vs pooled E and Q per budget, cluster-bootstrap interval"},
+  };
+  return m;
+}
+
+std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<nlohmann::json>& cells,
+                                          const std::string& dir) {
+  std::vector<ClaimVerdict> rows;
+  const ClaimAnalysis* a = sc.find<ClaimAnalysis>();
+  if (!a) return rows;
+  for (const ClaimSpec& spec : a->claims) {
+    ClaimVerdict v;
+    v.spec = spec;
+    v.scenario = sc.file;
+    if (spec.id == "a") claim_a(sc, dir, v);
+    else if (spec.id == "c") claim_c(sc, cells, v);
+    else if (spec.id == "d") claim_d(sc, dir, v);
+    else if (spec.id == "h") claim_h(sc, dir, v);
+    else if (spec.id == "j") claim_j(sc, dir, v);
+    else if (spec.id == "k") claim_kl(sc, dir, v, true);
+    else if (spec.id == "l") claim_kl(sc, dir, v, false);
+    else if (spec.id == "m") claim_m(sc, cells, dir, v);
+    rows.push_back(v);
+  }
+  return rows;
+}
+
+std::string claims_table(std::vector<ClaimVerdict> rows) {
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.spec.id < y.spec.id; });
+  std::ostringstream s;
+  s << "| claim | the paper | tierlab | verdict | scenario |\n|---|---|---|---|---|\n";
+  for (const auto& v : rows)
+    s << "| (" << v.spec.id << ") " << cell(v.spec.claim) << " (" << cell(v.spec.source) << ") | " << cell(v.spec.paper)
+      << " | " << cell(v.measured) << " | **" << to_string(v.standing) << "**: " << cell(v.why) << " | `"
+      << cell(v.scenario) << "` |\n";
+  s << "\nWhat each verdict depends on:\n\n";
+  for (const auto& v : rows) s << "- (" << v.spec.id << ") " << v.depends_on << ".\n";
+  return s.str();
+}
+
+std::vector<ClaimVerdict> read_claim_rows(const std::string& run_dir) {
+  std::vector<ClaimVerdict> rows;
+  const std::string path = run_dir + "/tables/claims.json";
+  if (!std::filesystem::exists(path)) return rows;
+  const nlohmann::json t = nlohmann::json::parse(read_regular_file(path, "table"));
+  for (const auto& j : t["rows"]) rows.push_back(ClaimVerdict::from_json(j));
+  return rows;
+}
+
+std::string ClaimAnalysis::write_tables(const Scenario& sc, const std::vector<nlohmann::json>& cells,
+                                        const std::string& dir) const {
+  const std::vector<ClaimVerdict> rows = evaluate_claims(sc, cells, dir);
+  nlohmann::json j = {{"scenario", sc.name}, {"rows", nlohmann::json::array()}};
+  CsvWriter csv({"id", "claim", "source", "paper", "measured", "verdict", "why", "depends_on", "scenario"});
+  for (const auto& v : rows) {
+    j["rows"].push_back(v.to_json());
+    csv.row() << v.spec.id << v.spec.claim << v.spec.source << v.spec.paper << v.measured
+              << std::string(to_string(v.standing)) << v.why << v.depends_on << v.scenario;
+  }
+  write_file_atomically(dir + "/claims.json", j.dump(2) + "\n");
+  write_file_atomically(dir + "/claims.csv", csv.text());
+  const std::string table = claims_table(rows);
+  const std::filesystem::path run_dir = std::filesystem::path(dir).parent_path();
+  write_file_atomically((run_dir / "claims.md").string(),
+                        "# Claims tested by " + sc.name + "\n\nComputed from this run's tables (docs/claims.md).\n\n" + table);
+  return "## Claims of the reference papers tested here\n\nEach row is computed from this run's tables "
+         "(tables/claims.json; docs/claims.md has every claim).\n\n" + table + "\n";
+}
+
+AnalysisType ClaimAnalysis::type() {
+  return {"claims", "the reference papers' claims this scenario tests, with their verdict rows (docs/claims.md)",
+          {"claim"}, parse, no_figures};
+}
+
+}  // namespace tierlab
