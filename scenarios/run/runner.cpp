@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -177,7 +178,8 @@ std::string cell_content_hash(const nlohmann::json& cell) {
 
 namespace {
 
-// What a field of a cell must hold.
+// What a field of a cell must hold. Numbers are finite (JSON holds no NaN or infinity; the check
+// guards the tables' arithmetic all the same) and within the field's range.
 enum class Kind { Number, NumberOrNull, Count, Bool, String, Object, Array };
 
 const char* kind_text(Kind k) {
@@ -195,8 +197,8 @@ const char* kind_text(Kind k) {
 
 bool has_kind(const nlohmann::json& v, Kind k) {
   switch (k) {
-    case Kind::Number: return v.is_number();
-    case Kind::NumberOrNull: return v.is_number() || v.is_null();
+    case Kind::Number: return v.is_number() && std::isfinite(v.get<double>());
+    case Kind::NumberOrNull: return v.is_null() || (v.is_number() && std::isfinite(v.get<double>()));
     case Kind::Count: return v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
     case Kind::Bool: return v.is_boolean();
     case Kind::String: return v.is_string();
@@ -206,36 +208,95 @@ bool has_kind(const nlohmann::json& v, Kind k) {
   return false;
 }
 
+constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+// Rates in bits per key element: 16 for the exact tier, codes plus metadata below it; a rate
+// beyond this bound is no tier's.
+constexpr double kMaxRateBits = 64;
+
 struct Field {
   const char* key;
   Kind kind;
-  bool required;
+  bool required = true;
+  double lo = -kUnbounded, hi = kUnbounded;  // a number's range, bounds included
 };
 
-// The keys of a cell the runner and the interior analysis's tables read (analyses/interior.cpp
-// add_budgets), with what each must hold. Keys not listed are checked by the generic rule (no
-// number given as a string) only.
+// Every key of a cell that the runner or a table writer reads, with what it must hold: the
+// keys compute_cell writes for every cell, then the interior analysis's (analyses/interior.cpp
+// add_budgets; its tables, summary and verdict read each of them). A key the writer always
+// writes is required: a missing one would read as NaN (printed in summary.md) or as a missing
+// JSON key (undefined behaviour in nlohmann's const operator[]). Keys not listed are checked by
+// the generic rule (no number given as a string) only.
 const std::vector<Field> kCellFields = {
-    {"id", Kind::String, true},          {"n_heads", Kind::Count, false},    {"prompt_len", Kind::Count, false},
-    {"decode_steps", Kind::Count, false}, {"seconds", Kind::Number, false},   {"backend", Kind::String, false},
-    {"logit_scale", Kind::NumberOrNull, false}, {"seed", Kind::Number, false}, {"dominated_share", Kind::NumberOrNull, false},
-    {"R2", Kind::Array, false},          {"budgets", Kind::Array, false}};
+    {"id", Kind::String},       {"preset", Kind::String},  {"seed", Kind::Count},
+    {"prompt_len", Kind::Count}, {"n_heads", Kind::Count},  {"logit_scale", Kind::NumberOrNull, true, 0},
+    {"decode_steps", Kind::Count, false}, {"seconds", Kind::Number, false, 0}, {"backend", Kind::String, false},
+    {"sweep_key", Kind::String, false},   {"sweep_value", Kind::Number, false}};
+const std::vector<Field> kInteriorCellFields = {
+    {"budgets", Kind::Array}, {"R2", Kind::Array}, {"R2_median", Kind::NumberOrNull, true, 0},
+    {"dominated_share", Kind::NumberOrNull, true, 0, 1}};
+// A = 1 - err(M) / min(err(Q), err(E)) and its aggregates are at most 1.
 const std::vector<Field> kBudgetFields = {
-    {"budget", Kind::Number, true},          {"A", Kind::NumberOrNull, true},          {"A_decode", Kind::NumberOrNull, false},
-    {"A_obs", Kind::NumberOrNull, false},    {"A_surrogate", Kind::NumberOrNull, false}, {"A_median", Kind::NumberOrNull, false},
-    {"A_sum", Kind::NumberOrNull, false},    {"share_M_wins", Kind::NumberOrNull, false},
-    {"A_clipped_mean", Kind::NumberOrNull, false}, {"A_routed", Kind::NumberOrNull, false},
-    {"share_below_floor", Kind::NumberOrNull, false}, {"below_floor", Kind::Count, false},
-    {"defined", Kind::Count, false},        {"heads", Kind::Array, true},             {"wins", Kind::Object, true},
-    {"winner", Kind::String, true},          {"rates", Kind::Object, false},           {"model", Kind::Object, false}};
+    {"budget", Kind::Number},
+    {"A", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_decode", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_obs", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_surrogate", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_median", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_sum", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_clipped_mean", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_routed", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"share_M_wins", Kind::NumberOrNull, true, 0, 1},
+    {"share_below_floor", Kind::NumberOrNull, true, 0, 1},
+    {"below_floor", Kind::Count},
+    {"defined", Kind::Count},
+    {"heads", Kind::Array},
+    {"wins", Kind::Object},
+    {"winner", Kind::String},
+    {"rates", Kind::Object},
+    {"model", Kind::Object}};
 const std::vector<Field> kHeadFields = {
-    {"layer", Kind::Count, true},          {"kv_head", Kind::Count, true},        {"A", Kind::NumberOrNull, true},
-    {"A_surrogate", Kind::NumberOrNull, false}, {"err_Q", Kind::NumberOrNull, false}, {"err_E", Kind::NumberOrNull, false},
-    {"err_M", Kind::NumberOrNull, false}, {"code_Q", Kind::NumberOrNull, false},  {"total_Q", Kind::NumberOrNull, false},
-    {"code_E", Kind::NumberOrNull, false}, {"total_E", Kind::NumberOrNull, false}, {"code_M", Kind::NumberOrNull, false},
-    {"total_M", Kind::NumberOrNull, false}, {"repaired", Kind::String, false},     {"below_floor", Kind::Bool, false},
-    {"option_Q", Kind::String, false},    {"winner", Kind::String, true},         {"dominated_2bit", Kind::Bool, false},
-    {"err_dense_surrogate", Kind::NumberOrNull, false}, {"err_dense_obs", Kind::NumberOrNull, false}};
+    {"layer", Kind::Count},
+    {"kv_head", Kind::Count},
+    {"A", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"A_surrogate", Kind::NumberOrNull, true, -kUnbounded, 1},
+    {"err_Q", Kind::NumberOrNull, true, 0},
+    {"err_E", Kind::NumberOrNull, true, 0},
+    {"err_M", Kind::NumberOrNull, true, 0},
+    {"code_Q", Kind::NumberOrNull, true, 0, kMaxRateBits},
+    {"total_Q", Kind::NumberOrNull, true, 0, kMaxRateBits},
+    {"code_E", Kind::NumberOrNull, true, 0, kMaxRateBits},
+    {"total_E", Kind::NumberOrNull, true, 0, kMaxRateBits},
+    {"code_M", Kind::NumberOrNull, true, 0, kMaxRateBits},
+    {"total_M", Kind::NumberOrNull, true, 0, kMaxRateBits},
+    {"repaired", Kind::String},
+    {"below_floor", Kind::Bool},
+    {"option_Q", Kind::String},
+    {"winner", Kind::String},
+    {"dominated_2bit", Kind::Bool},
+    {"dense_surrogate", Kind::String, false},  // with the scenario's dense_routing
+    {"dense_obs", Kind::String, false},
+    {"err_dense_surrogate", Kind::NumberOrNull, false, 0},
+    {"err_dense_obs", Kind::NumberOrNull, false, 0}};
+// budgets[i].rates.{Q,E,M}: a family's mean measured rates over the heads where it is feasible.
+const std::vector<Field> kFamilyRateFields = {{"code_bits", Kind::NumberOrNull, true, 0, kMaxRateBits},
+                                              {"total_bits", Kind::NumberOrNull, true, 0, kMaxRateBits},
+                                              {"heads", Kind::Count},
+                                              {"repaired", Kind::Count}};
+// budgets[i].model: the model-wide routed allocation and its endpoints.
+const std::vector<Field> kModelFields = {{"A", Kind::NumberOrNull, true, -kUnbounded, 1},
+                                         {"Q", Kind::Object},
+                                         {"E", Kind::Object},
+                                         {"routed", Kind::Object},
+                                         {"routed_to", Kind::Object},
+                                         {"routed_is_endpoint", Kind::String, false}};  // not in earlier cells
+const std::vector<Field> kModelFamilyFields = {{"feasible", Kind::Bool}};
+const std::vector<Field> kFeasibleModelFamilyFields = {{"feasible", Kind::Bool},
+                                                       {"err", Kind::NumberOrNull, true, 0},
+                                                       {"code_bits", Kind::Number, true, 0, kMaxRateBits},
+                                                       {"total_bits", Kind::Number, true, 0, kMaxRateBits},
+                                                       {"surrogate", Kind::NumberOrNull, false, 0},  // not in earlier cells
+                                                       {"repaired", Kind::Bool}};
+const std::vector<Field> kFamilyCountFields = {{"Q", Kind::Count}, {"E", Kind::Count}, {"M", Kind::Count}};
 
 // A problem found in a cell: the field (a JSON path such as "budgets[2].heads[7].A") and why.
 struct CellProblem : std::exception {
@@ -243,10 +304,18 @@ struct CellProblem : std::exception {
   CellProblem(std::string f, std::string t) : field(std::move(f)), text(std::move(t)) {}
 };
 
+std::string path_of(const std::string& at, const std::string& key) { return at.empty() ? key : at + "." + key; }
+
+std::string range_text(const Field& f) {
+  if (f.lo > -kUnbounded && f.hi < kUnbounded) return "in [" + format_number(f.lo, 6) + ", " + format_number(f.hi, 6) + "]";
+  if (f.lo > -kUnbounded) return ">= " + format_number(f.lo, 6);
+  return "<= " + format_number(f.hi, 6);
+}
+
 void check_fields(const nlohmann::json& obj, const std::string& at, const std::vector<Field>& fields) {
   if (!obj.is_object()) throw CellProblem(at, "is " + json_excerpt(obj) + "; it must be an object");
   for (const Field& f : fields) {
-    const std::string name = at.empty() ? f.key : at + "." + f.key;
+    const std::string name = path_of(at, f.key);
     if (!obj.contains(f.key)) {
       if (f.required) throw CellProblem(name, "is missing");
       continue;
@@ -254,6 +323,53 @@ void check_fields(const nlohmann::json& obj, const std::string& at, const std::v
     const nlohmann::json& v = obj[f.key];
     if (!has_kind(v, f.kind))
       throw CellProblem(name, "is " + json_excerpt(v) + "; it must be " + kind_text(f.kind));
+    if (v.is_number() && !(v.get<double>() >= f.lo && v.get<double>() <= f.hi))
+      throw CellProblem(name, "is " + json_excerpt(v) + "; it must be " + range_text(f));
+  }
+}
+
+// obj[key] as a count (checked by check_fields before).
+std::uint64_t count_of(const nlohmann::json& obj, const char* key) { return obj[key].get<std::uint64_t>(); }
+
+// A count of heads that cannot exceed the cell's heads.
+void check_at_most(const std::string& field, std::uint64_t n, std::uint64_t n_heads, const char* what) {
+  if (n > n_heads)
+    throw CellProblem(field, "counts " + std::to_string(n) + " " + what + "; the cell has n_heads = " + std::to_string(n_heads));
+}
+
+// "Q", "E", "M" or "" (no family decided).
+void check_winner(const nlohmann::json& obj, const std::string& at) {
+  const std::string w = obj["winner"].get<std::string>();
+  if (!(w.empty() || w == "Q" || w == "E" || w == "M"))
+    throw CellProblem(path_of(at, "winner"), "is " + json_excerpt(obj["winner"]) + R"(; it must be "Q", "E", "M" or "")");
+}
+
+// The cell's identity beyond its id: what compute_cell writes for this scenario cell.
+void check_identity(const ScenarioCell& cell, const nlohmann::json& j) {
+  const std::string preset = cell.source == "synthetic" ? cell.synth.preset
+                             : cell.source == "model"   ? cell.model_name
+                                                        : std::string("file");
+  if (j["preset"].get<std::string>() != preset)
+    throw CellProblem("preset", "is " + json_excerpt(j["preset"]) + ", not the cell's \"" + preset + "\"");
+  const std::uint64_t seed = cell.source == "model" ? cell.seed : cell.synth.seed;
+  if (count_of(j, "seed") != seed) throw CellProblem("seed", "is " + json_excerpt(j["seed"]) + ", not the cell's " + std::to_string(seed));
+  const int prompt_len = cell.source == "synthetic" ? cell.synth.prompt_len : cell.source == "model" ? cell.prompt_len : -1;
+  if (prompt_len >= 0 && count_of(j, "prompt_len") != static_cast<std::uint64_t>(prompt_len))
+    throw CellProblem("prompt_len", "is " + json_excerpt(j["prompt_len"]) + ", not the cell's " + std::to_string(prompt_len));
+  const nlohmann::json& ls = j["logit_scale"];
+  if (cell.logit_scale > 0 ? !(ls.is_number() && ls.get<double>() == cell.logit_scale) : !ls.is_null())
+    throw CellProblem("logit_scale", "is " + json_excerpt(ls) + ", not the cell's " +
+                                         (cell.logit_scale > 0 ? format_number(cell.logit_scale, 17) : std::string("null (no sweep)")));
+  if (cell.sweep_key.empty()) {
+    for (const char* k : {"sweep_key", "sweep_value"})
+      if (j.contains(k)) throw CellProblem(k, "is " + json_excerpt(j[k]) + ", but the scenario sweeps no parameter");
+  } else {
+    if (!j.contains("sweep_key") || j["sweep_key"].get<std::string>() != cell.sweep_key)
+      throw CellProblem("sweep_key", "is " + (j.contains("sweep_key") ? json_excerpt(j["sweep_key"]) : std::string("missing")) +
+                                         ", not the cell's \"" + cell.sweep_key + "\"");
+    if (!j.contains("sweep_value") || j["sweep_value"].get<double>() != cell.sweep_value)
+      throw CellProblem("sweep_value", "is " + (j.contains("sweep_value") ? json_excerpt(j["sweep_value"]) : std::string("missing")) +
+                                           ", not the cell's " + format_number(cell.sweep_value, 17));
   }
 }
 
@@ -295,16 +411,23 @@ void check_cell(const Scenario& sc, const ScenarioCell& cell, const nlohmann::js
   if (j["id"].get<std::string>() != cell.id)
     throw CellProblem("id", "is " + json_excerpt(j["id"]) + ", not the file's name \"" + cell.id + "\"");
   check_no_string_numbers(j, "");
+  check_identity(cell, j);
   const bool interior = std::any_of(sc.analyses.begin(), sc.analyses.end(),
                                     [](const auto& a) { return a && a->name() == "interior"; });
-  if (!interior && !j.contains("budgets")) return;
-  if (!j.contains("budgets")) throw CellProblem("budgets", "is missing");
-  if (!j.contains("n_heads")) throw CellProblem("n_heads", "is missing");
+  if (!interior) return;
+  check_fields(j, "", kInteriorCellFields);
   const nlohmann::json& budgets = j["budgets"];
-  const std::size_t n_heads = j["n_heads"].get<std::size_t>();
+  const std::uint64_t n_heads = count_of(j, "n_heads");
   if (budgets.size() != sc.budgets.size())
     throw CellProblem("budgets", "has " + std::to_string(budgets.size()) + " entries; the scenario has " +
                                      std::to_string(sc.budgets.size()) + " budgets");
+  const nlohmann::json& r2 = j["R2"];
+  if (!r2.empty() && r2.size() != n_heads)
+    throw CellProblem("R2", "has " + std::to_string(r2.size()) + " entries; the cell has n_heads = " + std::to_string(n_heads) +
+                                " (or none, without a 2-bit tier)");
+  for (std::size_t h = 0; h < r2.size(); ++h)
+    if (!has_kind(r2[h], Kind::NumberOrNull) || (r2[h].is_number() && r2[h].get<double>() < 0))
+      throw CellProblem("R2[" + std::to_string(h) + "]", "is " + json_excerpt(r2[h]) + "; it must be a number >= 0 or null");
   for (std::size_t bi = 0; bi < budgets.size(); ++bi) {
     const std::string at = "budgets[" + std::to_string(bi) + "]";
     const nlohmann::json& b = budgets[bi];
@@ -318,11 +441,47 @@ void check_cell(const Scenario& sc, const ScenarioCell& cell, const nlohmann::js
     if (heads.size() != n_heads)
       throw CellProblem(at + ".heads", "has " + std::to_string(heads.size()) + " heads; the cell has n_heads = " +
                                            std::to_string(n_heads));
-    for (std::size_t h = 0; h < heads.size(); ++h) check_fields(heads[h], at + ".heads[" + std::to_string(h) + "]", kHeadFields);
-    for (const char* fam : {"Q", "E", "M"})
-      if (!b["wins"].contains(fam) || !has_kind(b["wins"][fam], Kind::Count))
-        throw CellProblem(at + ".wins." + fam, "is " + (b["wins"].contains(fam) ? json_excerpt(b["wins"][fam]) : std::string("missing")) +
-                                                   "; it must be a whole number >= 0");
+    for (std::size_t h = 0; h < heads.size(); ++h) {
+      const std::string ah = at + ".heads[" + std::to_string(h) + "]";
+      check_fields(heads[h], ah, kHeadFields);
+      check_winner(heads[h], ah);
+      // The heads in (layer, kv_head) order, each once, the same heads at every budget.
+      const auto key = [&](const nlohmann::json& x) { return std::pair{count_of(x, "layer"), count_of(x, "kv_head")}; };
+      if (h > 0 && !(key(heads[h - 1]) < key(heads[h])))
+        throw CellProblem(ah, "is head (" + std::to_string(key(heads[h]).first) + ", " + std::to_string(key(heads[h]).second) +
+                                  ") after (" + std::to_string(key(heads[h - 1]).first) + ", " +
+                                  std::to_string(key(heads[h - 1]).second) + "); the heads must be in (layer, kv_head) order, each once");
+      if (bi > 0 && key(heads[h]) != key(budgets[0]["heads"][h]))
+        throw CellProblem(ah, "is head (" + std::to_string(key(heads[h]).first) + ", " + std::to_string(key(heads[h]).second) +
+                                  "), not budgets[0]'s head " + std::to_string(h) + "; every budget holds the same heads");
+    }
+    check_winner(b, at);
+    check_fields(b["wins"], at + ".wins", kFamilyCountFields);
+    check_at_most(at + ".wins", count_of(b["wins"], "Q") + count_of(b["wins"], "E") + count_of(b["wins"], "M"), n_heads, "heads won");
+    check_at_most(at + ".defined", count_of(b, "defined"), n_heads, "heads");
+    check_at_most(at + ".below_floor", count_of(b, "below_floor"), n_heads, "heads");
+    for (const char* fam : {"Q", "E", "M"}) {
+      const std::string ar = at + ".rates." + fam;
+      if (!b["rates"].contains(fam)) throw CellProblem(ar, "is missing");
+      const nlohmann::json& r = b["rates"][fam];
+      check_fields(r, ar, kFamilyRateFields);
+      check_at_most(ar + ".heads", count_of(r, "heads"), n_heads, "heads");
+      check_at_most(ar + ".repaired", count_of(r, "repaired"), count_of(r, "heads"), "heads (of its heads)");
+      if (count_of(r, "heads") > 0)
+        for (const char* k : {"code_bits", "total_bits"})
+          if (r[k].is_null()) throw CellProblem(ar + "." + k, "is null, but the family is feasible at " + std::to_string(count_of(r, "heads")) + " heads");
+    }
+    const nlohmann::json& md = b["model"];
+    check_fields(md, at + ".model", kModelFields);
+    for (const char* fam : {"Q", "E", "routed"}) {
+      const std::string am = at + ".model." + fam;
+      check_fields(md[fam], am, kModelFamilyFields);
+      if (md[fam]["feasible"].get<bool>()) check_fields(md[fam], am, kFeasibleModelFamilyFields);
+    }
+    check_fields(md["routed_to"], at + ".model.routed_to", kFamilyCountFields);
+    check_at_most(at + ".model.routed_to",
+                  count_of(md["routed_to"], "Q") + count_of(md["routed_to"], "E") + count_of(md["routed_to"], "M"), n_heads,
+                  "heads routed");
   }
 }
 

@@ -179,10 +179,13 @@ struct CellFile {
 CellFile read_cell_file(const std::string& path);
 // FNV-1a (16 hex digits) of the compact JSON of the cell without its "content_hash".
 std::string cell_content_hash(const nlohmann::json& cell);
-// A parsed cell file checked against the scenario: "id" is the cell's id (the file's name);
-// with the interior analysis, "budgets" holds exactly the scenario's budgets in its order, each
-// with n_heads heads; the fields the tables read have their types (numbers, counts, strings);
-// no value anywhere is a number given as a string. "" when the cell passes, else one line
+// A parsed cell file checked against the scenario: "id" is the cell's id (the file's name), and
+// preset, seed, prompt length, logit scale and swept parameter are the cell's; with the interior
+// analysis, "budgets" holds exactly the scenario's budgets in its order, each with the same
+// n_heads heads in (layer, kv_head) order; every field a table writer reads is present (nested
+// ones too: rates, model, wins) with its type and range (finite numbers, A <= 1, errors >= 0,
+// rates in [0, 64] bits, shares in [0, 1], counts of heads at most n_heads, winners Q, E, M or
+// ""); no value anywhere is a number given as a string. "" when the cell passes, else one line
 // naming the file, the field and its value. A cell that fails is moved aside by plan_run to
 // "<file>.invalid-<n>" and recomputed, never used.
 std::string validate_cell_file(const Scenario&, const ScenarioCell&, const std::string& path, const nlohmann::json& cell);

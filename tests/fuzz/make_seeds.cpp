@@ -1,15 +1,18 @@
 // Writes the seed corpora of the fuzz harnesses with the project's own writers:
 //   make_seeds OUT_DIR SOURCE_DIR
-// OUT_DIR/{safetensors,trace,allocation,llama2c,scenario,cell}/ each get a few small valid
-// inputs: a synthetic trace (TraceWriter), an allocation (write_allocation), a llama2.c
-// checkpoint of the smallest valid shape, the shipped scenario files, and the cell files of
-// a tiny scenario computed by the runner (compute_cell). Nothing binary is committed.
+// OUT_DIR/{safetensors,trace,allocation,llama2c,scenario,cell,tables}/ each get a few small
+// valid inputs: a synthetic trace (TraceWriter), an allocation (write_allocation), a llama2.c
+// checkpoint of the smallest valid shape, the shipped scenario files, the cell files of a tiny
+// scenario computed by the runner (compute_cell), and for fuzz_tables the cell files and
+// tables of its run (tests/fuzz/tables_run.hpp: write_run_tables). Nothing binary is committed.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "model/tier.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
+#include "tests/fuzz/tables_run.hpp"
 
 namespace fs = std::filesystem;
 using namespace tierlab;
@@ -79,7 +83,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const fs::path out = argv[1], src = argv[2];
-  for (const char* d : {"safetensors", "trace", "allocation", "llama2c", "scenario", "cell"})
+  for (const char* d : {"safetensors", "trace", "allocation", "llama2c", "scenario", "cell", "tables"})
     fs::create_directories(out / d);
 
   // Traces (also safetensors seeds).
@@ -145,6 +149,36 @@ int main(int argc, char** argv) {
     write_bytes(out / "cell" / (c.id + ".json"), j.dump(1) + "\n");
   }
   fs::remove_all(out / "work");
+
+  // fuzz_tables: the cells of its run as the runner writes them (one also with its content
+  // hash), then each table of the run as "tables/NAME\n" + the table's bytes.
+  {
+    const Scenario ts = parse_scenario(fuzz::kTablesScenarioYaml, "/nonexistent-tierlab-fuzz/tables.yaml");
+    const fs::path run = out / "tables-run";
+    fs::create_directories(run / "cells");
+    ContentHashes th;
+    std::map<std::string, std::string> ids;
+    for (const ScenarioCell& c : ts.cells) {
+      nlohmann::json j = compute_cell(ts, c, *backend, (out / "work").string());
+      ids[c.id] = cell_hash(ts, c, th);
+      j["cell_hash"] = ids[c.id];
+      write_bytes(run / "cells" / (c.id + ".json"), j.dump(1) + "\n");
+      write_bytes(out / "tables" / ("cell-" + c.id + ".json"), j.dump(1) + "\n");
+      if (&c == &ts.cells.front()) {
+        j["content_hash"] = cell_content_hash(j);
+        write_bytes(out / "tables" / ("cell-" + c.id + "-hashed.json"), j.dump(1) + "\n");
+      }
+    }
+    write_run_tables(ts, run.string(), ids);
+    for (const auto& e : fs::directory_iterator(run / "tables")) {
+      std::ifstream in(e.path(), std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      write_bytes(out / "tables" / ("table-" + e.path().filename().string()),
+                  fuzz::kTableInputPrefix + e.path().filename().string() + "\n" + bytes);
+    }
+    fs::remove_all(run);
+    fs::remove_all(out / "work");
+  }
   std::printf("make_seeds: wrote the seed corpora under %s\n", out.string().c_str());
   return 0;
 }
