@@ -9,6 +9,7 @@
 
 #include "gui/engine_detail.hpp"
 #include "model/error.hpp"
+#include "model/numbers.hpp"
 #include "model/quantizer.hpp"
 #include "model/tier_quantizer.hpp"
 #include "scenarios/figures/tables_io.hpp"
@@ -41,12 +42,6 @@ ErrorMetrics recompute_one(Recomputer& backend, const MatrixRM& queries, const M
 
 namespace {
 
-// The cache key of a head's data: "H<idx>".
-std::string head_key(int idx) {
-  std::string k(1, 'H');
-  k += std::to_string(idx);
-  return k;
-}
 
 bool finite_tier(const Tier& t) { return t.kind != QuantizerKind::Evict && t.kind != QuantizerKind::Exact; }
 
@@ -59,12 +54,6 @@ std::size_t bytes_of(const HeadData& h) {
          bytes_of(h.decode_queries) + bytes_of(h.decode_keys) + bytes_of(h.decode_values) + sizeof(HeadData);
 }
 
-// The head index of a cache key ("H<idx>" or "<l>.<h>|...").
-int head_of_key(const std::string& key, int n_kv_heads) {
-  if (!key.empty() && key[0] == 'H') return std::atoi(key.c_str() + 1);
-  const auto dot = key.find('.');
-  return std::atoi(key.c_str()) * n_kv_heads + std::atoi(key.c_str() + dot + 1);
-}
 
 }  // namespace
 
@@ -73,9 +62,8 @@ Engine::Engine(std::shared_ptr<const Source> src, Backend backend) : source_(std
   backend_ = make_recomputer(backend, &note);
   if (!backend_) throw InputError("explorer: backend unavailable: " + note);
   if (const char* mb = std::getenv("TIERLAB_EXPLORER_CACHE_MB")) {
-    char* end = nullptr;
-    const double v = std::strtod(mb, &end);
-    if (end == mb || *end != '\0' || !(v >= 0))
+    const double v = read_real(mb).value_or(-1.0);  // model/numbers.hpp: the whole value, finite
+    if (!(v >= 0))
       throw InputError(std::string("explorer: TIERLAB_EXPLORER_CACHE_MB = '") + mb + "' is not a number of megabytes.");
     cache_limit_ = static_cast<std::size_t>(v * 1024 * 1024);
   }
@@ -123,7 +111,7 @@ std::size_t Engine::cache_bytes() {
     for (std::size_t j = 0; j < work_->block.size(); ++j)
       b += bytes_of(work_->block[j]) + work_->tokens[j].size() * sizeof(int);
     // The work entry's head data, when the cache no longer holds it.
-    if (!heads_.count(std::atoi(work_->key.c_str()))) b += bytes_of(*work_->head);
+    if (!heads_.count(work_->head_index)) b += bytes_of(*work_->head);
   }
   return b;
 }
@@ -133,53 +121,50 @@ int Engine::cached_heads() {
   return static_cast<int>(heads_.size());
 }
 
-void Engine::touch_(const std::string& key) { used_[key] = ++clock_; }
+void Engine::touch_(const CacheKey& key) { used_[key] = ++clock_; }
 
 // Least recently used first: the heads' data, then the (head, ladder) entries, never those
 // of the head touched last (in use).
 void Engine::trim_() {
-  const int nkv = source_->meta().n_kv_heads;
-  std::string newest;
+  int keep = -1;
   std::uint64_t newest_t = 0;
   for (const auto& [k, t] : used_)
-    if (t >= newest_t) newest = k, newest_t = t;
-  const int keep = newest.empty() ? -1 : head_of_key(newest, nkv);
+    if (t >= newest_t) keep = k.head, newest_t = t;
   std::size_t total = 0;
-  std::vector<std::pair<std::uint64_t, std::string>> heads, entries;
+  std::vector<std::pair<std::uint64_t, int>> heads;
+  std::vector<std::pair<std::uint64_t, LadderKey>> entries;
   for (const auto& [idx, h] : heads_) {
-    const std::string k = head_key(idx);
     total += bytes_of(*h);
-    if (idx != keep) heads.push_back({used_[k], k});
+    if (idx != keep) heads.push_back({used_[CacheKey{idx, {}}], idx});
   }
   for (const auto& [k, e] : ladders_) {
     total += entry_bytes(e->costs, e->smoothed, e->order.size());
-    if (e->layer * nkv + e->kv_head != keep) entries.push_back({used_[k], k});
+    if (k.head != keep) entries.push_back({used_[CacheKey{k.head, k}], k});
   }
   if (total <= cache_limit_) return;
   std::sort(heads.begin(), heads.end());
   std::sort(entries.begin(), entries.end());
-  for (const auto& [t, k] : heads) {
+  for (const auto& [t, idx] : heads) {
     if (total <= cache_limit_) return;
-    const int idx = std::atoi(k.c_str() + 1);
     total -= bytes_of(*heads_.at(idx));
     heads_.erase(idx);
-    used_.erase(k);
+    used_.erase(CacheKey{idx, {}});
   }
   for (const auto& [t, k] : entries) {
     if (total <= cache_limit_) return;
     const auto& e = ladders_.at(k);
     total -= entry_bytes(e->costs, e->smoothed, e->order.size());
     ladders_.erase(k);
-    used_.erase(k);
+    used_.erase(CacheKey{k.head, k});
   }
 }
 
 std::shared_ptr<const HeadData> Engine::head_(int l, int h) {
   const int idx = l * source_->meta().n_kv_heads + h;
-  touch_(head_key(idx));
+  touch_(CacheKey{idx, {}});
   auto it = heads_.find(idx);
   if (it != heads_.end()) return it->second;
-  if (work_ && work_->key.rfind(std::to_string(idx) + "|", 0) == 0) return heads_[idx] = work_->head;
+  if (work_ && work_->head_index == idx) return heads_[idx] = work_->head;
   auto p = std::make_shared<const HeadData>(source_->head(l, h));
   heads_[idx] = p;
   trim_();
@@ -188,11 +173,10 @@ std::shared_ptr<const HeadData> Engine::head_(int l, int h) {
 
 std::shared_ptr<Engine::LadderEntry> Engine::ladder_(int l, int h, const RateLadder& ladder, RateKind kind,
                                                      const std::atomic<bool>* cancel) {
-  const std::string key = std::to_string(l) + "." + std::to_string(h) + "|" + ladder.name() + "|" +
-                          std::string(to_string(kind));
+  const LadderKey key{l * source_->meta().n_kv_heads + h, ladder.name(), kind};
   auto it = ladders_.find(key);
   if (it != ladders_.end()) {
-    touch_(key);
+    touch_(CacheKey{key.head, key});
     return it->second;
   }
   check(cancel);
@@ -215,7 +199,7 @@ std::shared_ptr<Engine::LadderEntry> Engine::ladder_(int l, int h, const RateLad
   e->fit = fit_head_noise(e->costs, e->rates);
   e->dom = tierlab::dominance(e->costs, kind);
   ladders_[key] = e;
-  touch_(key);
+  touch_(CacheKey{key.head, key});
   trim_();
   return e;
 }
@@ -232,11 +216,11 @@ const MatrixRMd& Engine::smoothed_(LadderEntry& e, int kernel) {
 
 int Engine::apply_(int l, int h, const RateLadder& ladder, const std::vector<std::uint8_t>& tiers) {
   const int idx = l * source_->meta().n_kv_heads + h;
-  const std::string key = std::to_string(idx) + "|" + ladder.name();
-  if (!work_ || work_->key != key) {
+  if (!work_ || work_->head_index != idx || work_->ladder_name != ladder.name()) {
     work_.reset();  // one work entry at a time
     auto w = std::make_unique<Work>();
-    w->key = key;
+    w->head_index = idx;
+    w->ladder_name = ladder.name();
     w->head = head_(l, h);
     w->ladder = ladder;
     w->T = static_cast<int>(w->head->keys.rows());

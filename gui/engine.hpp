@@ -57,7 +57,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <compare>
 #include <map>
+#include <optional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -247,6 +249,19 @@ class Engine {
   CompressedHead allocation_keys(const Settings&);
 
  private:
+  // The least-recently-used caches, keyed by type (never a string parsed back): a head's data
+  // by its index l * n_kv_heads + h, a ladder entry by (head index, ladder, rate kind).
+  struct LadderKey {
+    int head = 0;  // l * n_kv_heads + h
+    std::string ladder;
+    RateKind kind = RateKind::Code;
+    auto operator<=>(const LadderKey&) const = default;
+  };
+  struct CacheKey {  // either a head's data (ladder empty) or a ladder entry
+    int head = 0;
+    std::optional<LadderKey> ladder;
+    auto operator<=>(const CacheKey&) const = default;
+  };
   struct LadderEntry;
   struct Work;
   struct Advantage;
@@ -277,7 +292,7 @@ class Engine {
                                                                     std::string& note);
   RdCurveOptions rd_options_(const Settings&, const char* grid, Scope scope) const;
   HeadCosts rd_costs_(int l, int h, const RdCurveOptions&, const std::atomic<bool>* cancel);
-  void touch_(const std::string& key);
+  void touch_(const CacheKey& key);
   void trim_();  // drops least recently used entries while over the limit
   // The water-filling view's steps (gui/views/waterfill.cpp): the continuous water-filling,
   // the discrete allocation and its recomputation, the figures, the numbers as text.
@@ -295,9 +310,10 @@ class Engine {
   std::shared_ptr<const Source> source_;
   std::unique_ptr<Recomputer> backend_;
   std::mutex mu_;
+  // The least-recently-used caches (LadderKey, CacheKey above).
   std::map<int, std::shared_ptr<const HeadData>> heads_;
-  std::map<std::string, std::shared_ptr<LadderEntry>> ladders_;
-  std::map<std::string, std::uint64_t> used_;  // cache key ("H<idx>" or a ladder key) -> last use
+  std::map<LadderKey, std::shared_ptr<LadderEntry>> ladders_;
+  std::map<CacheKey, std::uint64_t> used_;  // cache key -> last use
   std::uint64_t clock_ = 0;
   std::size_t cache_limit_ = std::size_t(1) << 30;
   int partial_ms_ = 400;

@@ -84,7 +84,8 @@ struct Engine::Last {
 // model/quantizer.hpp materialize gives them, built tier by tier so that a budget change
 // quantizes again only the tiers whose token sets changed.
 struct Engine::Work {
-  std::string key;  // head index | ladder name
+  int head_index = -1;  // l * n_kv_heads + h
+  std::string ladder_name;
   std::shared_ptr<const HeadData> head;
   RateLadder ladder;
   int T = 0, d = 0;
