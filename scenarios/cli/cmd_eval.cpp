@@ -1,5 +1,5 @@
 // tierlab eval TRACE (--policy P | --allocation FILE | --quantizer Q | --scorer S --keep K |
-//                    --seed NAME --budget B [--ladder L] [--scope S] [--rate-kind K]) [--param k=v]...
+//                    --seed NAME --budget B [--ladder L] [--scope S] [--rate K]) [--param k=v]...
 //                   [--backend B] [--json] [--per-head]
 #include <cstdio>
 #include <memory>
@@ -209,7 +209,7 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--ladder", args->ladder, "Rate ladder for --seed ratequant/rdkv/routed")->capture_default_str();
   cmd->add_option("--scope", args->scope, "Budget scope for --seed ratequant/rdkv/routed: head, layer, model")
       ->capture_default_str();
-  cmd->add_option("--rate-kind", args->rate_kind, "What --budget counts for ratequant/rdkv/routed: code, total")
+  cmd->add_option("--rate", args->rate_kind, "What --budget counts for ratequant/rdkv/routed: code, total (as solve --rate)")
       ->capture_default_str();
   cmd->add_option("--param", args->params,
                   "Method parameter NAME=VALUE for --quantizer/--scorer/--seed (repeatable)");
@@ -227,7 +227,7 @@ void add_eval(CLI::App& app) {
     const std::vector<std::string> kinds = {"--policy", "--allocation", "--quantizer", "--scorer", "--seed"};
     only_with(*cmd, "--keep", {"--scorer"}, kinds);
     only_with(*cmd, "--param", {"--quantizer", "--scorer", "--seed"}, kinds);
-    for (const char* o : {"--budget", "--ladder", "--scope", "--rate-kind"}) only_with(*cmd, o, {"--seed"}, kinds);
+    for (const char* o : {"--budget", "--ladder", "--scope", "--rate"}) only_with(*cmd, o, {"--seed"}, kinds);
     if (!args->seed.empty() && !std::isfinite(args->budget))
       throw InputError("option --seed " + args->seed + " needs --budget B (bits per key element)");
     TraceReader trace(args->trace);
