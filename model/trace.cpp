@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "model/error.hpp"
+#include "model/head_range.hpp"
 #include "model/safetensors_parts.hpp"
 #include "model/text.hpp"
 
@@ -431,6 +432,7 @@ HeadData TraceReader::head(int layer, int kv_head) const {
   hd.decode_values = read("decode_values", S);
   if (!meta_.spans.empty()) hd.spans = meta_.spans[static_cast<std::size_t>(layer * meta_.n_kv_heads + kv_head)];
   hd.group_size = meta_.group_size;
+  check_head_magnitudes(hd, "trace '" + path() + "', head L" + std::to_string(layer) + ".H" + std::to_string(kv_head));
   return hd;
 }
 
@@ -441,6 +443,9 @@ CausalQueries observation_queries(const HeadData& head, int g) {
     return "head (" + std::to_string(head.layer) + ", " + std::to_string(head.kv_head) + "): ";
   };
   const Eigen::Index rows = head.obs_queries.rows(), T = head.keys.rows();
+  if (rows == 0)
+    throw InputError(where() + "has no observation queries (obs_window = 0: a decode-only trace); allocations, the "
+                               "surrogate and the observation-query errors are computed from them, so this needs W >= 1.");
   if (g < 1 || rows % g != 0)
     throw InputError(where() + "obs_queries has " + std::to_string(rows) + " rows, not a multiple of the group size " +
                      std::to_string(g) + ".");
@@ -526,6 +531,10 @@ void TraceWriter::write_head(const HeadData& head) {
       return true;
     }();
     if (!same) fail("HeadData.spans differ from TraceMeta.spans (spans go in the header, so TraceMeta must carry them)");
+  }
+  if (std::string fault = head_magnitude_fault(head); !fault.empty()) {
+    fault.pop_back();  // fail() ends the sentence
+    fail(fault);
   }
 
   auto put = [&](const char* field, const MatrixRM& m) {

@@ -29,6 +29,7 @@
 #include "scenarios/analyses/analysis.hpp"
 #include "scenarios/run/tables.hpp"
 #include "scenarios/run/atomic_file.hpp"
+#include "scenarios/run/estimate.hpp"
 #include "scenarios/run/progress.hpp"
 #include "scenarios/run/table_numbers.hpp"
 
@@ -938,6 +939,21 @@ void write_run_tables(const Scenario& sc, const std::string& out, const std::map
   write_analyses(sc, cells, out);
 }
 
+void check_run_size(const Scenario& sc, const RunOptions& opt, const std::vector<std::size_t>* only) {
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < sc.cells.size(); ++i) {
+    if (only && std::find(only->begin(), only->end(), i) == only->end()) continue;
+    std::error_code ec;
+    if (opt.force || !fs::exists(cell_path(opt.out, sc.cells[i]), ec)) todo.push_back(i);
+  }
+  if (todo.empty()) return;
+  const RunEstimate e = estimate_run(sc, todo, opt.jobs);
+  run_note(opt, "estimate for " + sc.name + ": " + e.describe(opt.jobs) + ".");
+  if (opt.force_size) return;
+  const std::string fault = size_fault(e, size_limits(opt.out, opt.max_memory, opt.max_disk), opt.jobs);
+  if (!fault.empty()) throw InputError("scenario '" + sc.file + "': " + fault);
+}
+
 RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
   if (opt.jobs < 1 || opt.jobs > 64) throw InputError("run: --jobs is " + std::to_string(opt.jobs) + "; it must be in [1, 64].");
   if (opt.shard.count < 1 || opt.shard.index < 1 || opt.shard.index > opt.shard.count)
@@ -950,6 +966,9 @@ RunResult run_scenario(const Scenario& sc, const RunOptions& opt) {
     for (std::size_t i = 0; i < sc.cells.size(); ++i)
       if (shard[i] == opt.shard.index - 1) mine.push_back(i);
   }
+  // The size of the work, before any of it (estimate.hpp): printed, and refused beyond the
+  // machine or the stated limits unless opt.force_size.
+  if (!opt.size_checked) check_run_size(sc, opt, sharded ? &mine : nullptr);
   // One run into a folder at a time (shards side by side): a second run waits here, then plans
   // and finds the cells the first one finished.
   const RunFolderLock folder_lock(opt, /*shared=*/sharded);

@@ -61,6 +61,12 @@ struct RunOptions {
   std::optional<Backend> backend;  // overrides the scenario's
   int jobs = 1;                    // cells computed in parallel (each with its own backend)
   bool force = false;              // recompute finished cells
+  // The size of the work (scenarios/run/estimate.hpp) is printed before it starts, and a run
+  // beyond the machine's memory or free disk, or beyond max_memory / max_disk (bytes; 0: the
+  // machine's), is refused with its estimate unless force_size.
+  bool force_size = false;
+  double max_memory = 0, max_disk = 0;
+  bool size_checked = false;  // the caller made check_run_size already (`tierlab run`, before every scenario)
   bool progress = true;            // progress line on a terminal
   Shard shard;                     // compute only this share of the cells (count 1: all)
   bool complete_missing = false;   // sharded: then also compute the cells other shards left
@@ -102,6 +108,12 @@ nlohmann::json compute_cell(const Scenario&, const ScenarioCell&, Recomputer& ba
 // that finds every cell present writes the tables; one that does not lists the unfinished
 // cells in RunResult::missing (and computes them first when opt.complete_missing).
 RunResult run_scenario(const Scenario&, const RunOptions&);
+
+// The size check run_scenario makes first (estimate.hpp): the cells of `only` (default: all)
+// that have no cell file yet (all of them with opt.force) are estimated, the estimate is noted
+// (opt.on_note), and InputError naming the scenario, the limit and the estimate is thrown when
+// it exceeds the limits and not opt.force_size. Reads no trace, writes nothing.
+void check_run_size(const Scenario&, const RunOptions&, const std::vector<std::size_t>* only = nullptr);
 
 // The pieces run_scenario is made of, shared with the MPI runner (scenarios/run/mpi/).
 struct RunPlan {
