@@ -220,6 +220,7 @@ MckpResult GapProof::run_core_rounds(const std::vector<std::int64_t>& hist) {
        << fmt(obj - lb) << ".";
     return finish(SolveStatus::Optimal, obj, rate, os.str());
   }
+  res.feasible_reason = FeasibleReason::Limit;
   return finish(SolveStatus::Feasible, obj, rate,
                 "Feasible, optimality not proven: " + why + "; the gap to the Lagrangian bound is honest.");
 }

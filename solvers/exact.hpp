@@ -73,7 +73,8 @@ struct LagrangianRelaxation {
 LagrangianRelaxation lagrangian_relaxation(const MckpInstance&, const ExactOptions& = {});
 
 // A heuristic's result (greedy, water-filling) from its choice: `choice`, its objective and
-// rate (evaluate), iterations, status Feasible (no optimality claim) and, with `bound`, the
+// rate (evaluate), iterations, status Feasible for FeasibleReason::Heuristic (no optimality
+// claim) and, with `bound`, the
 // LP bound of lagrangian_relaxation with lambda*, lower_bound = min(LP, objective), gap and
 // relative gap. Returns the relaxation (default-constructed without `bound`).
 LagrangianRelaxation finish_heuristic(const MckpInstance&, std::vector<std::uint8_t> choice, long long iterations,

@@ -429,7 +429,7 @@ LagrangianRelaxation finish_heuristic(const MckpInstance& inst, std::vector<std:
   res.objective = ev.objective;
   res.rate_used = ev.rate_used;
   res.iterations = iterations;
-  res.status = SolveStatus::Feasible;
+  res.set_feasible(FeasibleReason::Heuristic);
   LagrangianRelaxation lr;
   if (!bound) return lr;
   lr = lagrangian_relaxation(inst);

@@ -341,6 +341,7 @@ FamilyResult solve_families_per_head(const FamilyProblem& p, const std::vector<T
   res.heads.resize(p.heads.size());
   long double bound = 0.0L;
   const std::size_t n_opt = options.size();
+  FeasibleReason inner = FeasibleReason::None;  // why an option's own solve was not proven
   for (std::size_t h = 0; h < p.heads.size(); ++h) {
     FamilyHeadResult& hr = res.heads[h];
     hr.option_objectives.assign(n_opt, std::numeric_limits<double>::quiet_NaN());
@@ -351,6 +352,7 @@ FamilyResult solve_families_per_head(const FamilyProblem& p, const std::vector<T
       const RestrictedCosts rc = restrict_costs(p, one, {&options[o]});
       const MckpResult r = solve_instance(p, rc, one, p.budget, opt);
       if (!r.has_solution()) continue;
+      inner = feasible_reason_of(inner, r.unproven_reason());
       std::vector<std::vector<std::uint8_t>> split;
       split_choice(p, rc, one, r.choice, split);
       FamilyHeadResult tmp;
@@ -396,7 +398,11 @@ FamilyResult solve_families_per_head(const FamilyProblem& p, const std::vector<T
   }
   res.lower_bound = static_cast<double>(bound);
   finish_totals(p, res);
-  res.status = proven(res) ? SolveStatus::Optimal : SolveStatus::Feasible;
+  // Unproven with every option's solve proven: the route tolerance kept an endpoint.
+  if (proven(res))
+    res.status = SolveStatus::Optimal;
+  else
+    res.set_feasible(inner != FeasibleReason::None ? inner : FeasibleReason::Tolerance);
   res.message = "Each of " + std::to_string(p.heads.size()) + " head(s) solved at its own budget with the " +
                 std::string(to_string(opt.solver)) + " solver on " + std::to_string(n_opt) +
                 " option(s); the bound is the sum of each head's least option bound.";
@@ -662,8 +668,12 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
   std::vector<int> all(p.heads.size());
   for (std::size_t h = 0; h < all.size(); ++h) all[h] = static_cast<int>(h);
   SolveStatus inner = SolveStatus::Feasible;
+  // Why the result may be unproven: the knapsack's own reason, the routing by the multiplier
+  // (a relaxation) when there are several options, a heuristic fill.
+  FeasibleReason why = FeasibleReason::None;
 
   if (opt.solver == FamilySolver::Waterfill) {
+    why = FeasibleReason::Heuristic;
     rate_quant(p, options, res);
     if (res.status == SolveStatus::Infeasible) {
       res.seconds = seconds_since(t0);
@@ -683,6 +693,7 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
     }
     res.lower_bound = std::max(res.lower_bound, r.lower_bound);
     inner = r.status;
+    why = r.unproven_reason();
     res.method = "one " + std::string(to_string(opt.solver)) + " knapsack over " + std::to_string(rc.items()) +
                  " tokens (" + r.summary() + ")";
   } else if (opt.solver == FamilySolver::Exact) {
@@ -690,6 +701,7 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
     for (std::size_t h = 0; h < all.size(); ++h) chosen[h] = &options[static_cast<std::size_t>(mult.option_of_head[h])];
     const RestrictedCosts rc = restrict_costs(p, all, chosen);
     const MckpResult r = solve_instance(p, rc, all, p.budget, opt);
+    why = feasible_reason_of(FeasibleReason::Relaxation, r.unproven_reason());
     std::vector<std::vector<std::uint8_t>> split;
     if (r.has_solution() && split_choice(p, rc, all, r.choice, split)) {
       res.heads.assign(p.heads.size(), {});
@@ -705,6 +717,7 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
     }
   } else {
     group_split(p, options, mult, opt, res);
+    why = FeasibleReason::Heuristic;
   }
 
   if (!res.heads.empty()) finish_totals(p, res);
@@ -720,6 +733,7 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
       res.lower_bound = bound;  // the per-head bounds do not bound the pooled optimum
       res.lambda = lambda;
       res.method = "per-head incumbent (better than the pooled fill)";
+      why = feasible_reason_of(why, res.unproven_reason());
       finish_totals(p, res);
     }
   }
@@ -732,8 +746,12 @@ FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<Tie
   for (auto& h : res.heads) h.option_objectives.clear();
   if (mult.status == SolveStatus::Trivial && proven(res))
     res.status = SolveStatus::Trivial;
-  else
-    res.status = proven(res) ? SolveStatus::Optimal : SolveStatus::Feasible;
+  else if (proven(res))
+    res.status = SolveStatus::Optimal;
+  else if (why != FeasibleReason::None)
+    res.set_feasible(why);
+  else  // every knapsack proven, yet a gap: the exact fill's families came from the multiplier
+    res.set_feasible(opt.solver == FamilySolver::Exact ? FeasibleReason::Relaxation : FeasibleReason::Heuristic);
   res.message = std::to_string(p.heads.size()) + " head(s) share " + number_text(res.rate_budget) + " bits; routing multiplier " +
                 number_text(mult.lambda) + " after " + std::to_string(mult.steps) + " bisection step(s); " + res.method + ".";
   res.seconds = seconds_since(t0);

@@ -125,6 +125,7 @@ KvcobraAllocation optimal(const std::vector<std::vector<double>>& w, int d, cons
   inst.budget = o.budget;
   const MckpResult r = solve_exact(inst);
   out.status = r.status;
+  out.feasible_reason = r.feasible_reason;
   out.message = "kvcobra optimal (" + o.rate + " rate): " + r.message;
   out.lower_bound = r.lower_bound;
   if (!r.has_solution()) return out;
@@ -300,7 +301,7 @@ KvcobraAllocation allocate_kvcobra(const std::vector<std::vector<double>>& w, in
   a.lower_bound = std::numeric_limits<double>::quiet_NaN();
   long long sum_budget = 0;
   for (long long x : budgets) sum_budget += x;
-  a.status = SolveStatus::Feasible;
+  a.set_feasible(FeasibleReason::Heuristic);
   a.message = "kvcobra " + o.redistribute + ": head budgets sum to " + std::to_string(sum_budget) + " of " +
               std::to_string(static_cast<long long>(o.budget * d) * static_cast<long long>(w.size())) +
               " bits per token; mean r b / d = " + format_number(a.nominal_rate) + " (budget " + format_number(o.budget) +
@@ -340,7 +341,7 @@ std::unique_ptr<KeyQuantizer> KvcobraAllocation::quantizer(std::size_t i) const 
 
 std::string KvcobraAllocation::summary() const {
   std::ostringstream s;
-  s << options.name() << ": " << to_string(status) << ", " << heads.size() << " heads, sum D = " << objective
+  s << options.name() << ": " << status_text() << ", " << heads.size() << " heads, sum D = " << objective
     << ", mean r b / d = " << nominal_rate << ", mean pad(r) b / d = " << code_rate;
   return s.str();
 }

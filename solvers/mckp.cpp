@@ -118,9 +118,25 @@ constexpr auto kSolveStatuses = enum_table<SolveStatus>("solve status", {{SolveS
 
 std::string_view to_string(SolveStatus s) { return enum_name(kSolveStatuses, s); }
 
+constexpr auto kFeasibleReasons = enum_table<FeasibleReason>("feasible reason", {{FeasibleReason::None, "none"},
+                                                                                {FeasibleReason::Heuristic, "heuristic"},
+                                                                                {FeasibleReason::Tolerance, "tolerance"},
+                                                                                {FeasibleReason::Relaxation, "relaxation"},
+                                                                                {FeasibleReason::Limit, "limit"}});
+
+std::string_view to_string(FeasibleReason r) { return enum_name(kFeasibleReasons, r); }
+
+FeasibleReason feasible_reason_of(FeasibleReason a, FeasibleReason b) { return a >= b ? a : b; }
+
+std::string SolveSummary::status_text() const {
+  std::string s(to_string(status));
+  if (status == SolveStatus::Feasible) s += " (" + std::string(to_string(feasible_reason)) + ")";
+  return s;
+}
+
 std::string MckpResult::summary() const {
   std::ostringstream os;
-  os << solver << ": " << to_string(status);
+  os << solver << ": " << status_text();
   if (has_solution()) {
     os << ", objective " << number_text(objective) << ", bound " << number_text(lower_bound) << " (gap " << number_text(gap)
        << ", rel " << std::setprecision(3) << relative_gap << ")";
@@ -134,7 +150,7 @@ std::string MckpResult::summary() const {
 std::string MckpResult::report() const {
   std::ostringstream os;
   os << "solver        " << solver << "\n"
-     << "status        " << to_string(status) << "\n"
+     << "status        " << status_text() << "\n"
      << "message       " << message << "\n"
      << "items         " << items << "\n"
      << "objective     " << number_text(objective) << "\n"

@@ -99,11 +99,30 @@ RateUnits rate_units(const MckpInstance&);
 // Whether the call succeeded is not part of this: a failed call throws InputError. These
 // are outcomes of a successful solve.
 //   Optimal    the choice is a proven integer optimum (lower_bound == objective, gap 0)
-//   Feasible   the choice meets the budget; lower_bound is a proven bound, gap honest
+//   Feasible   the choice meets the budget; lower_bound is a proven bound, gap honest;
+//              SolveSummary::feasible_reason says why it is not proven optimal
 //   Infeasible no choice meets the budget (B < smallest rate); choice is empty
 //   Trivial    the budget affords every item its cheapest-cost tier (optimal, gap 0)
 enum class SolveStatus { Optimal, Feasible, Infeasible, Trivial };
 std::string_view to_string(SolveStatus);  // "optimal" | "feasible" | "infeasible" | "trivial"
+
+// Why a Feasible result is not proven optimal (None with every other status):
+//   Heuristic  the method gives no proof: greedy, greedy-raw, water-filling, the seed
+//              allocators (ratequant, rdkv), KV-COBRA's redistribution, the smoothed solver
+//              (exact on pooled costs, not on the true ones), an allocation repaired to its
+//              measured budget (solved at a smaller B', scenarios/pipeline/allocate.hpp)
+//   Tolerance  the routing kept an endpoint family within FamilyOptions::route_tolerance of
+//              the mixed optimum (families.hpp, scope head)
+//   Relaxation the pooled routing fixed each head's family at the Lagrange multiplier
+//              (families.hpp): the knapsack under those families is solved, the choice of
+//              families is not searched
+//   Limit      a search that would have proven it was stopped by one of its limits: the
+//              exact solver's core DP (ExactOptions max_core_items, max_dp_states, max_rounds)
+// Where results are combined (several heads or scopes) the reason is the latest in this
+// order that any of them gives (feasible_reason_of).
+enum class FeasibleReason { None, Heuristic, Tolerance, Relaxation, Limit };
+std::string_view to_string(FeasibleReason);  // "none" | "heuristic" | "tolerance" | "relaxation" | "limit"
+FeasibleReason feasible_reason_of(FeasibleReason a, FeasibleReason b);  // the later of the two
 
 // What every solve reports about itself, whatever it solved (a knapsack instance, a family
 // problem): the outcome and how it was reached, the objective sum_i c_{i,choice_i} with a
@@ -113,6 +132,7 @@ std::string_view to_string(SolveStatus);  // "optimal" | "feasible" | "infeasibl
 // of the solvers (MckpResult, FamilyResult) are a SolveSummary plus their solution.
 struct SolveSummary {
   SolveStatus status = SolveStatus::Feasible;
+  FeasibleReason feasible_reason = FeasibleReason::None;  // why Feasible is not Optimal (read with status)
   std::string message;  // one or two sentences: how the status was reached
   double objective = std::numeric_limits<double>::quiet_NaN();
   double lower_bound = -std::numeric_limits<double>::infinity();
@@ -124,6 +144,15 @@ struct SolveSummary {
   double seconds = 0.0;
 
   bool has_solution() const { return status != SolveStatus::Infeasible; }
+  // Status Feasible for `why`.
+  void set_feasible(FeasibleReason why) {
+    status = SolveStatus::Feasible;
+    feasible_reason = why;
+  }
+  // The reason when Feasible, None otherwise (what the reports print).
+  FeasibleReason unproven_reason() const { return status == SolveStatus::Feasible ? feasible_reason : FeasibleReason::None; }
+  // "feasible (limit)" when Feasible, else the status alone (text reports).
+  std::string status_text() const;
 };
 
 // A solver's answer: its SolveSummary (rate_used = sum_i r_{choice_i}, rate_budget = B N)

@@ -127,6 +127,7 @@ SeedAllocation rate_quant(const SeedProblem& pr, const MethodParams& p) {
   out.multiplier = r.continuous.theta;
   out.max_kkt_residual = r.continuous.max_kkt_residual;
   out.status = r.projected.status;
+  out.feasible_reason = r.projected.feasible_reason;
   out.message = r.projected.message;
   if (r.projected.has_solution()) {
     out.tiers.resize(H);
@@ -221,7 +222,7 @@ SeedAllocation rdkv(const SeedProblem& pr, const MethodParams& p) {
       if (lo > 0 && hi / lo < 1 + 1e-12) break;
     }
     lambda = hi;
-    out.status = SolveStatus::Feasible;
+    out.set_feasible(FeasibleReason::Heuristic);  // the multiplier's minimisers: no proof
   } else {
     out.status = SolveStatus::Trivial;
   }
@@ -258,6 +259,7 @@ SeedAllocation routed(const SeedProblem& pr, const MethodParams& p) {
   const FamilyResult r = scope == Scope::Head ? solve_families_per_head(fp, options, fo)
                                               : solve_families_pooled(fp, options, fo);
   out.status = r.status;
+  out.feasible_reason = r.feasible_reason;
   out.message = r.message;
   out.multiplier = std::isfinite(r.lambda) ? r.lambda : 0.0;
   for (const auto& h : r.heads) out.tiers.push_back(h.tiers);

@@ -374,7 +374,15 @@ TEST_CASE("limits too small for the proof give Feasible with an honest gap", "[e
     CHECK(r.objective >= orc.objective - 1e-9);
     CHECK(r.gap >= 0);
     check_budget(inst, r);
-    if (r.status == SolveStatus::Feasible) ++feasible;
+    if (r.status == SolveStatus::Feasible) {
+      ++feasible;
+      // The status says why: a limit stopped the proof.
+      CHECK(r.feasible_reason == FeasibleReason::Limit);
+      CHECK(r.status_text() == "feasible (limit)");
+      CHECK_THAT(r.summary(), Catch::StartsWith("exact: feasible (limit), "));
+    } else {
+      CHECK(r.unproven_reason() == FeasibleReason::None);
+    }
   }
   CHECK(feasible > 0);
 }

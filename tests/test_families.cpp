@@ -196,12 +196,17 @@ TEST_CASE("routed per head takes the least objective, endpoints on ties", "[fami
   const auto R0 = solve_families_per_head(rp, family_options(L, FamilyChoice::Routed));
   const auto M0 = solve_families_per_head(rp, family_options(L, FamilyChoice::Mixed));
   CHECK(R0.objective == Approx(M0.objective).epsilon(1e-12));
+  CHECK(R0.status == SolveStatus::Optimal);
+  // The endpoints kept within the tolerance cost more than M's optimum: feasible, by the tolerance.
+  REQUIRE(Rt.objective > M0.objective * (1 + 1e-9));
+  CHECK(Rt.status == SolveStatus::Feasible);
+  CHECK(Rt.feasible_reason == FeasibleReason::Tolerance);
 }
 
 TEST_CASE("pooled scope: brute force for M and E, never worse than per-head routing", "[families]") {
   std::mt19937_64 rng(3);
   const RateLadder L = ladder5();
-  int joint = 0, incumbent = 0;
+  int joint = 0, incumbent = 0, relaxed = 0;
   for (int trial = 0; trial < 25; ++trial) {
     const int T = 3 + trial % 2;
     std::vector<MatrixRMd> heads{random_head(rng, T), random_head(rng, T), random_head(rng, T)};
@@ -242,6 +247,11 @@ TEST_CASE("pooled scope: brute force for M and E, never worse than per-head rout
     CHECK(Rp.rate_used <= Rp.rate_budget + 1e-9);
     CHECK(Rp.lower_bound <= Mp.objective * (1 + 1e-12) + 1e-15);  // a bound of the pooled optimum
     CHECK(Rp.gap >= 0);
+    // Unproven here only because the multiplier fixed each head's family (the knapsacks are exact).
+    if (Rp.status == SolveStatus::Feasible) {
+      ++relaxed;
+      CHECK(Rp.feasible_reason == FeasibleReason::Relaxation);
+    }
     // Each head's tiers lie inside its routed option.
     for (const auto& h : Rp.heads) {
       const auto& o = Rp.options[h.option].tiers;
@@ -264,6 +274,7 @@ TEST_CASE("pooled scope: brute force for M and E, never worse than per-head rout
   }
   // Both pooled fills were exercised (the joint knapsack usually wins).
   CHECK(joint > incumbent);
+  CHECK(relaxed > 0);
 }
 
 TEST_CASE("pooled budgets below every rate are infeasible, not a crash", "[families]") {
@@ -308,6 +319,8 @@ TEST_CASE("greedy, greedy-raw and waterfill families stay feasible and never bea
         const auto m = solve_families_pooled(p, opts, o);
         REQUIRE(h.has_solution());
         REQUIRE(m.has_solution());
+        for (const FamilyResult* r : {&h, &m})
+          if (r->status == SolveStatus::Feasible) CHECK(r->feasible_reason == FeasibleReason::Heuristic);
         CHECK(h.rate_used <= h.rate_budget + 1e-9);
         CHECK(m.rate_used <= m.rate_budget + 1e-9);
         CHECK(h.objective >= ex_h.objective * (1 - 1e-12) - 1e-15);

@@ -90,6 +90,8 @@ TEST_CASE("greedy-raw loses to exact when the raw ladder hides a hull edge, and 
   const auto e = solve_exact(o.view());
   CHECK(g.solver == "greedy-raw");
   CHECK(g.status == SolveStatus::Feasible);
+  CHECK(g.feasible_reason == FeasibleReason::Heuristic);  // no proof, whatever the gap
+  CHECK(g.status_text() == "feasible (heuristic)");
   CHECK(g.choice == std::vector<std::uint8_t>{0, 2});
   CHECK(g.objective == Approx(11.5));
   CHECK(g.iterations == 3);  // B 0->2, B 2->4 taken; A 0->2 popped, does not fit

@@ -260,6 +260,25 @@ TEST_CASE("CLI: solve --write-allocation, then eval --allocation reads it", "[so
         Approx(solve["model"]["rate"]["code_bits"].get<double>()).epsilon(1e-12));
 }
 
+TEST_CASE("CLI: solve says why a feasible allocation is not proven optimal", "[solve][cli]") {
+  REQUIRE(fs::exists(tierlab_binary()));
+  const std::string out = temp_file("reason.json"), err = temp_file("reason.err");
+  // Greedy gives no proof: feasible (heuristic), in the JSON and the text, for the call and every scope.
+  REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 2.5 --solver greedy --json", out, err) == 0);
+  const auto greedy = nlohmann::json::parse(read_text(out));
+  REQUIRE(greedy["status"] == "feasible");
+  CHECK(greedy["feasible_reason"] == "heuristic");
+  for (const auto& s : greedy["scopes"])
+    CHECK(s["feasible_reason"] == (s["status"] == "feasible" ? nlohmann::json("heuristic") : nlohmann::json()));
+  REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 2.5 --solver greedy", out, err) == 0);
+  CHECK(read_text(out).find("\nstatus feasible (heuristic): ") != std::string::npos);
+  // The exact solver proves its optimum: no reason (null).
+  REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 2.5 --solver exact --json", out, err) == 0);
+  const auto exact = nlohmann::json::parse(read_text(out));
+  CHECK(exact["status"] == "optimal");
+  CHECK(exact["feasible_reason"].is_null());
+}
+
 TEST_CASE("CLI: text report, recompute with the interior advantage, and bad names", "[solve][cli]") {
   REQUIRE(fs::exists(tierlab_binary()));
   const std::string out = temp_file("solve.txt"), err = temp_file("solve2.err");

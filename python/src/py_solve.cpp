@@ -253,6 +253,11 @@ void bind_trace_solve(py::module_& m) {
 uint8 array [n_layers, n_kv_heads, T] of tier indices into `ladder`.)doc")
       .def_property_readonly("status", [](const PySolution& s) { return std::string(to_string(s.rep->status)); },
                              "optimal | feasible | infeasible | trivial (the worst over the budget scopes).")
+      .def_property_readonly("feasible_reason", [](const PySolution& s) -> py::object {
+        if (s.rep->status != SolveStatus::Feasible) return py::none();
+        return py::str(std::string(to_string(s.rep->feasible_reason)));
+      }, "Why a feasible solution is not proven optimal: heuristic | tolerance | relaxation | limit "
+         "(solvers/mckp.hpp FeasibleReason); None unless status is feasible.")
       .def_property_readonly("message", [](const PySolution& s) { return s.rep->message; },
                              "How the status was reached, in a sentence or two.")
       .def_property_readonly("feasible", [](const PySolution& s) { return s.rep->has_solution(); })

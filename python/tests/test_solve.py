@@ -254,6 +254,14 @@ def test_the_cuda_backend_is_an_input_error_where_it_is_not_there(tiny_trace):
     assert tierlab.recompute_head(tiny_trace.head(0, 0), np.full(192, 2), backend="auto").backend in ("cpu", "cuda")
 
 
+def test_a_feasible_solution_says_why_it_is_not_proven_optimal(tiny_trace):
+    g = tierlab.solve(tiny_trace, 2.5, solver="greedy")
+    assert g.status == "feasible" and g.feasible_reason == "heuristic"
+    assert g.to_json()["feasible_reason"] == "heuristic"
+    e = tierlab.solve(tiny_trace, 2.5, solver="exact")
+    assert e.status == "optimal" and e.feasible_reason is None
+
+
 def test_long_calls_release_the_gil(workdir):
     # Independent of the machine's speed: with a switch interval far longer than the test,
     # CPython never takes the GIL from the main thread; another thread runs only while the

@@ -83,6 +83,12 @@ TraceEvaluation evaluate_method(const TraceReader& trace, const std::string& qua
   return ev;
 }
 
+// Why a feasible allocation is not proven optimal (solvers/mckp.hpp FeasibleReason); null
+// when it is not Feasible, as in `tierlab solve --json`.
+nlohmann::json feasible_reason_json(const SolveSummary& s) {
+  return s.status == SolveStatus::Feasible ? nlohmann::json(std::string(to_string(s.feasible_reason))) : nlohmann::json();
+}
+
 // A seed allocator (solvers/seed_allocators.hpp, or kvcobra) at budget B, evaluated with
 // exact recomputation. ratequant / rdkv / routed: the heads' surrogate costs on `ladder`,
 // grouped by `scope` (head: each head alone; layer: a layer's heads share the budget;
@@ -117,7 +123,8 @@ TraceEvaluation evaluate_seed(const TraceReader& trace, const std::string& name,
       heads.push_back({{"layer", h.layer}, {"kv_head", h.kv_head}, {"rank", h.rank}, {"bits", h.bits},
                        {"head_budget_bits", h.head_budget}, {"distortion", h.distortion},
                        {"nominal_rate", h.nominal_rate}, {"code_rate", h.code_rate}});
-    *seed_json = {{"method", a.options.name()}, {"status", std::string(to_string(a.status))}, {"message", a.message},
+    *seed_json = {{"method", a.options.name()}, {"status", std::string(to_string(a.status))},
+                  {"feasible_reason", feasible_reason_json(a)}, {"message", a.message},
                   {"budget", budget}, {"distortion", a.objective}, {"nominal_rate", a.nominal_rate},
                   {"code_rate", a.code_rate}, {"heads", heads}};
     if (std::isfinite(a.lower_bound)) (*seed_json)["lower_bound"] = a.lower_bound;
@@ -158,7 +165,8 @@ TraceEvaluation evaluate_seed(const TraceReader& trace, const std::string& name,
     used += a.rate_used;
     total += static_cast<double>(a.tokens);
     groups.push_back({{"first_head", g0}, {"heads", p.heads.size()}, {"status", std::string(to_string(a.status))},
-                      {"message", a.message}, {"multiplier", a.multiplier}, {"objective", a.objective},
+                      {"feasible_reason", feasible_reason_json(a)}, {"message", a.message},
+                      {"multiplier", a.multiplier}, {"objective", a.objective},
                       {"rate_used_bits", a.rate_used}, {"rate_budget_bits", a.rate_budget},
                       {"mean_rate", a.mean_rate()}});
   }

@@ -219,7 +219,7 @@ double repair_scope_to_measured_budget(FamilyResult& r, const AllocateOptions& o
   // Optimal at B' is not a certificate at B: the gap to B's bound decides.
   const double gap = std::max(0.0, r.objective - r.lower_bound);
   if (r.status == SolveStatus::Optimal && gap > 1e-12 * std::max(std::fabs(r.objective), 1e-300))
-    r.status = SolveStatus::Feasible;
+    r.set_feasible(FeasibleReason::Heuristic);  // the search over B' proves nothing at B
   r.method += "; repaired to the measured budget (solved at B' = " + format_number(rep.solved_budget, 6) + ")";
   return rep.solved_budget;
 }
@@ -342,6 +342,7 @@ AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCos
     sr.objective = sr.lower_bound = sr.gap = 0.0;  // what an infeasible scope reports
     sr.name = group_names[g];
     sr.status = r.status;
+    sr.feasible_reason = r.feasible_reason;
     sr.message = r.message;
     sr.method = r.method;
     sr.lambda = r.lambda;
@@ -368,11 +369,16 @@ AllocationReport allocate_heads(const TraceMeta& meta, const std::vector<HeadCos
     sr.objective = objective;
     sr.lower_bound = smoothed ? r_true.lower_bound : r.lower_bound;
     sr.gap = std::max(0.0, objective - sr.lower_bound);
-    if (smoothed) sr.status = sr.gap <= 1e-12 * std::max(std::fabs(objective), 1e-300) ? SolveStatus::Optimal
-                                                                                        : SolveStatus::Feasible;
+    if (smoothed) {  // exact on the pooled costs proves nothing on the true ones: only the gap can
+      if (sr.gap <= 1e-12 * std::max(std::fabs(objective), 1e-300))
+        sr.status = SolveStatus::Optimal;
+      else
+        sr.set_feasible(FeasibleReason::Heuristic);
+    }
     if (smoothed)
       sr.method = "exact on costs pooled by " + opt.smoothing.name() + "; bound from the exact solve on the true costs";
     rep.status = worse(rep.status, sr.status);
+    rep.feasible_reason = feasible_reason_of(rep.feasible_reason, sr.unproven_reason());
     rep.scopes.push_back(std::move(sr));
   }
   rep.seconds_solve = seconds_since(t_solve);
@@ -474,11 +480,16 @@ nlohmann::json to_json(const AllocationReport& r) {
   }
   // An infeasible scope or call has no objective, bound, gap or rate: null, never 0.
   auto if_feasible = [](bool ok, double v) { return ok ? nlohmann::json(v) : nlohmann::json(); };
+  // Why a feasible result is not proven optimal (mckp.hpp FeasibleReason); null otherwise.
+  auto reason = [](const SolveSummary& s) {
+    return s.status == SolveStatus::Feasible ? nlohmann::json(std::string(to_string(s.feasible_reason))) : nlohmann::json();
+  };
   nlohmann::json scopes = nlohmann::json::array();
   for (const auto& s : r.scopes) {
     const bool ok = s.status != SolveStatus::Infeasible;
     scopes.push_back({{"name", s.name},
                       {"status", std::string(to_string(s.status))},
+                      {"feasible_reason", reason(s)},
                       {"feasible", ok},
                       {"message", s.message},
                       {"method", s.method},
@@ -510,6 +521,7 @@ nlohmann::json to_json(const AllocationReport& r) {
   return {{"trace", r.trace_path},
           {"options", opts},
           {"status", std::string(to_string(r.status))},
+          {"feasible_reason", reason(r)},
           {"message", r.message},
           {"model", model},
           {"scopes", scopes},
@@ -521,7 +533,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
   const AllocateOptions& o = r.options;
   std::ostringstream os;
   os << "solve " << o.name() << ", ladder " << o.ladder.name() << " on " << r.trace_path << "\n";
-  os << "status " << to_string(r.status) << ": " << r.message << "\n";
+  os << "status " << r.status_text() << ": " << r.message << "\n";
   if (!r.has_solution()) {
     for (const auto& s : r.scopes)
       if (s.status == SolveStatus::Infeasible) os << "  " << s.name << ": " << s.message << "\n";
@@ -618,7 +630,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
   }
   for (const auto& s : r.scopes)
     if (o.scope != Scope::Head || per_head)
-      os << "  " << s.name << ": " << to_string(s.status) << ", " << s.method << " (" << fmt(s.seconds, "%.3f")
+      os << "  " << s.name << ": " << s.status_text() << ", " << s.method << " (" << fmt(s.seconds, "%.3f")
          << " s)\n";
   std::snprintf(buf, sizeof buf, "time: costs %.3f s, solve %.3f s, total %.3f s\n", r.seconds_costs, r.seconds_solve,
                 r.seconds);

@@ -91,17 +91,19 @@ struct HeadSolveReport {
 };
 
 // One budget scope (a head, a layer, or the model) as the solver reported it.
-// The solve summary (solvers/mckp.hpp SolveSummary: status, message, objective, lower_bound,
-// gap, lambda, rate_used and rate_budget in bits of the budget's kind, seconds) and the scope's
-// name and method. An infeasible scope reports objective = lower_bound = gap = 0.
+// The solve summary (solvers/mckp.hpp SolveSummary: status, feasible_reason, message,
+// objective, lower_bound, gap, lambda, rate_used and rate_budget in bits of the budget's kind,
+// seconds) and the scope's name and method. An infeasible scope reports objective =
+// lower_bound = gap = 0.
 struct ScopeReport : SolveSummary {
   std::string name;  // "L0.H1", "layer 0", "model"
   std::string method;
 };
 
 // The solve summary over every scope (SolveSummary: status = the worst over the scopes,
-// Infeasible if any; objective = sum over heads (true costs); lower_bound = sum of the scopes'
-// bounds; gap, relative_gap; seconds = the whole call), then the allocation and its details.
+// Infeasible if any; feasible_reason = feasible_reason_of over the feasible scopes; objective =
+// sum over heads (true costs); lower_bound = sum of the scopes' bounds; gap, relative_gap;
+// seconds = the whole call), then the allocation and its details.
 struct AllocationReport : SolveSummary {
   AllocateOptions options;
   std::string trace_path;
