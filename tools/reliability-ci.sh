@@ -4,15 +4,20 @@
 #      libFuzzer harnesses of tests/fuzz and a subset of the unit tests covering every layer;
 #   2. the seed corpora, written by the project's own writers (fuzz_make_seeds);
 #   3. every harness replays its committed regressions, then fuzzes for FUZZ_SECONDS;
-#   4. the unit-test subset under ASan + UBSan.
-# Any crash, leak, sanitizer report or failing test fails the script. Knobs:
+#   4. the unit-test subset under ASan + UBSan;
+#   5. the tierlab CLI, built the same way, on every command: eval with every method the
+#      registries list, solve, demo, run of a tiny scenario with every analysis that runs on
+#      synthetic cells (figures included), figure, synth, info, methods, capture, replay, and
+#      a few inputs each command must refuse (exit status 2).
+# Any crash, leak, sanitizer report or failing test fails the script. LeakSanitizer stays on
+# everywhere; tools/lsan.supp suppresses fontconfig's known leak (figures) and nothing else. Knobs:
 #   FUZZ_SECONDS (default 30) per harness, JOBS (default: nproc), BUILD (default build-fuzz).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build="${BUILD:-$repo/build-fuzz}"
 seconds="${FUZZ_SECONDS:-30}"
 jobs="${JOBS:-$(nproc)}"
-targets=(safetensors trace llama2c allocation scenario cell)
+targets=(safetensors trace llama2c allocation scenario cell tables)
 # The sanitizer subset: model (safetensors, trace, allocation, llama2.c), solvers (exact
 # solver), gpu (CPU recomputation), scenarios (scenario files, runner, reliability).
 tests=(test_safetensors test_trace test_allocation test_llama2c test_reliability test_exact_solver test_recompute
@@ -24,12 +29,13 @@ cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DTIERLAB_FUZZ=ON -DTIERLAB_SANITIZE=address,undefined -DTIERLAB_CUDA=OFF -DTIERLAB_CUDA_EMULATION=OFF \
   -DTIERLAB_GUI=OFF -DTIERLAB_BENCH=OFF -DTIERLAB_NATIVE=OFF -DTIERLAB_PCH=ON > "$build/configure.log"
-cmake --build "$build" -j "$jobs" --target fuzz_make_seeds "${targets[@]/#/fuzz_}" "${tests[@]}"
+cmake --build "$build" -j "$jobs" --target fuzz_make_seeds "${targets[@]/#/fuzz_}" "${tests[@]}" tierlab
 t1=$(date +%s)
 echo "reliability: build $((t1 - t0)) s"
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$repo/tools/lsan.supp:print_suppressions=0"
 corpus="$build/fuzz-corpus"
 rm -rf "$corpus" && mkdir -p "$corpus"
 "$build/tests/fuzz/fuzz_make_seeds" "$corpus/seeds" "$repo"
@@ -67,4 +73,89 @@ for t in "${tests[@]}"; do
   echo "sanitized $t: $(grep -E '^(All tests passed|test cases)' "$build/sanitize-$t.log" | tail -1)" | tee -a "$summary"
 done
 t3=$(date +%s)
-echo "reliability: sanitizer tests $((t3 - t2)) s; total $((t3 - t0)) s" | tee -a "$summary"
+echo "reliability: sanitizer tests $((t3 - t2)) s" | tee -a "$summary"
+
+# The CLI under ASan + UBSan + LeakSanitizer, in a scratch folder. A command passes when it
+# exits as expected and its output holds no sanitizer report.
+cli="$build/cli-check"
+rm -rf "$cli" && mkdir -p "$cli"
+tl="$build/tierlab"
+cli_runs=0
+tierlab_expect() {  # tierlab_expect STATUS ARGS...: `tierlab ARGS` must exit with STATUS
+  local want=$1 rc=0 log="$cli/command-$((cli_runs + 1)).log"
+  shift
+  cli_runs=$((cli_runs + 1))
+  (cd "$cli" && "$tl" "$@") > "$log" 2>&1 || rc=$?
+  if [ "$rc" != "$want" ] || grep -qE '(ERROR|SUMMARY): [A-Za-z]*Sanitizer|runtime error:' "$log"; then
+    tail -n 60 "$log"
+    echo "reliability: 'tierlab $*' exits with $rc (expected $want) or reports under ASan/UBSan/LSan; log $log"
+    exit 1
+  fi
+}
+ok() { tierlab_expect 0 "$@"; }
+refused() { tierlab_expect 2 "$@"; }
+names() { "$tl" methods --kind "$1" | awk '/^  [^ ]/ {print $1}'; }  # the registry's names
+ckpt="$repo/data/stories260K/stories260K.bin"
+
+ok methods
+ok methods --json
+ok synth --preset tiny --seed 1 --tokens 64 --obs-window 32 --decode-steps 8 --layers 1 -o t.safetensors
+ok synth --preset tiny --seed 2 --stats --stats-lengths 32,64
+ok info t.safetensors
+ok info t.safetensors --json
+# eval: every uniform policy (the templates with their first values), key quantizer, eviction
+# scorer and seed allocator of the registries, then an allocation written by solve.
+for p in $(names policy | sed 's/\[[^]]*\]//g; s/B/2/; s/KEEP/0.5/'); do ok eval t.safetensors --policy "$p"; done
+for q in $(names quantizer); do ok eval t.safetensors --quantizer "$q"; done
+for q in $(names scorer); do ok eval t.safetensors --scorer "$q" --keep ratio:0.5; done
+for q in $(names allocator); do ok eval t.safetensors --seed "$q" --budget 4; done
+ok solve t.safetensors --budget 2 --recompute --advantage --write-allocation alloc.safetensors
+ok eval t.safetensors --allocation alloc.safetensors --per-head --json
+for s in exact greedy greedy-raw waterfill smoothed; do ok solve t.safetensors --budget 3 --solver "$s" --scope layer; done
+for f in quantize evict routed; do ok solve t.safetensors --budget 3 --family "$f" --recompute --json; done
+ok solve t.safetensors --budgets 0:4:1 --recompute --method kivi:2 --method '{scorer: snapkv, keep: "ratio:0.5"}'
+ok demo --preset tiny --tokens 48 --out demo
+ok capture --checkpoint "$ckpt" --prompt-sample 24 --seed 1 --decode 8 --obs-window 8 -o captured.safetensors
+ok eval captured.safetensors --policy evict:0.25
+ok replay --checkpoint "$ckpt" --prompt-sample 24 --seed 1 --decode 8 --policy kivi:2
+ok replay --checkpoint "$ckpt" --prompt-greedy 16 --decode 4 --policy evict:0.5 --free-running --redecide 2 --json
+cat > "$cli/tiny.yaml" <<'YAML'
+name: tiny-ci
+description: "tools/reliability-ci.sh: tiny synthetic cells through every analysis that runs on them, figures included"
+traces:
+  synthetic:
+    presets: [tiny]
+    seeds: [0, 1]
+    context_lengths: [48]
+    logit_scales: [1, 4]
+    overrides: {n_layers: 1, n_kv_heads: 2, head_dim: 16, obs_window: 8, decode_steps: 8}
+budgets: [2, 4]
+backend: cpu
+bootstrap: 100
+staleness: {steps: [1, 2, 4], budget: 2}
+smoothing: {kernels: [1, 3], budgets: [1]}
+mismatch: {quantizers: [kivi, token], bits: [2, 4], budgets: [4]}
+rd_curve: {budgets: "0:4:1"}
+methods:
+  - {quantizer: kivi, bits: 2}
+  - {scorer: snapkv, keep: "ratio:0.5", window: 8}
+  - {seed: ratequant, budget: 6}
+  - {policy: "evict:0.5"}
+  - {family: M, budget: 2}
+proxy: {}
+YAML
+ok run tiny.yaml --out run --jobs 2
+ok run tiny.yaml --out run  # every cell finished: read back, validated, tables and figures rewritten
+ok figure run --style slides --format svg,png --dpi 50
+# Inputs each command must refuse, naming what is wrong (the error paths run sanitized too).
+refused eval missing.safetensors --policy exact
+refused eval t.safetensors --policy kivi:0
+refused solve t.safetensors --budget ''
+refused synth --preset tiny -o run
+refused info tiny.yaml
+printf 'name: bad\nbudgetz: [2]\n' > "$cli/bad.yaml"
+refused run bad.yaml --out bad
+refused figure demo
+t4=$(date +%s)
+echo "reliability: CLI $((t4 - t3)) s ($cli_runs commands, no sanitizer report)" | tee -a "$summary"
+echo "reliability: total $((t4 - t0)) s" | tee -a "$summary"
