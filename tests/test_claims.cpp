@@ -1,0 +1,180 @@
+// The ledger of the reference papers' claims (scenarios/analyses/claims.hpp, docs/claims.md):
+// the `claim` key is checked with the file, line and key; it never changes a cell's hash; and
+// each kind of claim scenario, on tiny inputs, writes its verdict row (whatever the verdict)
+// from the run's tables.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/error.hpp"
+#include "scenarios/analyses/claims.hpp"
+#include "scenarios/run/runner.hpp"
+#include "scenarios/scenario/scenario.hpp"
+#include "support.hpp"
+
+using namespace tierlab;
+using tierlab::testing::error_of;
+using tierlab::testing::slurp;
+using tierlab::testing::TempDir;
+
+namespace {
+
+const std::string kTinyInterior =
+    "name: tiny-claims\n"
+    "traces:\n"
+    "  synthetic:\n"
+    "    presets: [tiny]\n"
+    "    seeds: [0, 1, 2, 3, 4]\n"
+    "    context_lengths: [48, 64]\n"
+    "ladder: evict,kivi1,kivi2,kivi4,exact\n"
+    "budgets: [2, 3]\n"
+    "bootstrap: 200\n";
+
+const std::string kClaimA =
+    "claim:\n"
+    "  id: a\n"
+    "  claim: The dominated share orders the interior's recomputed advantage.\n"
+    "  source: Quantize, Evict, or Both?\n"
+    "  paper: rho = -0.978 over 25 cells\n";
+
+std::string parse_error(const std::string& yaml) {
+  return error_of<InputError>([&] { parse_scenario(yaml, "bad.yaml"); });
+}
+
+// Runs yaml in a fresh folder and returns its claim rows (tables/claims.json).
+nlohmann::json run_rows(const TempDir& dir, const std::string& yaml) {
+  const std::string file = dir.file("s.yaml");
+  std::ofstream(file) << yaml;
+  const Scenario sc = load_scenario(file);
+  RunOptions ro;
+  ro.out = dir.file("out");
+  ro.backend = Backend::Cpu;
+  ro.progress = false;
+  REQUIRE(run_scenario(sc, ro).tables_written);
+  CHECK(std::filesystem::exists(ro.out + "/claims.md"));
+  CHECK_THAT(slurp(ro.out + "/summary.md"), Catch::Contains("## Claims of the reference papers tested here"));
+  return nlohmann::json::parse(slurp(ro.out + "/tables/claims.json"))["rows"];
+}
+
+void check_row(const nlohmann::json& row, const std::string& id) {
+  INFO(row.dump(2));
+  CHECK(row["id"] == id);
+  const std::string v = row["verdict"];
+  CHECK((v == "reproduced" || v == "partly" || v == "refuted" || v == "not testable here"));
+  CHECK_FALSE(row["measured"].get<std::string>().empty());
+  CHECK_FALSE(row["why"].get<std::string>().empty());
+  CHECK_THAT(row["depends_on"].get<std::string>(), Catch::Contains("rate convention") && Catch::Contains("ladder"));
+}
+
+}  // namespace
+
+TEST_CASE("a claim names an id a to q, the claim in one sentence, its source and the paper's number, and errors name the file, the line and the key") {
+  const Scenario ok = parse_scenario(kTinyInterior + kClaimA, "ok.yaml");
+  REQUIRE(ok.find<ClaimAnalysis>() != nullptr);
+  CHECK(ok.find<ClaimAnalysis>()->claims.at(0).id == "a");
+
+  std::string m = parse_error(kTinyInterior + "claim:\n  id: z\n  claim: x.\n  source: y\n  paper: p\n");
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("claim.id") && Catch::Contains("a to q"));
+  m = parse_error(kTinyInterior + "claim:\n  id: a\n  source: y\n  paper: p\n");
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("claim.claim") && Catch::Contains("one sentence"));
+  m = parse_error(kTinyInterior + "claim:\n  id: a\n  claim: x.\n  source: y\n  paper: p\n  papr: q\n");
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:15:") && Catch::Contains("papr"));
+  // A claim tierlab does not measure yet, and one whose analysis the file lacks.
+  m = parse_error(kTinyInterior + "claim:\n  id: q\n  claim: x.\n  source: y\n  paper: p\n");
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("no measurement in tierlab yet"));
+  m = parse_error(kTinyInterior + "claim:\n  id: d\n  claim: x.\n  source: y\n  paper: p\n");
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("add the key 'staleness'"));
+  m = parse_error(kTinyInterior + "claim: [" + "{id: a, claim: x., source: y, paper: p}, {id: a, claim: x., source: y, paper: p}]\n");
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:10:") && Catch::Contains("twice"));
+}
+
+TEST_CASE("the claim mapping does not change a cell's hash") {
+  const Scenario plain = parse_scenario(kTinyInterior, "s.yaml");
+  const Scenario claimed = parse_scenario(kTinyInterior + kClaimA, "s.yaml");
+  CHECK(plain.settings_json == claimed.settings_json);
+  ContentHashes h;
+  for (std::size_t i = 0; i < plain.cells.size(); ++i)
+    CHECK(cell_hash(plain, plain.cells[i], h) == cell_hash(claimed, claimed.cells[i], h));
+}
+
+TEST_CASE("every scenario file of scenarios/files/claims loads, states a claim and opens with it in a comment") {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(TIERLAB_SOURCE_DIR) + "/scenarios/files/claims")) {
+    if (e.path().extension() != ".yaml") continue;
+    ++files;
+    INFO(e.path().string());
+    const Scenario sc = load_scenario(e.path().string());
+    REQUIRE(sc.find<ClaimAnalysis>() != nullptr);
+    CHECK(slurp(e.path().string()).rfind("# Claim", 0) == 0);
+    CHECK_THAT(slurp(e.path().string()), Catch::Contains("small version"));
+  }
+  CHECK(files >= 4);
+}
+
+TEST_CASE("on tiny inputs, claims (a), (c) and (m) in one list produce three verdict rows") {
+  TempDir dir("claims-acm");
+  const nlohmann::json rows = run_rows(
+      dir, kTinyInterior +
+               "claim:\n"
+               "  - {id: a, claim: The dominated share orders the advantage., source: Q, paper: rho = -0.978}\n"
+               "  - {id: c, claim: Longer contexts move a model toward eviction., source: Q, paper: direction}\n"
+               "  - {id: m, claim: Joint beats either alone., source: RDKV, paper: joint < either}\n");
+  REQUIRE(rows.size() == 3);
+  check_row(rows[0], "a");
+  check_row(rows[1], "c");
+  check_row(rows[2], "m");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("rho = ") && Catch::Contains("10 cells"));
+  // Each budget is measured, or named where Q does not exist (no verdict there).
+  CHECK_THAT(rows[2]["measured"].get<std::string>(), Catch::Contains("B = 3"));
+  CHECK_THAT(rows[2]["measured"].get<std::string>() + rows[2]["depends_on"].get<std::string>(),
+             Catch::Contains("B = 2: median") || Catch::Contains("Q infeasible at B = 2"));
+}
+
+TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
+  TempDir dir("claims-d");
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-d\ntraces:\n  synthetic:\n    presets: [tiny]\nstaleness:\n  steps: [1, 2, 4, 8]\n"
+           "claim: {id: d, claim: The family is stable while the allocation goes stale., source: Q, paper: 4096 steps}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "d");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("kappa"));
+}
+
+TEST_CASE("on tiny inputs, the smoothing claim (h) produces its verdict row") {
+  TempDir dir("claims-h");
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-h\ntraces:\n  synthetic:\n    presets: [tiny]\n    overrides: {mix_retrieval: 2}\n"
+           "smoothing:\n  kernels: [1, 3]\n  budgets: [1, 2]\n"
+           "claim: {id: h, claim: Smoothing removes most truncation., source: Q, paper: 40% -> 10%}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "h");
+}
+
+TEST_CASE("on tiny inputs, the RateQuant claims (j), (k), (l) produce their verdict rows") {
+  TempDir dir("claims-jkl");
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-jkl\ntraces:\n  synthetic:\n    presets: [tiny]\n"
+           "mismatch:\n  quantizers: [{quantizer: kivi, residual: 0}, token, turboquant]\n  bits: [2, 3, 4]\n  budgets: [3]\n"
+           "claim:\n"
+           "  - {id: j, claim: beta differs across quantizers., source: RateQuant, paper: 3.6 to 5.3}\n"
+           "  - {id: k, claim: A mismatched model is worse than uniform., source: RateQuant, paper: worse}\n"
+           "  - {id: l, claim: Calibration beats uniform., source: RateQuant, paper: 2.5 bits}\n");
+  REQUIRE(rows.size() == 3);
+  check_row(rows[0], "j");
+  check_row(rows[1], "k");
+  check_row(rows[2], "l");
+}
+
+TEST_CASE("the claims table gathers rows sorted by id, one line of settings each") {
+  ClaimVerdict a, b;
+  a.spec.id = "m", a.spec.claim = "joint | beats", a.standing = ClaimStanding::Refuted, a.depends_on = "x";
+  b.spec.id = "a", b.spec.claim = "share orders", b.standing = ClaimStanding::NotTestable, b.depends_on = "y";
+  const std::string t = claims_table({a, b});
+  CHECK(t.find("| (a)") < t.find("| (m)"));
+  CHECK_THAT(t, Catch::Contains("**not testable here**") && Catch::Contains("joint / beats"));
+  CHECK(ClaimVerdict::from_json(a.to_json()).standing == ClaimStanding::Refuted);
+}
