@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -166,4 +167,35 @@ TEST_CASE("tierlab run of a 100 TB scenario is refused before any work with its 
             dir / "log3") == 0);
   CHECK(run("run '" + (dir / "tiny.yaml").string() + "' --out '" + (dir / "o3").string() + "' --max-memory 12abc", dir / "log4") == 2);
   CHECK_THAT(slurp(dir / "log4"), Contains("--max-memory"));
+}
+
+TEST_CASE("A tiny run through every analysis prints no nan or inf in summary.md: what is not defined says so") {
+  // Tiny cells where many quantities are undefined: one family wins every head (kappa), no head
+  // has spans (truncation rate), a variable is the same in every cell (rank correlations).
+  const fs::path dir = fresh_dir("strict_undefined_values");
+  std::ofstream(dir / "tiny.yaml")
+      << "name: tiny-undefined\ntraces:\n  synthetic:\n    presets: [tiny]\n    seeds: [0, 1]\n    context_lengths: [48]\n"
+         "    logit_scales: [1, 4]\n    overrides: {n_layers: 1, n_kv_heads: 2, head_dim: 16, obs_window: 8, decode_steps: 8}\n"
+         "budgets: [2, 4]\nbackend: cpu\nbootstrap: 100\nstaleness: {steps: [1, 2, 4], budget: 2}\n"
+         "smoothing: {kernels: [1, 3], budgets: [1]}\nmismatch: {quantizers: [kivi, token], bits: [2, 4], budgets: [4]}\n"
+         "rd_curve: {budgets: \"0:4:1\"}\n"
+         "methods:\n  - {quantizer: kivi, bits: 2}\n  - {scorer: snapkv, keep: \"ratio:0.5\", window: 8}\n"
+         "  - {policy: \"evict:0.5\"}\n";
+  REQUIRE(run("run '" + (dir / "tiny.yaml").string() + "' --out '" + (dir / "out").string() + "'", dir / "log") == 0);
+  const std::string summary = slurp(dir / "out" / "summary.md");
+  REQUIRE_FALSE(summary.empty());
+  // Whole words only: "nan" inside "finance" or "inf" inside "infeasible" is prose.
+  const auto has_word = [&](const std::string& w) {
+    for (std::size_t at = summary.find(w); at != std::string::npos; at = summary.find(w, at + 1)) {
+      const bool start = at == 0 || !std::isalnum(static_cast<unsigned char>(summary[at - 1]));
+      const std::size_t end = at + w.size();
+      const bool stop = end >= summary.size() || !std::isalnum(static_cast<unsigned char>(summary[end]));
+      if (start && stop) return true;
+    }
+    return false;
+  };
+  CHECK_FALSE(has_word("nan"));
+  CHECK_FALSE(has_word("-nan"));
+  CHECK_FALSE(has_word("inf"));
+  CHECK_THAT(summary, Contains("not defined"));
 }

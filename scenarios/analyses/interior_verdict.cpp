@@ -282,14 +282,17 @@ std::string dose_response_section(const Scenario& sc, const std::vector<nlohmann
   for (const auto& [preset, values] : by)
     for (const auto& [v, e] : values)
       s << "| " << preset << " | " << format_or_nan(v) << " | " << std::max(e.first.size(), e.second.size()) << " | "
-        << format_or_nan(quantile_or_nan(e.first, 0.5), "%.3f") << " | " << format_or_nan(quantile_or_nan(e.second, 0.5), "%.4f")
-        << " |\n";
+        << format_or_nan(quantile_or_nan(e.first, 0.5), "%.3f", "not defined") << " | "
+        << format_or_nan(quantile_or_nan(e.second, 0.5), "%.4f", "not defined") << " |\n";
   s << '\n';
+  // A rank correlation is not defined when one of its variables is the same in every cell.
+  constexpr const char* kConstant = "not defined (one variable is the same in every cell)";
   for (const auto& [preset, v] : v_all)
-    s << "- " << preset << ": Spearman rho(" << key << ", dominated share) = " << format_or_nan(spearman(v, d_all[preset]), "%.3f")
-      << ", rho(" << key << ", A) = " << format_or_nan(spearman(v, a_all[preset]), "%.3f")
-      << ", rho(dominated share, A) = " << format_or_nan(spearman(d_all[preset], a_all[preset]), "%.3f") << " over "
-      << v.size() << " cells.\n";
+    s << "- " << preset << ": Spearman rho(" << key << ", dominated share) = "
+      << format_or_nan(spearman(v, d_all[preset]), "%.3f", kConstant)
+      << ", rho(" << key << ", A) = " << format_or_nan(spearman(v, a_all[preset]), "%.3f", kConstant)
+      << ", rho(dominated share, A) = " << format_or_nan(spearman(d_all[preset], a_all[preset]), "%.3f", kConstant)
+      << " over " << v.size() << " cells.\n";
   return s.str();
 }
 

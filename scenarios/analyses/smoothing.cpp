@@ -351,10 +351,12 @@ std::string smoothing_summary(const nlohmann::json& spec, const std::vector<doub
           s << " - | - | - |";
           continue;
         }
+        // No spans: no truncation rate ("no spans" instead of 0/0 = NaN).
+        const double rate = double_or_nan(*r, "truncation_rate");
         s << ' ' << (*r)["truncated"] << "/" << (*r)["spans"] << " ("
-          << format_or_nan(100 * double_or_nan(*r, "truncation_rate"), "%.1f") << "%) | "
-          << format_or_nan(double_or_nan(*r, "mean_err"), "%.4g") << " | "
-          << format_or_nan(double_or_nan(*r, "median_err_ratio_to_raw"), "%.2f") << " |";
+          << (std::isfinite(rate) ? format_or_nan(100 * rate, "%.1f") + "%" : std::string("no spans")) << ") | "
+          << format_or_nan(double_or_nan(*r, "mean_err"), "%.4g", "not defined") << " | "
+          << format_or_nan(double_or_nan(*r, "median_err_ratio_to_raw"), "%.2f", "not defined") << " |";
       }
       s << "\n";
     }

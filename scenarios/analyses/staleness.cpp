@@ -115,6 +115,14 @@ std::vector<NamedFigure> figures(const std::string& dir) {
 }
 
 std::string pct(double share) { return std::isfinite(share) ? format_or_nan(100 * share, "%.1f") + "%" : "-"; }
+
+// Cohen's kappa with its interval, or "not defined" (one family wins every head at both times:
+// the chance agreement is 1, and kappa divides by 1 - 1).
+std::string kappa_text(const nlohmann::json& r) {
+  const double k = double_or_nan(r, "kappa"), lo = double_or_nan(r, "kappa_lo"), hi = double_or_nan(r, "kappa_hi");
+  if (!std::isfinite(k)) return "not defined";
+  return format_or_nan(k, "%.2f") + " [" + format_or_nan(lo, "%.2f", "-") + ", " + format_or_nan(hi, "%.2f", "-") + "]";
+}
 std::string num3(double v) { return format_or_nan(v, "%.3g"); }
 
 }  // namespace
@@ -218,9 +226,7 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
       << format_or_nan(100 * double_or_nan(r, "share_Q"), "%.0f") << " / "
       << format_or_nan(100 * double_or_nan(r, "share_E"), "%.0f") << " / "
       << format_or_nan(100 * double_or_nan(r, "share_M"), "%.0f") << "% | "
-      << pct(double_or_nan(r, "share_same_family")) << " | " << format_or_nan(double_or_nan(r, "kappa"), "%.2f") << " ["
-      << format_or_nan(double_or_nan(r, "kappa_lo"), "%.2f") << ", " << format_or_nan(double_or_nan(r, "kappa_hi"), "%.2f")
-      << "] |\n";
+      << pct(double_or_nan(r, "share_same_family")) << " | " << kappa_text(r) << " |\n";
   // The verdict, over the steps after the first (at s = 1 with W = W_obs fresh is stale).
   std::vector<double> later_ratio, later_share, later_same;
   for (const auto& r : rows)
@@ -288,8 +294,7 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
     << " The recomputed-best family is the one after prefill for "
     << pct(double_or_nan(r1, "share_same_family")) << " of heads at step " << r1["step"]
     << " (lowest over the steps: " << pct(min_same) << "); chance-corrected, Cohen's kappa at step " << r1["step"] << " is "
-    << format_or_nan(double_or_nan(r1, "kappa"), "%.2f") << " [" << format_or_nan(double_or_nan(r1, "kappa_lo"), "%.2f")
-    << ", " << format_or_nan(double_or_nan(r1, "kappa_hi"), "%.2f") << "]: the family is ";
+    << kappa_text(r1) << ": the family is ";
   {
     const double klo = double_or_nan(r1, "kappa_lo"), k = double_or_nan(r1, "kappa");
     if (!std::isfinite(k))

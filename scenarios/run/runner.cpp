@@ -948,7 +948,11 @@ void check_run_size(const Scenario& sc, const RunOptions& opt, const std::vector
   }
   if (todo.empty()) return;
   const RunEstimate e = estimate_run(sc, todo, opt.jobs);
-  run_note(opt, "estimate for " + sc.name + ": " + e.describe(opt.jobs) + ".");
+  const std::string line = "estimate for " + sc.name + ": " + e.describe(opt.jobs) + ".";
+  if (opt.on_estimate)
+    opt.on_estimate(line);
+  else
+    std::fprintf(stderr, "tierlab: %s\n", line.c_str());
   if (opt.force_size) return;
   const std::string fault = size_fault(e, size_limits(opt.out, opt.max_memory, opt.max_disk), opt.jobs);
   if (!fault.empty()) throw InputError("scenario '" + sc.file + "': " + fault);

@@ -67,6 +67,9 @@ struct RunOptions {
   bool force_size = false;
   double max_memory = 0, max_disk = 0;
   bool size_checked = false;  // the caller made check_run_size already (`tierlab run`, before every scenario)
+  // The size estimate's line (check_run_size); default: printed on stderr as "tierlab: estimate ...".
+  // Apart from on_note, which says things about the output folder.
+  std::function<void(const std::string&)> on_estimate;
   bool progress = true;            // progress line on a terminal
   Shard shard;                     // compute only this share of the cells (count 1: all)
   bool complete_missing = false;   // sharded: then also compute the cells other shards left
@@ -110,8 +113,8 @@ nlohmann::json compute_cell(const Scenario&, const ScenarioCell&, Recomputer& ba
 RunResult run_scenario(const Scenario&, const RunOptions&);
 
 // The size check run_scenario makes first (estimate.hpp): the cells of `only` (default: all)
-// that have no cell file yet (all of them with opt.force) are estimated, the estimate is noted
-// (opt.on_note), and InputError naming the scenario, the limit and the estimate is thrown when
+// that have no cell file yet (all of them with opt.force) are estimated, the estimate is given
+// to opt.on_estimate, and InputError naming the scenario, the limit and the estimate is thrown when
 // it exceeds the limits and not opt.force_size. Reads no trace, writes nothing.
 void check_run_size(const Scenario&, const RunOptions&, const std::vector<std::size_t>* only = nullptr);
 
