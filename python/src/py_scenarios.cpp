@@ -13,6 +13,7 @@
 #include "scenarios/figures/figure.hpp"
 #include "scenarios/figures/figures.hpp"
 #include "scenarios/figures/tables_io.hpp"
+#include "scenarios/run/estimate.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
@@ -91,7 +92,8 @@ void bind_scenarios(py::module_& m) {
         "Reads and validates a scenario file; tierlab.InputError names the file, the line and the key at fault.");
 
   m.def("run_scenario", [](const py::object& scenario, const std::string& out, const py::object& backend, int jobs,
-                           bool force, py::object progress) {
+                           bool force, py::object progress, bool force_size, const py::object& max_memory,
+                           const py::object& max_disk) {
     const Scenario s = py::isinstance<Scenario>(scenario) ? scenario.cast<Scenario>()
                                                           : load_scenario(py::str(scenario).cast<std::string>());
     RunOptions o;
@@ -101,6 +103,11 @@ void bind_scenarios(py::module_& m) {
     o.jobs = jobs;
     o.force = force;
     o.progress = false;
+    // The size check of `tierlab run` (scenarios/run/estimate.hpp): the estimate is printed on
+    // stderr, a run beyond the limits is an InputError unless force_size.
+    o.force_size = force_size;
+    if (!max_memory.is_none()) o.max_memory = parse_size(py::str(max_memory).cast<std::string>(), "argument max_memory");
+    if (!max_disk.is_none()) o.max_disk = parse_size(py::str(max_disk).cast<std::string>(), "argument max_disk");
     WorkContext ctx;
     ctx.progress = progress;
     const int total = static_cast<int>(s.cells.size());
@@ -126,11 +133,14 @@ void bind_scenarios(py::module_& m) {
     d["out"] = out;
     return d;
   }, py::arg("scenario"), py::arg("out"), py::arg("backend") = py::none(), py::arg("jobs") = 1, py::arg("force") = false,
-     py::arg("progress") = py::none(),
+     py::arg("progress") = py::none(), py::arg("force_size") = false, py::arg("max_memory") = py::none(),
+     py::arg("max_disk") = py::none(),
      R"doc(Runs a scenario (a file path or a tierlab.Scenario) into the folder `out`, as `tierlab run` does:
 each cell is written to out/cells/<id>.json as it finishes (a rerun skips finished cells
 unless force), then the tables (out/tables) and summary.md. progress(done, total) is called
-per cell. Ctrl-C stops the run (finished cells are kept) and raises KeyboardInterrupt.
+per cell. Ctrl-C stops the run (finished cells are kept) and raises KeyboardInterrupt. Before any
+work the run's size is estimated (printed on stderr) and a run beyond the machine's memory or
+free disk, or max_memory / max_disk ("8G", or bytes), is an InputError unless force_size.
 Returns a dict: cells_total, cells_computed, cells_skipped, tables_written, backend, out.)doc");
 
   m.def("_read_table_csv", &read_table_csv, py::arg("path"), "A CSV table's columns by name, as text.");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common.hpp"
+#include "model/head_range.hpp"
 #include "model/safetensors.hpp"
 #include "model/synthetic.hpp"
 
@@ -183,6 +184,7 @@ PyHead make_head(const py::object& keys, const py::object& values, const py::obj
   if (!d->spans.empty()) meta.spans = {d->spans};
   if (const std::string problem = trace_meta_problem(meta); !problem.empty())
     throw InputError("tierlab.Head: " + problem + " (as a trace's reader checks it)");
+  check_head_magnitudes(*d, "tierlab.Head");  // docs/model.md convention 10, as the reader and writer check it
   observation_queries(*d);  // the library's own check of the layout (InputError naming the head)
   return h;
 }

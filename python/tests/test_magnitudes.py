@@ -57,7 +57,15 @@ def test_finite_keys_or_queries_beyond_float32s_range_are_refused_naming_the_hea
     assert f"trace '{path}', head L0.H0: its largest key norm is K = " in p.stderr
     assert "convention 10" in p.stderr
     with pytest.raises(tierlab.InputError, match="head L0.H0"):
-        tierlab.open_trace(path).head(0, 0)
+        tierlab.open_trace(path).head(0, 0).load()  # the head's values are read (and checked) on load
+
+
+def test_a_head_built_in_python_beyond_the_range_is_refused_as_the_reader_refuses_it(tiny_trace):
+    h = tiny_trace.head(0, 0).load()
+    keys = np.asarray(h.keys, dtype=np.float64)
+    big = (keys / np.abs(keys).max() * 3e38).astype(np.float32)
+    with pytest.raises(tierlab.InputError, match="tierlab.Head: its largest key norm is K = "):
+        tierlab.Head(keys=big, values=np.asarray(h.values), obs_queries=np.asarray(h.obs_queries))
 
 
 def test_a_trace_just_inside_the_range_is_evaluated_with_finite_numbers(workdir, tiny_trace_path):

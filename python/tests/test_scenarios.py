@@ -164,3 +164,14 @@ def test_ctrl_c_during_a_scenario_run_keeps_the_finished_cells(scenario_file, wo
     assert not os.path.exists(os.path.join(out, "tables", "interior.json"))
     resumed = tierlab.run_scenario(scenario_file, out)
     assert resumed["cells_skipped"] == len(finished) and resumed["tables_written"]
+
+
+def test_a_run_beyond_a_stated_size_limit_is_refused_before_any_work_unless_force_size(scenario_file, workdir):
+    out = os.path.join(workdir, "mini-limited")
+    with pytest.raises(tierlab.InputError, match=r"exceeds max_memory|exceeds --max-memory|too large"):
+        tierlab.run_scenario(scenario_file, out, max_memory="1M")
+    assert not os.path.exists(os.path.join(out, "cells"))
+    with pytest.raises(tierlab.InputError, match="max_memory"):
+        tierlab.run_scenario(scenario_file, out, max_memory="12abc")
+    r = tierlab.run_scenario(scenario_file, out, max_memory="1M", force_size=True)
+    assert r["cells_computed"] == 3 and r["tables_written"]
