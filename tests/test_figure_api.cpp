@@ -8,6 +8,7 @@
 
 #include "model/error.hpp"
 #include "scenarios/figures/figure.hpp"
+#include "tests/support.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;
@@ -34,9 +35,8 @@ Figure categories() {
 }  // namespace
 
 TEST_CASE("a figure is written as PNG, PDF and SVG with its explicit tick labels") {
-  const fs::path d = fs::path(TIERLAB_BINARY_DIR) / "test_figure_api_out";
-  fs::remove_all(d);
-  fs::create_directories(d);
+  const tierlab::testing::TempDir tmp("figure-api");
+  const fs::path d = tmp.path;
   const auto files = render_figure(categories(), (d / "cat").string());
   REQUIRE(files.size() == 3);
   CHECK(slurp(d / "cat.png").substr(1, 3) == "PNG");
@@ -52,9 +52,8 @@ TEST_CASE("a figure is written as PNG, PDF and SVG with its explicit tick labels
 }
 
 TEST_CASE("export_figure picks the format from the extension; CSV holds every point") {
-  const fs::path d = fs::path(TIERLAB_BINARY_DIR) / "test_figure_api_export";
-  fs::remove_all(d);
-  fs::create_directories(d);
+  const tierlab::testing::TempDir tmp("figure-api-export");
+  const fs::path d = tmp.path;
   export_figure(categories(), (d / "a.csv").string());
   CHECK(slurp(d / "a.csv") ==
         "series,x,y\n\"uniform, 3 bits\",1,0.5\n\"uniform, 3 bits\",2,0.25\n\"uniform, 3 bits\",3,0.125\n"
