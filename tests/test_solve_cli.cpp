@@ -333,7 +333,7 @@ TEST_CASE("CLI: a usage error is one line naming the command and option, with di
       {"evl " + t, "unknown command 'evl' (did you mean 'eval'?)"},
       {"eval " + t + " --polcy kivi:2", "eval: unknown option '--polcy' (did you mean '--policy'?)"},
       {"solve " + t + " --budget 2 --scop=head", "solve: unknown option '--scop' (did you mean '--scope'?)"},
-      {"solve " + t + " --budget x", "solve: Could not convert: --budget = x (see tierlab solve --help)"},
+      {"solve " + t + " --budget x", "solve: --budget: 'x' is not a finite number (see tierlab solve --help)"},
       {"eval", "eval: trace is required"},
       {"solve " + t + " --budget 2 --zzzzzzzz", "solve: unknown option '--zzzzzzzz' (see tierlab solve --help)"},
       // Numbers out of range, in the option's words (never a struct field or a 308-digit bound).
