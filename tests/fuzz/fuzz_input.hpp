@@ -37,6 +37,12 @@ inline std::string temporary_folder() {
 // Writes the input to a file private to this process (rewritten for every input).
 inline const std::string& input_file(const std::uint8_t* data, std::size_t size, const char* suffix) {
   static const std::string path = temporary_folder() + "/tierlab-fuzz-" + std::to_string(::getpid()) + suffix;
+  // Removed when the process ends normally (the regression replays, a fuzzing run's end).
+  struct RemoveAtExit {
+    const std::string& file;
+    ~RemoveAtExit() { std::remove(file.c_str()); }
+  };
+  static const RemoveAtExit remove_at_exit{path};
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) cannot_write_input(path, "create", errno);
   if (size && std::fwrite(data, 1, size, f) != size) {
