@@ -940,14 +940,14 @@ void write_run_tables(const Scenario& sc, const std::string& out, const std::map
 }
 
 void check_run_size(const Scenario& sc, const RunOptions& opt, const std::vector<std::size_t>* only) {
-  std::vector<std::size_t> todo;
+  std::vector<std::size_t> pending;
   for (std::size_t i = 0; i < sc.cells.size(); ++i) {
     if (only && std::find(only->begin(), only->end(), i) == only->end()) continue;
     std::error_code ec;
-    if (opt.force || !fs::exists(cell_path(opt.out, sc.cells[i]), ec)) todo.push_back(i);
+    if (opt.force || !fs::exists(cell_path(opt.out, sc.cells[i]), ec)) pending.push_back(i);
   }
-  if (todo.empty()) return;
-  const RunEstimate e = estimate_run(sc, todo, opt.jobs);
+  if (pending.empty()) return;
+  const RunEstimate e = estimate_run(sc, pending, opt.jobs);
   const std::string line = "estimate for " + sc.name + ": " + e.describe(opt.jobs) + ".";
   if (opt.on_estimate)
     opt.on_estimate(line);
