@@ -19,8 +19,8 @@
 
 #include <Eigen/Core>
 
-#include "model/capture.hpp"
-#include "model/llama2c.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/llama2c/llama2c.hpp"
 
 using namespace tierlab;
 

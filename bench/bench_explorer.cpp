@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "gui/explorer_core.hpp"
-#include "model/openmp_policy.hpp"
+#include "model/base/openmp_policy.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
 using namespace tierlab;
@@ -109,7 +109,7 @@ static void live_views(Engine& engine, Settings s, int runs) {
 }
 
 int main(int argc, char** argv) {
-  tierlab::use_passive_openmp_wait(argv);  // model/openmp_policy.hpp
+  tierlab::use_passive_openmp_wait(argv);  // model/base/openmp_policy.hpp
   int changes = 30, tokens = 32768, kv_heads = 1, live = 0;
   Settings s;
   for (int i = 1; i < argc; ++i) {

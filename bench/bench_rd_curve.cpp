@@ -39,10 +39,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
-#include "model/clock.hpp"
-#include "model/openmp_policy.hpp"
-#include "model/quantizer.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/clock.hpp"
+#include "model/base/openmp_policy.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"

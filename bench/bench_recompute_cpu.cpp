@@ -33,10 +33,10 @@
 #include <vector>
 
 #include "gpu/cpu_recompute.hpp"
-#include "model/clock.hpp"
+#include "model/base/clock.hpp"
 #include "gpu/recompute.hpp"
-#include "model/quantizer.hpp"
-#include "model/openmp_policy.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/base/openmp_policy.hpp"
 
 using namespace tierlab;
 
@@ -196,12 +196,12 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  tierlab::use_passive_openmp_wait(argv);  // model/openmp_policy.hpp
+  tierlab::use_passive_openmp_wait(argv);  // model/base/openmp_policy.hpp
   const Options o = parse(argc, argv);
   const int H = o.kv_heads, E = o.allocations;
   const Instance in = o.data.empty() ? generate(o) : load_dump(o);
 
-  // Key variants with the project's own KIVI (model/quantizer.hpp).
+  // Key variants with the project's own KIVI (model/quantizers/quantizer.hpp).
   const Tier kivi2{QuantizerKind::KiviPerChannel, 2, 32}, kivi4{QuantizerKind::KiviPerChannel, 4, 32};
   std::vector<MatrixRM> k2(H), k4(H);
   for (int h = 0; h < H; ++h) {

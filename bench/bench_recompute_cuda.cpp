@@ -2,7 +2,7 @@
 // baseline (shared/bench/torch_recompute_ref.py): H KV heads of T tokens and head
 // dimension d, G query heads x Q decode queries per KV head, keys with d/16 outlier
 // channels (x8), values N(0,1), queries 2 N(0,1); variants KIVI per-channel 2-bit and
-// 4-bit (groups of 32 tokens, model/quantizer.hpp) and the exact keys; E random
+// 4-bit (groups of 32 tokens, model/quantizers/quantizer.hpp) and the exact keys; E random
 // allocations, each a tier in {evict, kivi2, kivi4, exact} per token and head.
 //
 // It times evaluate() on all E allocations of all H heads (the first call prepares the
@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/clock.hpp"
-#include "model/quantizer.hpp"
-#include "model/tier.hpp"
+#include "model/base/clock.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/quantizers/tier.hpp"
 
 using namespace tierlab;
 using json = nlohmann::json;

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/greedy.hpp"
 

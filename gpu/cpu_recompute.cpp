@@ -14,7 +14,7 @@
 #include <limits>
 #include <string>
 
-#include "model/cancel.hpp"
+#include "model/base/cancel.hpp"
 
 namespace tierlab {
 
@@ -145,7 +145,7 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   const int T = static_cast<int>(K.rows()), d = static_cast<int>(K.cols());
   const int rows = row_end - row_begin;
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
-  // The calling thread's cancel flag (model/cancel.hpp): once set, every remaining tile and
+  // The calling thread's cancel flag (model/base/cancel.hpp): once set, every remaining tile and
   // row is skipped (every thread still meets every worksharing loop) and Cancelled thrown.
   const std::atomic<bool>* cancel = current_cancel_flag();
 
@@ -686,7 +686,7 @@ class CpuRecomputer final : public Recomputer {
   // With at least two batches per thread, each thread takes whole batches (one parallel
   // region, one barrier: robust when the machine is shared); otherwise the threads share
   // each batch's row blocks and selections.
-  // Cancellation: the calling thread's cancel flag (model/cancel.hpp current_cancel_flag, set
+  // Cancellation: the calling thread's cancel flag (model/base/cancel.hpp current_cancel_flag, set
   // by the Python module during a call) is checked at every tile, row block and selection task;
   // once it is set the remaining work is skipped and evaluate() throws Cancelled, the one
   // exception that leaves a backend (a stop request, not a failure of the call).

@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/linalg.hpp"
+#include "model/base/linalg.hpp"
 
 namespace tierlab {
 

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "gpu/cpu_recompute.hpp"
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
 #ifdef TIERLAB_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
 #endif

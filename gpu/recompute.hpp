@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "model/linalg.hpp"
+#include "model/base/linalg.hpp"
 
 namespace tierlab {
 
@@ -68,10 +68,10 @@ class Recomputer {
 
 // The one seam between the backends' call status and the rest of the library: evaluates the
 // batches on `backend` and returns errors[batch][selection]; a failed call (EvalResult.ok
-// false: a device error, bad shapes) throws RecomputeError (model/error.hpp) naming the
+// false: a device error, bad shapes) throws RecomputeError (model/base/error.hpp) naming the
 // backend and the reason. Every recomputation outside gpu/ goes through it.
 // A result with a non-finite metric also throws RecomputeError: heads within the magnitude
-// range (model/head_range.hpp, checked by every reader) give finite numbers, so it is a defect.
+// range (model/io/head_range.hpp, checked by every reader) give finite numbers, so it is a defect.
 std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches);
 
 // "" when every metric of m is finite, else "rel_error = nan" (the first that is not).

@@ -8,10 +8,10 @@
 #include <numeric>
 
 #include "gui/engine_detail.hpp"
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/quantizer.hpp"
-#include "model/tier_quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "solvers/smoothing.hpp"
 
@@ -62,7 +62,7 @@ Engine::Engine(std::shared_ptr<const Source> src, Backend backend) : source_(std
   backend_ = make_recomputer(backend, &note);
   if (!backend_) throw InputError("explorer: backend unavailable: " + note);
   if (const char* mb = std::getenv("TIERLAB_EXPLORER_CACHE_MB")) {
-    const double v = read_real(mb).value_or(-1.0);  // model/numbers.hpp: the whole value, finite
+    const double v = read_real(mb).value_or(-1.0);  // model/base/numbers.hpp: the whole value, finite
     if (!(v >= 0))
       throw InputError(std::string("explorer: TIERLAB_EXPLORER_CACHE_MB = '") + mb + "' is not a number of megabytes.");
     cache_limit_ = static_cast<std::size_t>(v * 1024 * 1024);
@@ -288,7 +288,6 @@ ErrorMetrics Engine::step_error_(int step) {
   Work& w = *work_;
   const HeadData& hd = *w.head;
   const int T = w.T, d = w.d;
-  const int S = static_cast<int>(hd.decode_keys.rows());
   if (w.step != step) {
     w.exact.resize(T + step, d);
     w.exact.topRows(T) = hd.keys;
@@ -296,9 +295,7 @@ ErrorMetrics Engine::step_error_(int step) {
     w.values.resize(T + step, d);
     w.values.topRows(T) = hd.values;
     w.values.bottomRows(step) = hd.decode_values.topRows(step);
-    const int g = static_cast<int>(hd.decode_queries.rows()) / S;
-    w.queries.resize(g, d);
-    for (int j = 0; j < g; ++j) w.queries.row(j) = hd.decode_queries.row(j * S + step - 1);
+    w.queries = decode_query_set(hd).step(step);
     MatrixRM k(T + step, d);
     k.topRows(T) = w.keys.topRows(T);
     k.bottomRows(step) = hd.decode_keys.topRows(step);
@@ -351,14 +348,16 @@ HeadSolution Engine::solve_(const LadderEntry& e, const MatrixRMd& cost, const S
   fo.solver = s.solver;
   // The head's noise model as `tierlab solve` fits it (fit_head_noise; the beta = 4 fallback
   // when the fit is impossible, e.fit.note says why).
-  HeadSolution hr = solve_head(cost, e.costs.weights.a, e.rates, ladder, s.budget, choice, fo,
-                               DistortionModel{e.fit.alpha, e.fit.beta});
+  // At equal memory, as every front door solves one head (scenarios/pipeline/head.hpp
+  // solve_head_at_equal_memory): an allocation whose measured rate exceeds B (a tier-local
+  // partial group's metadata) is re-solved at a smaller B'. The objective is the one on the
+  // true costs (smoothing decides, the true costs score).
+  const std::shared_ptr<const HeadData> head = head_(e.layer, e.kv_head);
+  HeadSolution hr = solve_head_at_equal_memory(*head, source_->meta().rope, cost, e.costs.weights.a, e.rates, ladder,
+                                               s.budget, e.rate_kind, choice, fo,
+                                               DistortionModel{e.fit.alpha, e.fit.beta}, &e.costs.cost)
+                        .solution;
   if (option) *option = hr.option;
-  if (!hr.feasible) return hr;
-  // The objective on the true costs (smoothing decides, the true costs score).
-  double obj = 0;
-  for (std::size_t t = 0; t < hr.tiers.size(); ++t) obj += e.costs.cost(hr.tiers[t], static_cast<Eigen::Index>(t));
-  hr.objective = obj;
   return hr;
 }
 

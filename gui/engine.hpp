@@ -16,7 +16,7 @@
 //       costs) next to the exact recomputed relative error e = ||o^ - o||^2 / ||o||^2 (the
 //       engine's Recomputer, gpu/recompute.hpp; CPU in the app) on decode step s's g queries (the T prompt tokens
 //       under the allocation plus the s decode keys, exact) and on the observation queries.
-//       The keys are those `tierlab eval --allocation` recomputes (model/quantizer.hpp
+//       The keys are those `tierlab eval --allocation` recomputes (model/quantizers/quantizer.hpp
 //       materialize, docs/model.md convention 9): the tokens of one tier are quantized together,
 //       in position order (quantize_block per tier; a tier whose token set did not change
 //       is not quantized again). Per allocation the backend prepares the step's g rows
@@ -40,7 +40,7 @@
 //       solver, s) and cached: moving the budget slider only redraws. With more than one head
 //       in the source, a second figure: the model-wide curve (every head shares B, scope
 //       model, B = kRdModelGrid), cached the same way. The named methods of Settings::rd_methods
-//       (scenarios/scenario/rd_methods.hpp, as `tierlab solve --budgets --method`) are points
+//       (scenarios/methods/rd_methods.hpp, as `tierlab solve --budgets --method`) are points
 //       on both, recomputed on the same queries, "above the hull" where so.
 //
 // Caching: per head, the HeadData; per (head, ladder, rate kind), the surrogate costs, the
@@ -69,13 +69,14 @@
 #include "gpu/recompute.hpp"
 #include "gui/source.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
+#include "model/quantizers/tier.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/head.hpp"
-#include "scenarios/scenario/rd_methods.hpp"
+#include "scenarios/methods/rd_methods.hpp"
 #include "scenarios/figures/figure.hpp"
 #include "solvers/families.hpp"
 #include "solvers/waterfill.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab {
 struct RdCurve;
@@ -94,8 +95,8 @@ inline constexpr const char* kRdModelGrid = "0:16:1";
 struct Settings {
   int layer = 0, kv_head = 0;
   double budget = 2.0;  // B, bits per key element
-  std::string ladder = "evict,kivi2,kivi4,kivi8,exact";
-  RateKind rate_kind = RateKind::Code;
+  std::string ladder = std::string(kDefaultLadder);
+  RateKind rate_kind = kDefaultRateKind;
   FamilySolver solver = FamilySolver::Exact;
   FamilyChoice family = FamilyChoice::Mixed;
   int smoothing = 1;  // avg-pool kernel k (odd; 1 = none), reflect padding
@@ -110,7 +111,7 @@ struct Settings {
 
 // The RD view's methods field, split into its entries (';' between them, blanks trimmed).
 std::vector<std::string> rd_method_texts(const std::string& field);
-// Checks Settings::rd_methods as the RD view reads it (scenarios/scenario/rd_methods.hpp
+// Checks Settings::rd_methods as the RD view reads it (scenarios/methods/rd_methods.hpp
 // parse_rd_methods on the settings' ladder and the view's grid): InputError naming the field
 // ("methods on the RD curve") and the entry.
 void check_rd_methods(const Settings&);
@@ -127,10 +128,10 @@ inline constexpr const char* kDefaultRdMethods = "kivi:2; {scorer: snapkv, windo
 struct RdMethodChoice {
   std::string kind, name, text, summary;
 };
-// Every entry, read from the registries (model/key_quantizer.hpp key_quantizer_registry,
-// solvers/scorers.hpp scorer_registry, solvers/seed_allocators.hpp seed_allocator_methods and
-// kvcobra_allocator_method, at B = 2), then the uniform policies kivi:2, kivi:4, token:4 and
-// evict:0.25; each text is an entry the field accepts.
+// Every entry of the catalogue of methods (scenarios/methods/catalogue.hpp) but the solvers, in
+// its order, each in the forms a scenario's `methods` list takes (seed allocators at B = 2, the
+// uniform policies as kivi:2, kivi:4, token:4 and evict:0.25); each text is an entry the field
+// accepts.
 std::vector<RdMethodChoice> rd_method_choices();
 
 // The points of one entry of the methods field (a scorer without `keep` gives one point per
@@ -244,7 +245,7 @@ class Engine {
 
   // The allocation of the selected head that waterfill() would use (tests, benchmark).
   std::vector<std::uint8_t> allocate(const Settings&, std::string* option = nullptr);
-  // Its keys as the water-filling view recomputes them (those of model/quantizer.hpp
+  // Its keys as the water-filling view recomputes them (those of model/quantizers/quantizer.hpp
   // materialize: evicted rows zero), kept flags and rate.
   CompressedHead allocation_keys(const Settings&);
 
@@ -254,7 +255,7 @@ class Engine {
   struct LadderKey {
     int head = 0;  // l * n_kv_heads + h
     std::string ladder;
-    RateKind kind = RateKind::Code;
+    RateKind kind = kDefaultRateKind;
     auto operator<=>(const LadderKey&) const = default;
   };
   struct CacheKey {  // either a head's data (ladder empty) or a ladder entry

@@ -13,9 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gui/engine.hpp"
-#include "model/cancel.hpp"
+#include "model/base/cancel.hpp"
 #include "model/dominance.hpp"
 #include "model/surrogate.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab::explorer {
 
@@ -54,7 +55,7 @@ inline double val(const nlohmann::json& j, const char* k) {
 
 struct Engine::LadderEntry {
   RateLadder ladder;
-  RateKind rate_kind = RateKind::Code;
+  RateKind rate_kind = kDefaultRateKind;
   int layer = 0, kv_head = 0;
   int T = 0, d = 0;
   SurrogateCosts costs;
@@ -81,7 +82,7 @@ struct Engine::Last {
 };
 
 // The water-filling view's head and ladder (one at a time): the allocation's keys as
-// model/quantizer.hpp materialize gives them, built tier by tier so that a budget change
+// model/quantizers/quantizer.hpp materialize gives them, built tier by tier so that a budget change
 // quantizes again only the tiers whose token sets changed.
 struct Engine::Work {
   int head_index = -1;  // l * n_kv_heads + h

@@ -25,7 +25,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
 namespace tierlab::explorer {
@@ -82,7 +82,7 @@ void MainWindow::startNext() {
   auto flag = cancel_flag_;
   const quint64 gen = running_generation_;
   QPointer<MainWindow> self(this);
-  // The library's progress(done, total) (model/cancel.hpp): the bar, and the job's line with
+  // The library's progress(done, total) (model/base/cancel.hpp): the bar, and the job's line with
   // the count ("computing the Layer x head map view: 5 of 32").
   const QString what = job.what;
   Progress progress = [self, gen, what](int done, int total) {

@@ -3,7 +3,7 @@
 // bits ladder, rate kind, solver, family, smoothing kernel, context length, decode step), six
 // views as tabs (water-filling, layer x head map, interior advantage, dominance, staleness, RD curve),
 // export of the current view (PNG/SVG/PDF through export_figure, CSV of its data) and a
-// status bar with progress (the library's Progress, model/cancel.hpp: done of total).
+// status bar with progress (the library's Progress, model/base/cancel.hpp: done of total).
 //
 // Every computation runs off the UI thread (QtConcurrent) through one queue of jobs: a new
 // request sets the running job's cancel flag and replaces any request still waiting, so only

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "model/paths.hpp"
+#include "model/io/paths.hpp"
 #include "scenarios/analyses/waterfill.hpp"
-#include "model/tier_quantizer.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
 #include "solvers/families.hpp"
 
 #include <QAction>
@@ -40,7 +40,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
 namespace tierlab::explorer {
@@ -78,7 +78,7 @@ QString bitsProblem(const QString& text, const QString& quantizer) {
   return {};
 }
 
-QString shipped_model() {  // from any folder: model/paths.hpp (the current folder, $TIERLAB_DATA, the repository)
+QString shipped_model() {  // from any folder: model/io/paths.hpp (the current folder, $TIERLAB_DATA, the repository)
   const std::filesystem::path p = resolve_shipped("data/stories260K/stories260K.bin", {});
   return QString::fromStdString(p.empty() ? std::string("data/stories260K/stories260K.bin") : p.string());
 }
@@ -333,7 +333,7 @@ QGroupBox* MainWindow::buildAllocationBox() {
   af->addRow(budget_slider_);
   quantizer_ = new QComboBox;
   quantizer_->setObjectName("quantizer");
-  // Every tier form with a bit width (model/tier_quantizer.hpp): kivi, token and the
+  // Every tier form with a bit width (model/quantizers/tier_quantizer.hpp): kivi, token and the
   // published quantizers' tiers.
   for (const TierForm& f : tier_forms())
     if (f.has_bits) quantizer_->addItem(QString::fromStdString(f.prefix + "   (" + f.form + ")"), QString::fromStdString(f.prefix));

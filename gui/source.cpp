@@ -8,13 +8,13 @@
 #include <filesystem>
 #include <thread>
 
-#include "model/cancel.hpp"
-#include "model/capture.hpp"
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/llama2c.hpp"
+#include "model/base/cancel.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "scenarios/analyses/waterfill.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/run/runner.hpp"
 
 namespace tierlab::explorer {
@@ -60,7 +60,7 @@ SourceSpec parse_source(const std::string& arg) {
     s.preset = rest.substr(0, colon);
     if (colon != std::string::npos) {
       const std::string t = rest.substr(colon + 1);
-      const std::optional<std::int64_t> v = read_integer(t);  // model/numbers.hpp: the whole text
+      const std::optional<std::int64_t> v = read_integer(t);  // model/base/numbers.hpp: the whole text
       if (!v || *v <= 0 || *v > INT32_MAX)
         throw InputError("explorer: the context length '" + t + "' in '" + arg + "' is not a positive integer.");
       s.context_length = static_cast<int>(*v);

@@ -2,11 +2,11 @@
 // tierlab-explorer's sources (no Qt types): what the explorer opens, head by head.
 //
 // Sources
-//   trace      a trace file (.safetensors, model/trace.hpp), read head by head
-//   synthetic  a preset (model/synthetic.hpp) at a context length T, generated in memory
+//   trace      a trace file (.safetensors, model/io/trace.hpp), read head by head
+//   synthetic  a preset (model/synthetic/synthetic.hpp) at a context length T, generated in memory
 //              head by head (synth_head)
 //   model      a llama2.c checkpoint (e.g. data/stories260K/stories260K.bin) captured on the
-//              fly (model/capture.hpp): a prompt of T tokens sampled by the model from BOS,
+//              fly (model/llama2c/capture.hpp): a prompt of T tokens sampled by the model from BOS,
 //              then S greedy decode steps
 //   scenario   a scenario YAML (scenarios/scenario/scenario.hpp) or a run folder holding
 //              scenario.yaml: its trace views use the scenario's water-filling cell (else its
@@ -20,14 +20,14 @@
 #include <string>
 #include <vector>
 
-#include "model/cancel.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/base/cancel.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab::explorer {
 
-// Progress and cancel are the library's one pair of types (model/cancel.hpp): work reports
+// Progress and cancel are the library's one pair of types (model/base/cancel.hpp): work reports
 // progress(done, total) in its own units (steps of opening a source, cells of a run, heads of
 // a view) and, when its cancel flag is set (a newer request superseded it), throws
 // tierlab::Cancelled.

@@ -14,9 +14,9 @@
 #include <limits>
 #include <map>
 
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
-#include "model/safetensors.hpp"
+#include "model/base/error.hpp"
+#include "model/base/sha256.hpp"
+#include "model/io/safetensors.hpp"
 
 namespace tierlab {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tier.hpp"
+#include "model/quantizers/tier.hpp"
 
 namespace tierlab {
 

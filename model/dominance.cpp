@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 
 namespace tierlab {
 

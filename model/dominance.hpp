@@ -21,7 +21,9 @@ struct DominanceReport {
   std::vector<bool> hull_dominated;     // above the lower convex hull
 };
 
-DominanceReport dominance(const SurrogateCosts& costs, RateKind rate_kind = RateKind::Code);
+// rate_kind sets the x axis of the hull (R does not depend on it); no default: the caller's
+// problem says it (solvers/problem.hpp).
+DominanceReport dominance(const SurrogateCosts& costs, RateKind rate_kind);
 
 // Indices of the lower convex hull of points (x_i, y_i) (x ascending after sorting),
 // used by dominance and by the solvers.

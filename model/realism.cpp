@@ -11,9 +11,9 @@
 #include <numeric>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
-#include "model/tier.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/quantizers/tier.hpp"
 
 namespace tierlab {
 namespace {

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "model/cancel.hpp"
-#include "model/trace.hpp"
+#include "model/base/cancel.hpp"
+#include "model/io/trace.hpp"
 
 namespace tierlab {
 

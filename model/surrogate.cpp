@@ -9,7 +9,7 @@
 // whose summation order does not depend on the thread partition (Eigen's threaded
 // GEMM changes its blocking, hence its summation order, with the thread count), so
 // results are bit-identical for any number of threads.
-// Cancellation (model/cancel.hpp): the calling thread's cancel flag is checked at every block of
+// Cancellation (model/base/cancel.hpp): the calling thread's cancel flag is checked at every block of
 // the products and every token of a chunk; once set, the rest is skipped and Cancelled thrown,
 // so Ctrl-C in a Python call stops a long head (T = 32k: seconds) within a fraction of a second.
 #include "model/surrogate.hpp"
@@ -19,12 +19,12 @@
 #include <limits>
 #include <string>
 
-#include "model/cancel.hpp"
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
-#include "model/text.hpp"
-#include "model/quantizer.hpp"
-#include "model/tier_quantizer.hpp"
+#include "model/base/cancel.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/base/text.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
 
 namespace tierlab {
 

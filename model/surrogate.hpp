@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "model/linalg.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/base/linalg.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 
 namespace tierlab {
 
@@ -73,7 +73,7 @@ NoiseFit fit_noise(const SurrogateCosts& costs, const std::string& quantizer);
 // ---- per-head steps shared by every caller ---------------------------------------------
 
 // The rate vector a budget counts: r_j = rate_of(nominal_rate(tier_j), kind) for every tier of
-// the ladder (model/quantizer.hpp nominal_rate; the head's own dense rate for the published
+// the ladder (model/quantizers/quantizer.hpp nominal_rate; the head's own dense rate for the published
 // quantizers' tiers, whose metadata depends on the head).
 std::vector<double> ladder_rates(const HeadData& head, const RopeParams& rope, const RateLadder& ladder, RateKind kind);
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <sstream>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/exact_detail.hpp"
 
 namespace tierlab {

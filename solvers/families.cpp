@@ -7,9 +7,10 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
 #include "solvers/greedy.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab {
 
@@ -101,8 +102,7 @@ void FamilyProblem::validate(FamilySolver solver) const {
     if (!std::isfinite(rates[j]) || rates[j] < 0)
       throw InputError("FamilyProblem.rates[" + std::to_string(j) + "] = " + number_text(rates[j]) +
                        " bits; rates must be finite and >= 0.");
-  if (!std::isfinite(budget) || budget < 0)
-    throw InputError("FamilyProblem.budget = " + number_text(budget) + " bits per element; it must be finite and >= 0.");
+  check_budget(budget, "FamilyProblem.budget");
   for (std::size_t h = 0; h < heads.size(); ++h) {
     const FamilyHead& hd = heads[h];
     if (!hd.cost) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost is null.");

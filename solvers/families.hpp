@@ -47,8 +47,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/linalg.hpp"
-#include "model/tier.hpp"
+#include "model/base/linalg.hpp"
+#include "model/quantizers/tier.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/mckp.hpp"
 #include "solvers/waterfill.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/exact.hpp"
 
 namespace tierlab {

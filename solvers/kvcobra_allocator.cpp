@@ -1,6 +1,6 @@
 #include "solvers/kvcobra_allocator.hpp"
 
-#include "model/text.hpp"
+#include "model/base/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <map>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
 #include "solvers/exact.hpp"
 
 namespace tierlab {
@@ -172,7 +172,7 @@ KvcobraAllocOptions KvcobraAllocOptions::from_params(double budget, const Method
   std::string valid;
   for (const auto& p : param_list()) valid += (valid.empty() ? "" : ", ") + p.name;
   auto to_num = [](const std::string& k, const std::string& v) {
-    const std::optional<double> x = read_real(v);  // model/numbers.hpp: the whole text, finite
+    const std::optional<double> x = read_real(v);  // model/base/numbers.hpp: the whole text, finite
     if (!x) throw InputError("kvcobra allocator: parameter " + k + " = '" + v + "' is not a number");
     return *x;
   };

@@ -1,7 +1,7 @@
 #pragma once
 // KV-COBRA's allocation (arXiv 2609.24298, github.com/seonha01/KV-COBRA, kvcobra/allocation.py
 // and method.py): a (rank r_h, bits b_h) per KV head, applied by the kvcobra key quantizer
-// (model/kvcobra.cpp) with rank=r_h, bits=b_h. Not a tier per token, so it is not one of
+// (model/quantizers/kvcobra.cpp) with rank=r_h, bits=b_h. Not a tier per token, so it is not one of
 // allocate_seed()'s SeedProblem methods; `tierlab eval TRACE --seed kvcobra` runs it.
 //
 // Per head h the weights w_1 >= w_2 >= ... >= w_d are the quantizer's basis weights
@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "model/key_quantizer.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/io/trace.hpp"
 #include "solvers/mckp.hpp"
 #include "solvers/scorers.hpp"
 

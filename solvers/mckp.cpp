@@ -7,8 +7,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
 
 namespace tierlab {
 

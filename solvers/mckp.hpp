@@ -27,8 +27,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/clock.hpp"
-#include "model/linalg.hpp"
+#include "model/base/clock.hpp"
+#include "model/base/linalg.hpp"
 
 namespace tierlab {
 

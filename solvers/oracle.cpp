@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 
 namespace tierlab {
 

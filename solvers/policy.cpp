@@ -6,8 +6,8 @@
 #include <numeric>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
 
 namespace tierlab {
 namespace {
@@ -24,7 +24,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 int parse_int(const std::string& text, const std::string& what, const std::string& policy) {
-  const std::optional<std::int64_t> v = read_integer(text);  // model/numbers.hpp: the whole text
+  const std::optional<std::int64_t> v = read_integer(text);  // model/base/numbers.hpp: the whole text
   if (v && *v >= INT_MIN && *v <= INT_MAX) return static_cast<int>(*v);
   throw InputError("policy '" + policy + "': " + what + " '" + text + "' is not an integer (" + kForms + ")");
 }
@@ -65,7 +65,7 @@ UniformPolicy UniformPolicy::parse(const std::string& text) {
   }
   if (head == "evict" && parts.size() == 2) {
     p.kind = Kind::Evict;
-    const std::optional<double> keep = read_real(parts[1]);  // model/numbers.hpp: the whole text, finite
+    const std::optional<double> keep = read_real(parts[1]);  // model/base/numbers.hpp: the whole text, finite
     if (!keep) throw InputError("policy '" + text + "': keep fraction '" + parts[1] + "' is not a number (" + kForms + ")");
     p.keep = *keep;
     if (!(p.keep > 0.0 && p.keep <= 1.0))
@@ -136,6 +136,21 @@ std::vector<std::uint8_t> UniformPolicy::allocate(int n_tokens, const TokenWeigh
     }
   }
   return tiers;
+}
+
+std::vector<MethodInfo> uniform_policy_methods() {
+  const std::string own = "tierlab (solvers/policy.hpp)";
+  return {
+      {"exact", "uniform policy", "every token at the exact tier (the reference)", own, {}, {"exact"}},
+      {"kivi:B[:gG][:rR]", "uniform policy",
+       "KIVI per-channel B-bit keys in groups of G tokens; the last T mod R tokens full precision",
+       "arXiv 2402.02750, jy-yuan/KIVI",
+       {{"B", "", "code bits"}, {"G", "32", "tokens per group"}, {"R", "128", "residual window (r0 = none)"}},
+       {"kivi:2", "kivi:4"}},
+      {"token:B[:gN]", "uniform policy", "per-token B-bit keys in groups of N channels", own,
+       {{"B", "", "code bits"}, {"N", "d", "channels per group"}}, {"token:4"}},
+      {"evict:KEEP", "uniform policy", "keep the fraction KEEP of tokens with the largest c_t(0), evict the rest", own,
+       {{"KEEP", "", "kept fraction in (0, 1]"}}, {"evict:0.25"}}};
 }
 
 }  // namespace tierlab

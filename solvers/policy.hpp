@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
+#include "model/quantizers/tier.hpp"
+#include "solvers/method_info.hpp"
 
 namespace tierlab {
 
@@ -40,5 +41,9 @@ struct UniformPolicy {
   // token (kivi:B:gG:r0); empty when nothing is left in full precision.
   std::string full_precision_note(int n_tokens) const;
 };
+
+// The four policy forms above as the catalogue lists them (scenarios/methods/catalogue.hpp),
+// each with the concrete spellings a menu offers ("kivi:2").
+std::vector<MethodInfo> uniform_policy_methods();
 
 }  // namespace tierlab

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <tuple>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 
 namespace tierlab {
 

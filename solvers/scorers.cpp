@@ -9,10 +9,10 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/text.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/base/text.hpp"
 #include "solvers/scorer_parts.hpp"
 
 namespace tierlab {
@@ -42,7 +42,7 @@ bool parse_bool(const std::string& method, const std::string& p, const std::stri
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not true or false");
 }
 double parse_double(const std::string& method, const std::string& p, const std::string& v) {
-  if (const std::optional<double> x = read_real(v)) return *x;  // model/numbers.hpp: the whole text, finite
+  if (const std::optional<double> x = read_real(v)) return *x;  // model/base/numbers.hpp: the whole text, finite
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not a number");
 }
 int parse_int(const std::string& method, const std::string& p, const std::string& v) {

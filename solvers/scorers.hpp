@@ -90,29 +90,16 @@
 #include <string_view>
 #include <vector>
 
-#include "model/linalg.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/base/linalg.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 #include "solvers/families.hpp"
+#include "solvers/method_info.hpp"
 #include "solvers/smoothing.hpp"
 
 namespace tierlab {
 
 using MethodParams = std::map<std::string, std::string>;
-
-// One parameter of a named method, for the registry and `tierlab methods`.
-struct MethodParam {
-  std::string name;
-  std::string default_value;
-  std::string help;
-};
-struct MethodInfo {
-  std::string name;
-  std::string kind;  // "eviction scorer" | "seed allocator" | "uniform policy"
-  std::string summary;
-  std::string source;  // arXiv id and/or repository
-  std::vector<MethodParam> params;
-};
 
 // K(T) as in the header comment. parse: "ratio:0.25" | "count:64".
 struct Budget {

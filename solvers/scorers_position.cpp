@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "model/surrogate.hpp"
 #include "solvers/scorer_parts.hpp"
 

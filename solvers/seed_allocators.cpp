@@ -1,16 +1,16 @@
 #include "solvers/seed_allocators.hpp"
 
-#include "model/text.hpp"
+#include "model/base/text.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/tier_quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
 #include "solvers/families.hpp"
 #include "solvers/smoothing.hpp"
 #include "solvers/waterfill.hpp"
@@ -20,7 +20,7 @@ namespace {
 
 
 double to_double(const std::string& method, const std::string& p, const std::string& v) {
-  if (const std::optional<double> x = read_real(v)) return *x;  // model/numbers.hpp: the whole text, finite
+  if (const std::optional<double> x = read_real(v)) return *x;  // model/base/numbers.hpp: the whole text, finite
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not a number");
 }
 
@@ -273,8 +273,7 @@ void SeedProblem::validate() const {
   ladder.validate();
   if (heads.empty()) throw InputError("SeedProblem.heads is empty; give at least one head's costs");
   if (head_dim <= 0) throw InputError("SeedProblem.head_dim = " + std::to_string(head_dim) + " must be positive");
-  if (!(budget >= 0) || !std::isfinite(budget))
-    throw InputError("SeedProblem.budget = " + std::to_string(budget) + " must be finite and >= 0");
+  check_budget(budget, "SeedProblem.budget");
   for (std::size_t h = 0; h < heads.size(); ++h) {
     if (!heads[h]) throw InputError("SeedProblem.heads[" + std::to_string(h) + "] is null");
     if (heads[h]->cost.rows() != ladder.size() || heads[h]->ladder.tiers != ladder.tiers)

@@ -25,7 +25,7 @@
 //              is bisected (geometrically, 200 steps) to the least value whose mean rate
 //              over all tokens of the heads given is <= B. The paper allocates keys per
 //              CHANNEL (the key quantizer
-//              rdkv-channel, model/rdkv_channel.cpp); tierlab's tiers are per token, so this
+//              rdkv-channel, model/quantizers/rdkv_channel.cpp); tierlab's tiers are per token, so this
 //              is the per-token variant.
 //   routed     docs/model.md section 6 (solvers/families.hpp): each head picks the family
 //              Q, E or M; scope head (own budget B T_h, default) or model (pooled).
@@ -37,9 +37,10 @@
 #include <vector>
 
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
+#include "model/quantizers/tier.hpp"
 #include "solvers/mckp.hpp"
 #include "solvers/scorers.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab {
 
@@ -47,7 +48,7 @@ struct SeedProblem {
   RateLadder ladder;
   std::vector<const SurrogateCosts*> heads;  // costs on `ladder`, owned by the caller
   double budget = 0.0;                        // B, bits per key element
-  RateKind rate_kind = RateKind::Code;
+  RateKind rate_kind = kDefaultRateKind;
   int head_dim = 0;                           // d, for the tiers' nominal rates
   void validate() const;                      // InputError naming the field
 };
@@ -71,7 +72,7 @@ SeedAllocation allocate_seed(std::string_view name, const MethodParams& params, 
 
 // The tier rates r_j of a problem's ladder on its rate kind: the closed-form nominal rate
 // where the tier has one (Tier::nominal_rate(d)); for a tier whose rate depends on the
-// head's data (kvquant, kvcobra; model/tier_quantizer.hpp) the mean over the problem's
+// head's data (kvquant, kvcobra; model/quantizers/tier_quantizer.hpp) the mean over the problem's
 // heads of their dense rates (SurrogateCosts::rates).
 std::vector<double> ladder_rates(const SeedProblem& problem);
 

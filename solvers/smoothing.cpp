@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
 
 namespace tierlab {
 

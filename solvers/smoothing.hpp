@@ -28,8 +28,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/linalg.hpp"
-#include "model/trace.hpp"
+#include "model/base/linalg.hpp"
+#include "model/io/trace.hpp"
 
 namespace tierlab {
 

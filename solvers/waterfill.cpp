@@ -7,7 +7,7 @@
 #include <queue>
 #include <sstream>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/exact.hpp"
 
 namespace tierlab {

@@ -26,7 +26,7 @@
 #include <limits>
 #include <vector>
 
-#include "model/linalg.hpp"
+#include "model/base/linalg.hpp"
 #include "solvers/mckp.hpp"
 
 namespace tierlab {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "model/allocation.hpp"
-#include "model/error.hpp"
-#include "model/safetensors.hpp"
+#include "model/base/error.hpp"
+#include "model/io/safetensors.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "model/capture.hpp"
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "model/surrogate.hpp"
-#include "model/trace.hpp"
+#include "model/io/trace.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

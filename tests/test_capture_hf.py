@@ -92,7 +92,7 @@ def main():
         prompt = [1, 5, 17, 33, 2, 9, 71, 40, 8, 8, 60, 3]
         out = os.path.join(tmp, "trace.safetensors")
         cmd = [sys.executable, TOOL, "--model", model_dir, "--prompt-ids", ",".join(map(str, prompt)),
-               "--decode", str(S), "--obs-window", str(W), "--device", "cpu", "--check", "-o", out]
+               "--decode-steps", str(S), "--obs-window", str(W), "--device", "cpu", "--check", "-o", out]
         run = subprocess.run(cmd, capture_output=True, text=True)
         print(run.stdout + run.stderr)
         check(run.returncode == 0, "capture_hf.py exits 0 (its own --check passes)")

@@ -12,7 +12,7 @@ CASES = [
     (["--prompt-ids", "1,-3"], "'-3' is not a non-negative integer token id"),
     (["--prompt-ids", "1,2", "--obs-window", "5"], "--obs-window is 5, longer than the 2 prompt ids"),
     (["--prompt-ids", "1,2,3", "--obs-window", "0"], "the observation window W must be at least 1"),
-    (["--prompt-ids", "1,2", "--decode", "-1"], "--decode is -1"),
+    (["--prompt-ids", "1,2", "--decode-steps", "-1"], "--decode-steps is -1"),
     (["--prompt-file", "/nonexistent/prompt.txt"], "is not a readable file"),
     (["--prompt", "  "], "--prompt is empty"),
 ]
@@ -21,7 +21,7 @@ CASES = [
 def main():
     failures = 0
     for extra, expect in CASES:
-        args = [sys.executable, TOOL, "--model", "never-loaded", "--decode", "1", "-o", "/tmp/never.safetensors"] + extra
+        args = [sys.executable, TOOL, "--model", "never-loaded", "--decode-steps", "1", "-o", "/tmp/never.safetensors"] + extra
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ok = p.returncode == 2 and expect in p.stderr and "Traceback" not in p.stderr
         print(("ok   " if ok else "FAIL ") + " ".join(extra) + " -> " + p.stderr.strip().splitlines()[-1])

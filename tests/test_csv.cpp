@@ -1,4 +1,4 @@
-// CSV as RFC 4180 defines it (scenarios/run/csv.hpp): the one writer and reader of tierlab's
+// CSV as RFC 4180 defines it (scenarios/io/csv.hpp): the one writer and reader of tierlab's
 // CSV files, and a run's tables read back with a trace name holding a comma, a double quote
 // and a line end.
 #include <catch2/catch.hpp>
@@ -9,11 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/error.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/figures/tables_io.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "support.hpp"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/dominance.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 
 using namespace tierlab;
 
@@ -50,7 +50,7 @@ TEST_CASE("strict and hull dominance on hand costs", "[dominance]") {
   // kivi8: the hull edge (4,0.5)-(16,0) is 0.5 - 4 * 0.5/12 = 0.333 at x = 8 < 0.4:
   //   above the hull although R < 1 (hull-dominated, not strictly dominated).
   const SurrogateCosts sc = hand_costs({10, 12, 5, 4, 0});
-  const DominanceReport r = dominance(sc);
+  const DominanceReport r = dominance(sc, RateKind::Code);
   REQUIRE(r.R.size() == 5);
   CHECK(r.R[0] == 1.0);
   CHECK(r.R[1] == Approx(1.2));
@@ -62,7 +62,7 @@ TEST_CASE("strict and hull dominance on hand costs", "[dominance]") {
   CHECK(r.hull_dominated == std::vector<bool>{false, true, false, true, false});
 
   // With kivi8 at R = 0.3 it sits below that edge (0.333) and is a vertex again.
-  const DominanceReport r2 = dominance(hand_costs({10, 12, 5, 3, 0}));
+  const DominanceReport r2 = dominance(hand_costs({10, 12, 5, 3, 0}), RateKind::Code);
   CHECK(r2.hull_dominated == std::vector<bool>{false, true, false, false, false});
 
   // Total rates 0, 3, 5, 9, 16: kivi8's edge (5,0.5)-(16,0) at 9 is 0.5 - 4*0.5/11 = 0.318 < 0.4.
@@ -71,13 +71,13 @@ TEST_CASE("strict and hull dominance on hand costs", "[dominance]") {
   CHECK(rt.hull_dominated == std::vector<bool>{false, true, false, true, false});
 
   // R exactly 1 is dominated (spending bits is no better than spending none).
-  CHECK(dominance(hand_costs({10, 10, 5, 3, 0})).dominated[1]);
+  CHECK(dominance(hand_costs({10, 10, 5, 3, 0}), RateKind::Code).dominated[1]);
   // A point exactly on a hull edge is not above it: kivi4 at 0.75 on the chord (0,1)-(16,0),
   // with kivi8 on the same line at 0.5.
-  const DominanceReport on = dominance(hand_costs({10, 12, 7.5, 5, 0}));
+  const DominanceReport on = dominance(hand_costs({10, 12, 7.5, 5, 0}), RateKind::Code);
   CHECK(on.hull_dominated == std::vector<bool>{false, true, false, false, false});
   // Free eviction: every tier that costs anything is infinitely worse.
-  const DominanceReport fr = dominance(hand_costs({0, 1, 1, 1, 0}));
+  const DominanceReport fr = dominance(hand_costs({0, 1, 1, 1, 0}), RateKind::Code);
   CHECK(std::isinf(fr.R[2]));
   CHECK(fr.dominated[2]);
   CHECK(fr.hull_dominated[2]);
@@ -86,10 +86,10 @@ TEST_CASE("strict and hull dominance on hand costs", "[dominance]") {
 TEST_CASE("dominated share counts heads whose 2-bit tier is dominated", "[dominance]") {
   const RateLadder ladder = RateLadder::kivi({2, 4, 8});
   std::vector<DominanceReport> heads = {
-      dominance(hand_costs({10, 12, 5, 4, 0})),   // kivi2 R 1.2: dominated
-      dominance(hand_costs({10, 8, 5, 4, 0})),    // 0.8
-      dominance(hand_costs({10, 10, 5, 4, 0})),   // 1.0: dominated
-      dominance(hand_costs({10, 2, 0.5, 0.1, 0})) // 0.2
+      dominance(hand_costs({10, 12, 5, 4, 0}), RateKind::Code),   // kivi2 R 1.2: dominated
+      dominance(hand_costs({10, 8, 5, 4, 0}), RateKind::Code),    // 0.8
+      dominance(hand_costs({10, 10, 5, 4, 0}), RateKind::Code),   // 1.0: dominated
+      dominance(hand_costs({10, 2, 0.5, 0.1, 0}), RateKind::Code) // 0.2
   };
   CHECK(dominated_share(heads, ladder) == 0.5);
   CHECK(dominated_share(heads, ladder, 4) == 0.0);

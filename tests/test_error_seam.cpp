@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "gpu/recompute.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "support.hpp"

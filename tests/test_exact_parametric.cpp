@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/capture.hpp"
-#include "model/llama2c.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 #include "solvers/exact.hpp"

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/mckp.hpp"
 #include "solvers/oracle.hpp"

@@ -19,10 +19,10 @@
 #include "explorer_support.hpp"
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
-#include "model/quantizer.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
@@ -113,7 +113,7 @@ TEST_CASE("explorer core: a budget change moves the water level and the allocati
     CHECK(close_rel(cw.theta, hi.theta, 1e-6));
 
     // The same tiers evaluated by `tierlab eval --allocation`'s path (scenarios/pipeline/evaluation.hpp
-    // evaluate_trace with a HeadAllocator: model/quantizer.hpp materialize with tier-local
+    // evaluate_trace with a HeadAllocator: model/quantizers/quantizer.hpp materialize with tier-local
     // groups, its own recomputation of the observation queries and of every decode step).
     const RateLadder ladder = RateLadder::parse(s.ladder);
     const std::vector<std::uint8_t> tiers = engine.allocate(s);

@@ -23,7 +23,7 @@
 #include "explorer_support.hpp"
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
-#include "model/synthetic.hpp"
+#include "model/synthetic/synthetic.hpp"
 
 namespace fs = std::filesystem;
 using namespace tierlab;

@@ -29,12 +29,12 @@
 #include "explorer_support.hpp"
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/synthetic.hpp"
-#include "model/tier_quantizer.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
-#include "scenarios/scenario/rd_methods.hpp"
+#include "scenarios/methods/rd_methods.hpp"
 #include "solvers/families.hpp"
 #include "solvers/kvcobra_allocator.hpp"
 #include "solvers/scorers.hpp"
@@ -256,7 +256,7 @@ TEST_CASE("explorer window: the RD methods field refuses a text the library refu
 TEST_CASE("explorer window: the quantizer, solver, family and methods menus offer exactly the registries' names") {
   app();
   MainWindow w;
-  // Quantizers: every tier form with a bit width (model/tier_quantizer.hpp tier_forms).
+  // Quantizers: every tier form with a bit width (model/quantizers/tier_quantizer.hpp tier_forms).
   auto* quantizer = w.findChild<QComboBox*>("quantizer");
   REQUIRE(quantizer != nullptr);
   QStringList want_q, got_q;
@@ -283,14 +283,15 @@ TEST_CASE("explorer window: the quantizer, solver, family and methods menus offe
   for (int i = 0; i < family->count(); ++i) got_f << family->itemData(i).toString();
   CHECK(got_f == want_f);
   CHECK(want_f.size() == 4);
-  // Methods on the RD curve: every key quantizer, eviction scorer and seed allocator of the registries.
+  // Methods on the RD curve: the catalogue (every key quantizer, eviction scorer, seed allocator and
+  // uniform policy of the registries), in the forms a scenario takes.
   QStringList want_m;
   for (const KeyQuantizerEntry& e : key_quantizer_registry()) want_m << QString::fromStdString("{quantizer: " + e.name + "}");
   for (const ScorerEntry& e : scorer_registry()) want_m << QString::fromStdString("{scorer: " + e.info.name + "}");
   std::vector<MethodInfo> seeds = seed_allocator_methods();
   seeds.push_back(kvcobra_allocator_method());
   for (const MethodInfo& m : seeds) want_m << QString::fromStdString("{seed: " + m.name + ", budget: 2}");
-  for (const char* p : {"kivi:2", "kivi:4", "token:4", "evict:0.25"}) want_m << p;
+  for (const char* p : {"exact", "kivi:2", "kivi:4", "token:4", "evict:0.25"}) want_m << p;  // the uniform policies
   CHECK(w.rdMethodChoices() == want_m);
   auto* menu = w.findChild<QMenu*>("rd_methods_menu");
   REQUIRE(menu != nullptr);

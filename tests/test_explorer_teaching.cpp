@@ -25,8 +25,8 @@
 #include "gui/explorer_core.hpp"
 #include "gui/main_window.hpp"
 #include "gpu/recompute.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/pipeline/staleness_head.hpp"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/families.hpp"
 
 using namespace tierlab;

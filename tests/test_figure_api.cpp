@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/figures/figure.hpp"
 #include "tests/support.hpp"
 

@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <string>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/analyses/phase_map.hpp"
 #include "scenarios/figures/figure.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/figures/tables_io.hpp"
-#include "scenarios/run/atomic_file.hpp"
+#include "scenarios/io/atomic_file.hpp"
 #include "support.hpp"
 
 using namespace tierlab;

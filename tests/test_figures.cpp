@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "model/error.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "model/base/error.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "support.hpp"
 
 using namespace tierlab;

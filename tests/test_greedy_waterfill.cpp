@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/greedy.hpp"
 #include "solvers/oracle.hpp"

@@ -1,4 +1,4 @@
-// The key-quantizer registry (model/key_quantizer.hpp): every entry declares its parameters
+// The key-quantizer registry (model/quantizers/key_quantizer.hpp): every entry declares its parameters
 // and defaults once, and the factories use exactly those defaults.
 #include <catch2/catch.hpp>
 
@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
 
 using namespace tierlab;
 

@@ -6,9 +6,9 @@
 #include <limits>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/base/error.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 #include "solvers/kvcobra_allocator.hpp"
 #include "tests/support.hpp"
 

@@ -1,14 +1,14 @@
 // KV-COBRA's low-rank latent quantizer and HeadQ's score-space side code
-// (key_quantizer.hpp, model/kvcobra.cpp, model/headq.cpp), plus what every registered key
+// (key_quantizer.hpp, model/quantizers/kvcobra.cpp, model/quantizers/headq.cpp), plus what every registered key
 // quantizer must do: account its rate, be deterministic, and improve as bits grow.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <string>
 
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
 
 using namespace tierlab;
 

@@ -1,4 +1,4 @@
-// KVQuant's key quantizer (key_quantizer.hpp, model/kvquant.cpp): the paper's average-bit
+// KVQuant's key quantizer (key_quantizer.hpp, model/quantizers/kvquant.cpp): the paper's average-bit
 // band, the accounting of a quantized head, sparse outliers and sink kept exact, and the
 // pre-RoPE requirement.
 #include <catch2/catch.hpp>
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <string>
 
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
 
 using namespace tierlab;
 

@@ -12,8 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
+#include "model/base/error.hpp"
+#include "model/base/sha256.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <string>
 
-#include "model/error.hpp"
-#include "model/head_range.hpp"
-#include "model/trace.hpp"
+#include "model/base/error.hpp"
+#include "model/io/head_range.hpp"
+#include "model/io/trace.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "gpu/recompute.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/synthetic.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/analyses/mismatch.hpp"
 #include "tests/support.hpp"
 

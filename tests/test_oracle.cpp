@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/oracle.hpp"
 #include "tests/support.hpp"
 

@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/run/tables.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/analyses/proxy.hpp"
 #include "scenarios/pipeline/replay.hpp"
 #include "scenarios/run/runner.hpp"

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 
 using namespace tierlab;
 

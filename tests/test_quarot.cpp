@@ -5,9 +5,9 @@
 #include <cmath>
 #include <string>
 
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
 
 using namespace tierlab;
 

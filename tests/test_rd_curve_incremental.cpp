@@ -14,8 +14,8 @@
 
 #include "gpu/cpu_recompute.hpp"
 #include "gpu/recompute.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 
 using namespace tierlab;

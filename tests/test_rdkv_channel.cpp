@@ -1,4 +1,4 @@
-// RDKV per key channel (model/rdkv_channel.cpp): the reflect-padded pool, the argmin rule
+// RDKV per key channel (model/quantizers/rdkv_channel.cpp): the reflect-padded pool, the argmin rule
 // with the least lambda meeting the budget, and the whole quantizer on a small head whose
 // expected codes, keys and bits come from an independent numpy implementation of the
 // released formula (scale, integer zero point, clamp, round).
@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "model/capture.hpp"
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "model/realism.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 
 using namespace tierlab;
 
@@ -200,7 +200,7 @@ TEST_CASE("a trace's realism is the same read from its file as generated in memo
 }
 
 TEST_CASE("realism of a stories260K capture matches an independent NumPy computation", "[realism][golden]") {
-  // Golden numbers: tierlab capture --prompt-greedy 64 --decode 32 (W = 32), then the statistics
+  // Golden numbers: tierlab capture --prompt-greedy 64 --decode-steps 32 (W = 32), then the statistics
   // recomputed in NumPy (float64 softmax over the causal prefix, KIVI 2-bit groups of 32 in
   // float32), percentiles over the 20 heads with numpy.percentile.
   Llama2cModel model(std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin");

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 
 using namespace tierlab;
 

@@ -12,11 +12,11 @@
 #include <string>
 
 #include "model/allocation.hpp"
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
-#include "model/safetensors.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/llama2c.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "model/allocation.hpp"
-#include "model/error.hpp"
-#include "model/capture.hpp"
-#include "model/llama2c.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/llama2c/llama2c.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "scenarios/pipeline/replay.hpp"
 #include "solvers/policy.hpp"
 #include "tests/support.hpp"

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "tests/support.hpp"

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/safetensors.hpp"
+#include "model/base/error.hpp"
+#include "model/io/safetensors.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;
@@ -498,7 +498,7 @@ TEST_CASE("the writer rejects NaN input with the index", "[safetensors]") {
 TEST_CASE("writing is atomic", "[safetensors]") {
   TempDir dir("st-atomic");
   const std::string path = dir.file("atomic.safetensors");
-  // The writer's temporary file beside it ("<path>.tmp-<pid>-<n>@<host>", model/temporary_name.hpp).
+  // The writer's temporary file beside it ("<path>.tmp-<pid>-<n>@<host>", model/base/temporary_name.hpp).
   const auto tmp_exists = [&] {
     for (const auto& e : fs::directory_iterator(dir.path))
       if (e.path().filename().string().rfind("atomic.safetensors.tmp-", 0) == 0) return true;
@@ -536,7 +536,7 @@ TEST_CASE("writing is atomic", "[safetensors]") {
     CHECK(f.read_f32("x") == std::vector<float>{1, 2});
   }
   SECTION("a destination whose folder cannot be made is an InputError naming it") {
-    // A missing folder is made (model/paths.hpp writable_destination); one below a regular
+    // A missing folder is made (model/io/paths.hpp writable_destination); one below a regular
     // file cannot be.
     std::ofstream(dir.file("plain")) << "a file";
     const std::string bad = dir.file("plain/sub/x.safetensors");

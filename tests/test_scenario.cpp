@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/analyses/waterfill.hpp"
 #include "scenarios/run/tables.hpp"
@@ -138,7 +138,7 @@ TEST_CASE("model cells: the shipped checkpoint, seeds x context lengths") {
 
 TEST_CASE("a scenario copied to another folder still finds the shipped model") {
   // The shipped scenarios name the model relative to scenarios/files/; from a file in /tmp
-  // that path leads nowhere, and the shipped data/ is found instead (model/paths.hpp).
+  // that path leads nowhere, and the shipped data/ is found instead (model/io/paths.hpp).
   const std::string yaml = "name: m\ntraces:\n  model:\n    checkpoint: ../../data/stories260K/stories260K.bin\n"
                            "    context_lengths: [32]\n";
   const Scenario s = parse_scenario(yaml, "/tmp/some/where/copied.yaml");

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/analyses/mismatch.hpp"
 #include "scenarios/analyses/proxy.hpp"
 #include "scenarios/scenario/scenario.hpp"

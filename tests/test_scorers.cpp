@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "solvers/scorers.hpp"
 #include "tests/support.hpp"
 

@@ -4,7 +4,7 @@
 #include <random>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "model/surrogate.hpp"
 #include "solvers/seed_allocators.hpp"
 #include "tests/support.hpp"
@@ -38,6 +38,7 @@ SeedProblem problem_of(const RateLadder& ladder, const std::vector<SurrogateCost
   for (const auto& h : heads) p.heads.push_back(&h);
   p.budget = budget;
   p.head_dim = d;
+  p.rate_kind = RateKind::Code;  // the expectations below count code bits
   return p;
 }
 
@@ -106,6 +107,7 @@ TEST_CASE("RDKV: reflect-pooled scores, argmin per token, lambda by bisection", 
     p.heads = {&c};
     p.budget = 4.0;
     p.head_dim = 8;
+    p.rate_kind = RateKind::Code;  // 24 code bits over 6 tokens
     const SeedAllocation a = allocate_seed("rdkv", {}, p);
     CHECK(a.tiers[0] == std::vector<std::uint8_t>{3, 3, 3, 0, 0, 0});
     CHECK(a.rate_used == Approx(24.0));

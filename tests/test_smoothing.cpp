@@ -2,7 +2,7 @@
 // hand, and span truncation on a hand-made allocation.
 #include <catch2/catch.hpp>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "solvers/smoothing.hpp"
 
 using namespace tierlab;

@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/error.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/analyses/entropy_phase.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/analyses/smoothing.hpp"

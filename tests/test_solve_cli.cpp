@@ -18,8 +18,8 @@
 
 #include "gpu/recompute.hpp"
 #include "model/allocation.hpp"
-#include "model/error.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "solvers/policy.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/advantage.hpp"
@@ -86,6 +86,7 @@ AllocateOptions options(AllocSolver s, FamilyChoice f, Scope sc, double B) {
   o.family = f;
   o.scope = sc;
   o.budget = B;
+  o.rate_kind = RateKind::Code;  // the checks below compare code bits with the budget
   return o;
 }
 
@@ -243,7 +244,9 @@ TEST_CASE("CLI: solve --write-allocation, then eval --allocation reads it", "[so
   // The file holds the same allocation as the library call with the same options.
   const TraceReader trace(tiny_trace());
   const Allocation a = read_allocation(alloc);
-  const auto lib = allocate_trace(trace, options(AllocSolver::Exact, FamilyChoice::Routed, Scope::Model, 3.0));
+  AllocateOptions lib_options = options(AllocSolver::Exact, FamilyChoice::Routed, Scope::Model, 3.0);
+  lib_options.rate_kind = kDefaultRateKind;  // as the command line, given no --rate
+  const auto lib = allocate_trace(trace, lib_options);
   CHECK(a.ladder.name() == lib.allocation.ladder.name());
   CHECK(a.tiers == lib.allocation.tiers);
 
@@ -273,7 +276,8 @@ TEST_CASE("CLI: solve says why a feasible allocation is not proven optimal", "[s
   REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 2.5 --solver greedy", out, err) == 0);
   CHECK(read_text(out).find("\nstatus feasible (heuristic): ") != std::string::npos);
   // The exact solver proves its optimum: no reason (null).
-  REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 2.5 --solver exact --json", out, err) == 0);
+  // (In code bits: no partial group's metadata can make the nominal optimum measure over B.)
+  REQUIRE(run("solve " + quote(tiny_trace()) + " --budget 2.5 --solver exact --rate code --json", out, err) == 0);
   const auto exact = nlohmann::json::parse(read_text(out));
   CHECK(exact["status"] == "optimal");
   CHECK(exact["feasible_reason"].is_null());
@@ -305,7 +309,7 @@ TEST_CASE("CLI: text report, recompute with the interior advantage, and bad name
 TEST_CASE("CLI: OpenMP threads wait passively unless the user chose a policy", "[cli][threads]") {
   REQUIRE(fs::exists(tierlab_binary()));
   const std::string out = temp_file("policy.txt"), err = temp_file("policy.err");
-  // No policy set: tierlab restarts itself with OMP_WAIT_POLICY=passive (model/openmp_policy.hpp).
+  // No policy set: tierlab restarts itself with OMP_WAIT_POLICY=passive (model/base/openmp_policy.hpp).
   std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + quote(tierlab_binary()) + " info " + quote(tiny_trace()) +
                     " > " + quote(out) + " 2> " + quote(err);
   REQUIRE(std::system(cmd.c_str()) == 0);

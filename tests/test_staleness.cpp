@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "model/surrogate.hpp"
-#include "model/synthetic.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/analyses/staleness.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "scenarios/pipeline/staleness_head.hpp"

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
 #include "scenarios/run/estimate.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"

@@ -9,7 +9,7 @@
 
 #include "gpu/recompute.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
+#include "model/quantizers/tier.hpp"
 
 using namespace tierlab;
 

@@ -1,4 +1,4 @@
-// Synthetic traces (model/synthetic.hpp). The attention shapes, RoPE and statistics are
+// Synthetic traces (model/synthetic/synthetic.hpp). The attention shapes, RoPE and statistics are
 // checked with an independent double-precision causal softmax / RoPE written here.
 #include <catch2/catch.hpp>
 
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "model/realism.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

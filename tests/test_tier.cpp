@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "model/error.hpp"
-#include "model/tier.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/tier.hpp"
 
 using namespace tierlab;
 

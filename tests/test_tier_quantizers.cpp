@@ -1,4 +1,4 @@
-// Tiers through one interface (model/tier_quantizer.hpp): published key quantizers as
+// Tiers through one interface (model/quantizers/tier_quantizer.hpp): published key quantizers as
 // tiers of a mixed ladder, checked against independent assemblies from the key-quantizer
 // registry (make_key_quantizer), the surrogate's formula, the exact recomputation and the
 // exact solver.
@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/synthetic.hpp"
-#include "model/tier_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/oracle.hpp"
 #include "solvers/seed_allocators.hpp"

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/safetensors.hpp"
-#include "model/trace.hpp"
+#include "model/base/error.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/io/trace.hpp"
 #include "tests/support.hpp"
 
 using namespace tierlab;

@@ -130,7 +130,7 @@ def main():
 
         out = os.path.join(tmp, "tiny.safetensors")
         r = run([args.tierlab, "capture", "--checkpoint", binary, "--prompt-ids", ",".join(map(str, prompt)),
-                 "--decode", str(S), "--obs-window", str(W), "-o", out])
+                 "--decode-steps", str(S), "--obs-window", str(W), "-o", out])
         check(r.returncode == 0, "tierlab capture reads the checkpoint")
         if r.returncode != 0:
             return 1
@@ -161,7 +161,7 @@ def main():
                             f"difference {worst:.2e})")
 
         r = run([args.tierlab, "replay", "--checkpoint", binary, "--prompt-ids", ",".join(map(str, prompt)),
-                 "--decode", str(S), "--policy", "exact", "--json"])
+                 "--decode-steps", str(S), "--policy", "exact", "--json"])
         check(r.returncode == 0, "tierlab replay reads the checkpoint")
         if r.returncode != 0:
             return 1

@@ -1,4 +1,4 @@
-// TurboQuant's key quantizer (key_quantizer.hpp, model/turboquant.cpp): the Lloyd-Max
+// TurboQuant's key quantizer (key_quantizer.hpp, model/quantizers/turboquant.cpp): the Lloyd-Max
 // scalar stage against the published N(0,1) table, the random rotation, the rate with
 // fractional channel splits, the prod variant's unbiased inner products, and seeds.
 #include <catch2/catch.hpp>
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <string>
 
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/synthetic.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/synthetic/synthetic.hpp"
 
 using namespace tierlab;
 

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
-#include "model/quantizer.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/synthetic.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/analyses/interior_verdict.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/pipeline/allocate.hpp"

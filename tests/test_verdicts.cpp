@@ -8,9 +8,9 @@
 
 #include "gpu/recompute.hpp"
 #include "model/dominance.hpp"
-#include "model/quantizer.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/synthetic.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/pipeline/allocate.hpp"

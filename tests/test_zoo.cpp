@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "model/capture.hpp"
-#include "model/llama2c.hpp"
-#include "model/trace.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/llama2c/llama2c.hpp"
+#include "model/io/trace.hpp"
 
 using namespace tierlab;
 namespace fs = std::filesystem;

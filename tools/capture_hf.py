@@ -24,8 +24,8 @@ normalised ones (what RoPE rotates).
 
 Usage:
   python3 tools/capture_hf.py --model PATH_OR_HUB_ID --prompt "Once upon a time" \
-      --decode 64 --obs-window 32 -o trace.safetensors [--device cuda] [--dtype bfloat16]
-  python3 tools/capture_hf.py --model ./tiny-llama --prompt-ids 1,15,27,3 --decode 8 -o t.safetensors
+      --decode-steps 64 --obs-window 32 -o trace.safetensors [--device cuda] [--dtype bfloat16]
+  python3 tools/capture_hf.py --model ./tiny-llama --prompt-ids 1,15,27,3 --decode-steps 8 -o t.safetensors
 
 Needs torch, transformers and safetensors (numpy for --check).
 """
@@ -335,7 +335,7 @@ def main(argv=None):
     src.add_argument("--prompt", help="prompt text (tokenized with the model's tokenizer)")
     src.add_argument("--prompt-ids", help="prompt token ids, comma-separated")
     src.add_argument("--prompt-file", help="file holding the prompt text")
-    ap.add_argument("--decode", type=int, required=True, help="decode steps S (greedy, full cache)")
+    ap.add_argument("--decode-steps", type=int, required=True, help="decode steps S (greedy, full cache)")
     ap.add_argument("--obs-window", type=int, default=None,
                     help="observation window W (1 to the prompt length; default min(32, T))")
     ap.add_argument("--device", default="cuda" if torch is not None and torch.cuda.is_available() else "cpu")
@@ -348,8 +348,8 @@ def main(argv=None):
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args(argv)
     # Every option is checked before the model is loaded (minutes, gigabytes).
-    if args.decode < 0:
-        ap.error(f"--decode is {args.decode}; decode steps S must be 0 or more")
+    if args.decode_steps < 0:
+        ap.error(f"--decode-steps is {args.decode_steps}; decode steps S must be 0 or more")
     if args.obs_window is not None and args.obs_window < 1:
         ap.error(f"--obs-window is {args.obs_window}; the observation window W must be at least 1 "
                  "(tierlab's surrogate and its observation-query errors need W >= 1 queries)")
@@ -383,18 +383,18 @@ def main(argv=None):
     window = sliding_window_of(model)
     if window is not None:
         prov["sliding_window"] = window
-        if window < len(ids) + args.decode:
+        if window < len(ids) + args.decode_steps:
             # tierlab recomputes attention over the whole cache; such a model never attends that far back.
             print(f"capture_hf.py: error: {args.model} attends through a sliding window of {window} tokens, shorter "
-                  f"than T + S = {len(ids)} + {args.decode} = {len(ids) + args.decode}; tierlab's recomputation "
+                  f"than T + S = {len(ids)} + {args.decode_steps} = {len(ids) + args.decode_steps}; tierlab's recomputation "
                   f"assumes every query sees the whole cache, so this trace would not be the model's attention. "
-                  f"Capture at most {max(window - args.decode, 0)} prompt tokens with --decode {args.decode}.",
+                  f"Capture at most {max(window - args.decode_steps, 0)} prompt tokens with --decode-steps {args.decode_steps}.",
                   file=sys.stderr)
             return 2
-    tensors, metadata = capture(model, ids, args.decode, W, args.storage, prov)
+    tensors, metadata = capture(model, ids, args.decode_steps, W, args.storage, prov)
     save_trace(args.output, tensors, metadata)
     print(f"captured {args.model}: {metadata['n_layers']} layers x {metadata['n_kv_heads']} KV heads "
-          f"(g={metadata['group_size']}, d={metadata['head_dim']}), T={len(ids)}, W={W}, S={args.decode}; "
+          f"(g={metadata['group_size']}, d={metadata['head_dim']}), T={len(ids)}, W={W}, S={args.decode_steps}; "
           f"wrote {args.output}")
     if args.check:
         worst = check_attention(model, tensors, metadata)

@@ -115,10 +115,10 @@ for s in exact greedy greedy-raw waterfill smoothed; do ok solve t.safetensors -
 for f in quantize evict routed; do ok solve t.safetensors --budget 3 --family "$f" --recompute --json; done
 ok solve t.safetensors --budgets 0:4:1 --recompute --method kivi:2 --method '{scorer: snapkv, keep: "ratio:0.5"}'
 ok demo --preset tiny --tokens 48 --out demo
-ok capture --checkpoint "$ckpt" --prompt-sample 24 --seed 1 --decode 8 --obs-window 8 -o captured.safetensors
+ok capture --checkpoint "$ckpt" --prompt-sample 24 --seed 1 --decode-steps 8 --obs-window 8 -o captured.safetensors
 ok eval captured.safetensors --policy evict:0.25
-ok replay --checkpoint "$ckpt" --prompt-sample 24 --seed 1 --decode 8 --policy kivi:2
-ok replay --checkpoint "$ckpt" --prompt-greedy 16 --decode 4 --policy evict:0.5 --free-running --redecide 2 --json
+ok replay --checkpoint "$ckpt" --prompt-sample 24 --seed 1 --decode-steps 8 --policy kivi:2
+ok replay --checkpoint "$ckpt" --prompt-greedy 16 --decode-steps 4 --policy evict:0.5 --free-running --redecide 2 --json
 cat > "$cli/tiny.yaml" <<'YAML'
 name: tiny-ci
 description: "tools/reliability-ci.sh: tiny synthetic cells through every analysis that runs on them, figures included"

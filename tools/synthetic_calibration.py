@@ -2,7 +2,7 @@
 """Measure what the synthetic generator is calibrated on, from a trace, in NumPy alone.
 
 An implementation independent of tierlab's C++ (model/realism.cpp), used for the golden numbers
-of tests/test_realism.cpp and for the calibration constants of model/synthetic.cpp
+of tests/test_realism.cpp and for the calibration constants of model/synthetic/synthetic.cpp
 (docs/synthetic.md, "Where the numbers come from"). For every head of a trace (safetensors,
 docs/trace-format.md; F32 or F16 tensors) and its causal observation queries (the query at
 position p attends to keys 0..p, docs/model.md section 12, convention 4):
@@ -48,7 +48,7 @@ def load(path):
 
 
 def kivi(keys, bits=2, group=32):
-    """KIVI per-channel quantize-dequantize in float32 (model/quantizer.hpp's arithmetic)."""
+    """KIVI per-channel quantize-dequantize in float32 (model/quantizers/quantizer.hpp's arithmetic)."""
     out = keys.astype(np.float32).copy()
     levels = np.float32(2**bits - 1)
     for s in range(0, keys.shape[0], group):

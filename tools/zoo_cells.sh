@@ -3,7 +3,7 @@
 # (data/zoo/prompt.txt, BOS then its bytes), one capture per model at the longest prompt
 # its context allows (T = seq_len - 32, S = 32 decode steps) with an observation window
 # reaching back to position 0, then the realism statistics at several prompt lengths
-# (tierlab info --realism --lengths ..., --window 32; for a causal model they equal those
+# (tierlab info --realism --lengths ..., --obs-window 32; for a causal model they equal those
 # of captures at each length, docs/synthetic.md).
 # Usage: bash tools/zoo_cells.sh [OUT_DIR, default out/zoo-cells] [TIERLAB, default build/tierlab]
 set -euo pipefail
@@ -21,8 +21,8 @@ for dir in data/zoo/*/; do
   lengths=64
   for L in 128 256 448; do [ "$L" -le "$T" ] && lengths="$lengths,$L"; done
   [ "${lengths##*,}" = "$T" ] || lengths="$lengths,$T"
-  "$tierlab" capture --checkpoint "$bin" --prompt-ids "$ids" --decode 32 --obs-window "$T" \
+  "$tierlab" capture --checkpoint "$bin" --prompt-ids "$ids" --decode-steps 32 --obs-window "$T" \
       -o "$out/$name-T$T.safetensors" > /dev/null
   echo "## $name (T = $T, lengths $lengths)"
-  "$tierlab" info "$out/$name-T$T.safetensors" --realism --lengths "$lengths" --window 32
+  "$tierlab" info "$out/$name-T$T.safetensors" --realism --lengths "$lengths" --obs-window 32
 done

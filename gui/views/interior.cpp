@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "gui/engine_detail.hpp"
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/head.hpp"

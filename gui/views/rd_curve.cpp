@@ -4,12 +4,12 @@
 #include <sstream>
 
 #include "gui/engine_detail.hpp"
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
-#include "scenarios/scenario/rd_methods.hpp"
-#include "solvers/kvcobra_allocator.hpp"
+#include "scenarios/methods/rd_methods.hpp"
+#include "scenarios/methods/catalogue.hpp"
 #include "solvers/scorers.hpp"
 #include "solvers/seed_allocators.hpp"
 
@@ -125,19 +125,20 @@ std::vector<std::string> rd_method_texts(const std::string& field) {
   return out;
 }
 
+// The menu is the catalogue's methods in the forms a scenario's `methods` list takes
+// (scenarios/methods/catalogue.hpp); solvers draw the curve itself and are not offered.
 std::vector<RdMethodChoice> rd_method_choices() {
   std::vector<RdMethodChoice> out;
-  for (const KeyQuantizerEntry& q : key_quantizer_registry())
-    out.push_back({"key quantizer", q.name, "{quantizer: " + q.name + "}", q.summary});
-  for (const ScorerEntry& e : scorer_registry())
-    out.push_back({"eviction scorer", e.info.name, "{scorer: " + e.info.name + "}",
-                   e.info.summary + " (at the keep ratios B/16 of the grid)"});
-  std::vector<MethodInfo> seeds = seed_allocator_methods();
-  seeds.push_back(kvcobra_allocator_method());
-  for (const MethodInfo& m : seeds)
-    out.push_back({"seed allocator", m.name, "{seed: " + m.name + ", budget: 2}", m.summary + " (at B = 2)"});
-  for (const char* p : {"kivi:2", "kivi:4", "token:4", "evict:0.25"})
-    out.push_back({"uniform policy", p, p, "every token alike (solvers/policy.hpp)"});
+  for (const CatalogueEntry& e : method_catalogue()) {
+    std::string note = e.info.summary;
+    if (e.kind == MethodKind::Scorer) note += " (at the keep ratios B/16 of the grid)";
+    if (e.kind == MethodKind::Allocator) note += " (at B = 2)";
+    if (e.kind == MethodKind::Policy) note = "every token alike: " + note;
+    for (const std::string& text : e.scenario_texts) {
+      const std::string label = e.kind == MethodKind::Policy ? text : e.info.name;
+      out.push_back({e.info.kind, label, text, note});
+    }
+  }
   return out;
 }
 

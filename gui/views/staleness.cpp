@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "gui/engine_detail.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/staleness_head.hpp"
 

@@ -9,8 +9,8 @@
 #include <omp.h>
 
 #include "gui/engine_detail.hpp"
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "solvers/waterfill.hpp"
 #include "scenarios/figures/tables_io.hpp"
 

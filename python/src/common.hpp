@@ -2,7 +2,7 @@
 // What the binding's translation units share (docs/design.md "The Python module"):
 //   - call_released: long work runs on the calling thread with the GIL released (other
 //     Python threads run meanwhile; OpenMP keeps its thread pool); during it, on the main
-//     thread, SIGINT (Ctrl-C) sets the work's cancel flag (model/cancel.hpp) instead of
+//     thread, SIGINT (Ctrl-C) sets the work's cancel flag (model/base/cancel.hpp) instead of
 //     Python's: the work stops at its next progress point (Cancelled), or sooner inside a
 //     head (the surrogate and the CPU backend check the flag at every block of their loops:
 //     current_cancel_flag), and KeyboardInterrupt is raised when it returns;
@@ -29,12 +29,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
-#include "model/cancel.hpp"
-#include "model/error.hpp"
-#include "model/linalg.hpp"
+#include "model/base/cancel.hpp"
+#include "model/base/error.hpp"
+#include "model/base/linalg.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 
 namespace py = pybind11;
 
@@ -93,7 +93,7 @@ auto call_released(WorkContext& ctx, F&& work) -> decltype(work()) {
   const bool main = on_main_thread();
   {
     SigintScope sigint(&ctx.stop, main);
-    const CancelScope cancel(&ctx.stop);  // the work's inner loops see the flag too (model/cancel.hpp)
+    const CancelScope cancel(&ctx.stop);  // the work's inner loops see the flag too (model/base/cancel.hpp)
     py::gil_scoped_release release;
     try {
       result.emplace(work());

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 
 namespace tierlab::python {
 
@@ -175,7 +175,7 @@ PYBIND11_MODULE(_tierlab, m) {
       "Import the `tierlab` package, not this module; docs/python.md is the tutorial.";
   m.attr("__version__") = TIERLAB_VERSION;
 
-  // The error seam (model/error.hpp): InputError (and FormatError) -> tierlab.InputError, a
+  // The error seam (model/base/error.hpp): InputError (and FormatError) -> tierlab.InputError, a
   // ValueError; RecomputeError -> tierlab.RecomputeError, a RuntimeError; Cancelled ->
   // KeyboardInterrupt. Registered base first: the last registered translator is tried first.
   auto& input_error = py::register_exception<InputError>(m, "InputError", PyExc_ValueError);

@@ -13,6 +13,7 @@
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/report.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab::python {
 
@@ -76,7 +77,7 @@ Allocation trace_allocation(const py::object& obj, const TraceMeta& m, const py:
     return s.rep->allocation;
   }
   Allocation a;
-  a.ladder = ladder.is_none() ? RateLadder::parse(kDefaultSolveLadder) : ladder_arg(ladder);
+  a.ladder = ladder.is_none() ? RateLadder::parse(kDefaultLadder) : ladder_arg(ladder);
   a.n_layers = m.n_layers;
   a.n_kv_heads = m.n_kv_heads;
   a.prompt_len = m.prompt_len;
@@ -195,8 +196,10 @@ and the dominated share (heads whose 2-bit tier has R_h >= 1).)doc")
     io.rate_kind = parse_rate_kind(rate);
     io.ladder = ladder_arg(ladder);
     io.validate();
-    for (double b : budgets)
-      if (!(b > 0 && b <= 16)) throw InputError("argument budget: " + std::to_string(b) + " is not in (0, 16] bits per element");
+    for (double b : budgets) {
+      check_budget(b, "argument budget");
+      if (b == 0) throw InputError("argument budget = 0 bits per element; the interior advantage needs a budget > 0.");
+    }
     auto be = backend_for(backend);
     WorkContext ctx;
     ctx.progress = progress;
@@ -205,8 +208,8 @@ and the dominated share (heads whose 2-bit tier has R_h >= 1).)doc")
     py::list out;
     for (auto& r : reps) out.append(PyInterior{std::make_shared<const InteriorReport>(std::move(r))});
     return many ? py::object(out) : py::object(out[0]);
-  }, py::arg("trace"), py::arg("budget"), py::arg("rate") = "total",
-     py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("backend") = "auto", py::arg("progress") = py::none(),
+  }, py::arg("trace"), py::arg("budget"), py::arg("rate") = std::string(to_string(kDefaultRateKind)),
+     py::arg("ladder") = std::string(kDefaultLadder), py::arg("backend") = "auto", py::arg("progress") = py::none(),
      "The interior advantage of every head (tierlab.Interior) at a budget, or a list of them for a list of budgets "
      "(each head's costs computed once); rate: total (equal memory, the scenarios' default) or code.");
 

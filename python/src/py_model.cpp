@@ -1,4 +1,4 @@
-// The model in Python: tiers and ladders (model/tier.hpp), the registries of methods
+// The model in Python: tiers and ladders (model/quantizers/tier.hpp), the registries of methods
 // (tierlab.methods(), as `tierlab methods` lists them), the surrogate costs of a head
 // (model/surrogate.hpp), dominance and R_h(b) (model/dominance.hpp), the per-head noise model.
 #include <cmath>
@@ -6,108 +6,39 @@
 
 #include "common.hpp"
 #include "model/dominance.hpp"
-#include "model/key_quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
+#include "model/quantizers/tier.hpp"
+#include "scenarios/methods/catalogue.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "solvers/families.hpp"
-#include "solvers/kvcobra_allocator.hpp"
-#include "solvers/scorers.hpp"
-#include "solvers/seed_allocators.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab::python {
 
 namespace {
 
-py::dict method_dict(const std::string& name, const std::string& kind, const std::string& summary,
-                     const std::string& source, const py::list& params) {
-  py::dict d;
-  d["name"] = name;
-  d["kind"] = kind;
-  d["summary"] = summary;
-  d["source"] = source;
-  d["params"] = params;
-  return d;
-}
-
-py::dict param_dict(const std::string& name, const std::string& def, const std::string& help) {
-  py::dict d;
-  d["name"] = name;
-  d["default"] = def;
-  d["help"] = help;
-  return d;
-}
-
-py::list method_list(const std::vector<MethodInfo>& infos) {
-  py::list out;
-  for (const MethodInfo& m : infos) {
-    py::list params;
-    for (const MethodParam& p : m.params) params.append(param_dict(p.name, p.default_value, p.help));
-    out.append(method_dict(m.name, m.kind, m.summary, m.source, params));
-  }
-  return out;
-}
-
-// The solvers of `tierlab solve --solver` (solvers/families.hpp, scenarios/pipeline/allocate.hpp).
-std::string solver_summary(FamilySolver s) {
-  switch (s) {
-    case FamilySolver::Exact: return "the certified knapsack optimum: Lagrangian LP bound, integer gap closed by core DP";
-    case FamilySolver::Greedy: return "the classic MCKP greedy on each token's lower convex hull";
-    case FamilySolver::GreedyRaw: return "marginal-return greedy on the raw ladder (ignores hull dominance)";
-    case FamilySolver::Waterfill:
-      return "reverse water-filling on the fitted n_h(b) = alpha beta^(-b): per token (head scope), per head "
-             "(layer/model scope), projected on the tiers";
-    case FamilySolver::Smoothed:
-      return "costs pooled over neighbouring tokens (avg or max, odd kernel), then solved exactly";
-  }
-  return "";
-}
-
-py::list solver_list() {
-  py::list out;
-  std::vector<FamilySolver> all = family_solvers();
-  all.push_back(FamilySolver::Smoothed);
-  const std::string families = "mixed | quantize | evict | routed";
-  for (FamilySolver s : all) {
-    py::list params;
-    params.append(param_dict("family", "mixed", "tiers a head may use; one of " + families));
-    params.append(param_dict("scope", "head", "where the budget holds; one of head | layer | model"));
-    params.append(param_dict("rate", "code", "what the budget counts; one of code | total"));
-    params.append(param_dict("ladder", std::string(kDefaultSolveLadder), "tiers, comma-separated"));
-    if (s == FamilySolver::Smoothed) {
-      params.append(param_dict("smooth", "avg", "pooling; one of avg | max"));
-      params.append(param_dict("kernel", "5", "odd window size"));
-      params.append(param_dict("padding", "reflect", "one of zero | reflect | replicate | none"));
-    }
-    if (s == FamilySolver::Exact || s == FamilySolver::Smoothed)
-      params.append(param_dict("route_tolerance", "0", "routed, head scope: keep an endpoint within this margin of M"));
-    out.append(method_dict(std::string(to_string(s)), "solver", solver_summary(s), "tierlab (solvers/)", params));
-  }
-  return out;
-}
-
+// tierlab.methods(kind): the catalogue (scenarios/methods/catalogue.hpp), entry for entry what
+// `tierlab methods --json --kind KIND` prints.
 py::list methods(const std::string& kind) {
-  if (kind != "all" && kind != "quantizer" && kind != "scorer" && kind != "allocator" && kind != "solver")
-    throw InputError("argument kind: '" + kind + "' is not all, quantizer, scorer, allocator or solver");
   py::list out;
-  if (kind == "all" || kind == "quantizer")
-    for (const KeyQuantizerEntry& q : key_quantizer_registry()) {
-      py::list params;
-      for (const KeyQuantizerParam& p : q.params) {
-        std::string help = p.meaning;
-        for (std::size_t i = 0; i < p.choices.size(); ++i) help += (i == 0 ? "; one of " : " | ") + p.choices[i];
-        params.append(param_dict(p.name, p.default_value, help));
-      }
-      out.append(method_dict(q.name, "key quantizer", q.summary, q.source, params));
+  for (const CatalogueEntry& e : method_catalogue(kind, "argument kind")) {
+    py::list params;
+    for (const MethodParam& p : e.info.params) {
+      py::dict d;
+      d["name"] = p.name;
+      d["default"] = p.default_value;
+      d["help"] = p.help;
+      d["choices"] = p.choices;
+      params.append(d);
     }
-  if (kind == "all" || kind == "scorer")
-    for (auto x : method_list(eviction_scorer_methods())) out.append(x);
-  if (kind == "all" || kind == "allocator") {
-    for (auto x : method_list(seed_allocator_methods())) out.append(x);
-    for (auto x : method_list({kvcobra_allocator_method()})) out.append(x);
+    py::dict d;
+    d["name"] = e.info.name;
+    d["kind"] = e.info.kind;
+    d["summary"] = e.info.summary;
+    d["source"] = e.info.source;
+    d["params"] = params;
+    out.append(d);
   }
-  if (kind == "all" || kind == "solver")
-    for (auto x : solver_list()) out.append(x);
   return out;
 }
 
@@ -141,7 +72,7 @@ SurrogateCosts head_costs(const HeadData& d, const RopeParams& rope, const RateL
 }
 
 void bind_model(py::module_& m) {
-  py::class_<Tier>(m, "Tier", "A precision level of one key vector, tau = (bits, quantizer) (model/tier.hpp).")
+  py::class_<Tier>(m, "Tier", "A precision level of one key vector, tau = (bits, quantizer) (model/quantizers/tier.hpp).")
       .def(py::init([](const std::string& name) { return Tier::parse(name); }), py::arg("name"),
            "From its name: evict, exact, kivi2 (G=32) or kivi2g64, token4 or token4g64, turboquant2, quarot4, "
            "kvquant3, kvcobra2.")
@@ -159,7 +90,7 @@ void bind_model(py::module_& m) {
       .def("__eq__", [](const Tier& a, const Tier& b) { return a == b; })
       .def("__repr__", [](const Tier& t) { return "<tierlab.Tier " + t.name() + ">"; });
 
-  py::class_<RateLadder>(m, "Ladder", "The tiers an allocation may use: tiers[0] is evict, the last exact (model/tier.hpp).")
+  py::class_<RateLadder>(m, "Ladder", "The tiers an allocation may use: tiers[0] is evict, the last exact (model/quantizers/tier.hpp).")
       .def(py::init([](const py::object& o) { return ladder_arg(o); }), py::arg("tiers"),
            "From a comma-separated string or a list of tier names; evict and exact are added when missing.")
       .def_readonly("tiers", &RateLadder::tiers, "The tiers, evict first, exact last.")
@@ -178,10 +109,10 @@ void bind_model(py::module_& m) {
       .def("__repr__", [](const RateLadder& l) { return "<tierlab.Ladder " + l.name() + ">"; });
 
   m.def("methods", &methods, py::arg("kind") = "all",
-        R"doc(Every registered method with its parameters, as a list of dicts {name, kind, summary,
-source, params: [{name, default, help}]}: key quantizers, eviction scorers, seed allocators
-(with kvcobra) as `tierlab methods --json` lists them, and the solvers of tierlab.solve.
-kind: "all", "quantizer", "scorer", "allocator" or "solver".)doc");
+        R"doc(The catalogue of methods, as a list of dicts {name, kind, summary, source, params:
+[{name, default, help, choices}]}: key quantizers, eviction scorers, seed allocators (with
+kvcobra), uniform policies and the solvers of tierlab.solve, exactly as `tierlab methods --json`
+lists them. kind: "all", "quantizer", "scorer", "allocator", "policy" or "solver".)doc");
 
   py::class_<PyCosts>(m, "Costs", R"doc(The surrogate costs of one head on one query set (docs/model.md section 3):
 cost[j, t] = c_t(tau_j) for every tier j of the ladder (row 0 eviction, last row exact = 0),
@@ -226,13 +157,13 @@ nominal rate, and mean_q ||o_q||^2. Arrays are read-only views owned by this obj
     out.layer = h.layer;
     out.kv_head = h.kv_head;
     out.queries = queries;
-    WorkContext ctx;  // Ctrl-C stops a long head (the surrogate checks the flag: model/cancel.hpp)
+    WorkContext ctx;  // Ctrl-C stops a long head (the surrogate checks the flag: model/base/cancel.hpp)
     out.costs = call_released(ctx, [&] {
       const auto d = h.data();
       return head_costs(*d, h.rope, l, queries);
     });
     return out;
-  }, py::arg("head"), py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("queries") = "obs",
+  }, py::arg("head"), py::arg("ladder") = std::string(kDefaultLadder), py::arg("queries") = "obs",
      "The surrogate costs of a head (tierlab.Costs) on its observation queries (causal) or its decode queries.");
 
   py::class_<DominanceReport>(m, "Dominance", R"doc(Strict and hull dominance of a head's tiers (docs/model.md section 4):
@@ -252,13 +183,13 @@ hull, dominated (R >= 1, finite tiers) and hull_dominated (above the lower conve
                std::to_string(hn) + " hull-dominated>";
       });
   m.def("dominance", [](const PyCosts& c, const std::string& rate) { return dominance(c.costs, parse_rate_kind(rate)); },
-        py::arg("costs"), py::arg("rate") = "code", "Dominance of a head's tiers (tierlab.Dominance) from its costs.");
+        py::arg("costs"), py::arg("rate") = std::string(to_string(kDefaultRateKind)), "Dominance of a head's tiers (tierlab.Dominance) from its costs.");
   m.def("dominance_ratio", [](const PyCosts& c, int bits) {
     const int j = c.costs.ladder.index_of_bits(bits);
     if (j < 0)
       throw InputError("argument bits: the ladder " + c.costs.ladder.name() + " has no tier with " +
                        std::to_string(bits) + " code bits");
-    return dominance(c.costs).R[static_cast<std::size_t>(j)];
+    return dominance(c.costs, kDefaultRateKind).R[static_cast<std::size_t>(j)];  // R is the same in either kind
   }, py::arg("costs"), py::arg("bits") = 2,
      "R_h(b) = sum_t c_t(tau_b) / sum_t c_t(0) for the ladder's first tier with b code bits; >= 1: dominated.");
 
@@ -279,7 +210,7 @@ hull, dominated (R >= 1, finite tiers) and hull_dominated (above the lower conve
     const RateKind k = parse_rate_kind(rate);
     for (const Rate& r : c.costs.rates) rates.push_back(rate_of(r, k));
     return fit_head_noise(c.costs, rates);
-  }, py::arg("costs"), py::arg("rate") = "code",
+  }, py::arg("costs"), py::arg("rate") = std::string(to_string(kDefaultRateKind)),
      "Fits n_h(b) on the nominal rates of the given kind (the convention of `tierlab solve --solver waterfill`).");
 }
 

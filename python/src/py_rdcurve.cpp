@@ -6,7 +6,7 @@
 #include "common.hpp"
 #include "gpu/recompute.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
-#include "scenarios/scenario/rd_methods.hpp"
+#include "scenarios/methods/rd_methods.hpp"
 
 namespace tierlab::python {
 
@@ -135,8 +135,8 @@ void bind_rdcurve(py::module_& m) {
     }
     return d;
   }, py::arg("trace"), py::arg("budgets"),
-     py::arg("families") = std::vector<std::string>{"quantize", "evict", "mixed", "routed"}, py::arg("scope") = "head",
-     py::arg("rate") = "code", py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("solver") = "exact",
+     py::arg("families") = std::vector<std::string>{"quantize", "evict", "mixed", "routed"}, py::arg("scope") = std::string(to_string(ProblemOptions{}.scope)),
+     py::arg("rate") = std::string(to_string(kDefaultRateKind)), py::arg("ladder") = std::string(kDefaultLadder), py::arg("solver") = "exact",
      py::arg("queries") = "decode", py::arg("decode_step") = 1, py::arg("recompute") = true,
      py::arg("methods") = std::vector<std::string>{}, py::arg("progress") = py::none(),
      R"doc(The rate-distortion curve of a trace (what `tierlab solve TRACE --budgets A:B:STEP --recompute

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common.hpp"
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "scenarios/figures/figure.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/run/estimate.hpp"
 #include "scenarios/run/runner.hpp"

@@ -15,7 +15,7 @@
 #include "common.hpp"
 #include "gpu/recompute.hpp"
 #include "model/allocation.hpp"
-#include "model/quantizer.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "scenarios/pipeline/advantage.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
@@ -325,7 +325,7 @@ uint8 array [n_layers, n_kv_heads, T] of tier indices into `ladder`.)doc")
     for (auto& r : reps) out.append(PySolution{r});
     return out;
   }, py::arg("trace"), py::arg("budget"), py::arg("solver") = "exact", py::arg("family") = "mixed",
-     py::arg("scope") = "head", py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("rate") = "code",
+     py::arg("scope") = std::string(to_string(ProblemOptions{}.scope)), py::arg("ladder") = std::string(kDefaultLadder), py::arg("rate") = std::string(to_string(kDefaultRateKind)),
      py::arg("smooth") = "avg", py::arg("kernel") = 5, py::arg("padding") = "reflect", py::arg("route_tolerance") = 0.0,
      py::arg("progress") = py::none(),
      R"doc(Allocates tiers to every token of a trace (what `tierlab solve` computes).
@@ -368,7 +368,7 @@ void bind_head_solve(py::module_& m) {
       if (given->costs.ladder.name() != l.name())
         throw InputError("argument costs: computed on ladder " + given->costs.ladder.name() + ", not " + l.name());
     }
-    WorkContext ctx;  // Ctrl-C stops the costs of a long head (model/cancel.hpp)
+    WorkContext ctx;  // Ctrl-C stops the costs of a long head (model/base/cancel.hpp)
     return call_released(ctx, [&] {
       const auto d = head.data();
       const SurrogateCosts sc = given ? given->costs : head_costs(*d, head.rope, l, "obs");
@@ -378,11 +378,15 @@ void bind_head_solve(py::module_& m) {
         const HeadNoiseModel n = fit_head_noise(sc, rates);
         noise = DistortionModel{n.alpha, n.beta};
       }
-      return solve_head(sc.cost, sc.weights.a, rates, l, budget, fc, fo, noise);
+      // At equal memory, as every front door solves one head: the allocation's measured rate
+      // meets B (scenarios/pipeline/head.hpp).
+      return solve_head_at_equal_memory(*d, head.rope, sc.cost, sc.weights.a, rates, l, budget, kind, fc, fo, noise)
+          .solution;
     });
   }, py::arg("head"), py::arg("budget"), py::arg("family") = "mixed", py::arg("solver") = "exact",
-     py::arg("ladder") = std::string(kDefaultSolveLadder), py::arg("rate") = "code", py::arg("costs") = py::none(),
-     "One head's optimum at budget B (bits per element over its T tokens) for family mixed | quantize | evict | "
+     py::arg("ladder") = std::string(kDefaultLadder), py::arg("rate") = std::string(to_string(kDefaultRateKind)), py::arg("costs") = py::none(),
+     "One head's optimum at budget B (bits per element over its T tokens, measured on the materialised "
+     "allocation: equal memory) for family mixed | quantize | evict | "
      "routed and solver exact | greedy | greedy-raw | waterfill; costs: its tierlab.Costs on the same ladder (else "
      "computed on the observation queries).");
 
@@ -489,12 +493,12 @@ relative, since the backend's float32 products round differently for one row tha
       for (const auto& mk : mats) out.rates.push_back(mk.rate);
       return out;
     });
-  }, py::arg("head"), py::arg("allocations"), py::arg("ladder") = std::string(kDefaultSolveLadder),
+  }, py::arg("head"), py::arg("allocations"), py::arg("ladder") = std::string(kDefaultLadder),
      py::arg("backend") = "auto", py::arg("queries") = "obs", py::arg("per_row") = false,
      R"doc(Exact recomputation of one or many allocations of one head (tierlab.HeadErrors).
 
 allocations: integer array [T] or [E, T] of tier indices into ladder; each is materialised
-(tier-local groups, model/quantizer.hpp) and recomputed on the "obs" (causal) or "decode"
+(tier-local groups, model/quantizers/quantizer.hpp) and recomputed on the "obs" (causal) or "decode"
 queries, as `tierlab eval` does; backend: "auto" | "cpu" | "cuda". per_row: also each query
 row's errors [E, rows].)doc");
 

@@ -1,14 +1,14 @@
-// Traces in Python: tierlab.Trace (an open trace file, model/trace.hpp), tierlab.Head (one KV
+// Traces in Python: tierlab.Trace (an open trace file, model/io/trace.hpp), tierlab.Head (one KV
 // head: the tensors of a file as read-only views of its memory map, or arrays a user built),
-// writing a trace from heads, and the synthetic generator (model/synthetic.hpp).
+// writing a trace from heads, and the synthetic generator (model/synthetic/synthetic.hpp).
 #include <algorithm>
 #include <map>
 #include <sstream>
 
 #include "common.hpp"
-#include "model/head_range.hpp"
-#include "model/safetensors.hpp"
-#include "model/synthetic.hpp"
+#include "model/io/head_range.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/synthetic/synthetic.hpp"
 
 namespace tierlab::python {
 
@@ -34,7 +34,7 @@ std::vector<py::ssize_t> shape_of(const TensorInfo& ti) {
 py::object tensor_array(const py::object& trace_obj, const std::shared_ptr<const TraceReader>& reader,
                         const std::string& name) {
   // A file truncated or replaced since it was opened: InputError, not a view whose first read
-  // faults (SIGBUS). A view made before the change is not protected (model/trace.cpp).
+  // faults (SIGBUS). A view made before the change is not protected (model/io/trace.cpp).
   reader->check_unchanged();
   const SafetensorsFile& f = reader->file();
   const TensorInfo& ti = f.info(name);
@@ -145,7 +145,7 @@ PyHead make_head(const py::object& keys, const py::object& values, const py::obj
                        ") is not a range 0 <= begin < end <= T = " + std::to_string(T));
     d->spans.push_back(Span{b, e});
   }
-  constexpr int kMaxIndex = (1 << 20) - 1;  // a trace's n_layers and n_kv_heads are at most 2^20 (model/trace.cpp)
+  constexpr int kMaxIndex = (1 << 20) - 1;  // a trace's n_layers and n_kv_heads are at most 2^20 (model/io/trace.cpp)
   if (layer < 0 || kv_head < 0 || layer > kMaxIndex || kv_head > kMaxIndex)
     throw InputError("arguments layer, kv_head: (" + std::to_string(layer) + ", " + std::to_string(kv_head) +
                      ") is outside 0.." + std::to_string(kMaxIndex));
@@ -169,7 +169,7 @@ PyHead make_head(const py::object& keys, const py::object& values, const py::obj
   h.layer = layer;
   h.kv_head = kv_head;
   h.group_size = g;
-  // Everything the trace reader checks of a head's metadata (model/trace.hpp trace_meta_problem):
+  // Everything the trace reader checks of a head's metadata (model/io/trace.hpp trace_meta_problem):
   // rope_dim even and <= d, rope_theta positive and finite, lengths and counts in range, spans.
   TraceMeta meta;
   meta.n_layers = 1;
@@ -438,39 +438,39 @@ trace's metadata and the reader then checks the file, with the C++ messages.)doc
 
 // Synthetic traces: SynthParams, presets, synthetic_head, write_synthetic.
 void bind_synthetic(py::module_& m) {
-  py::class_<SynthParams>(m, "SynthParams", "Parameters of a synthetic trace (model/synthetic.hpp, docs/synthetic.md).")
+  py::class_<SynthParams>(m, "SynthParams", "Parameters of a synthetic trace (model/synthetic/synthetic.hpp, docs/synthetic.md).")
       .def(py::init<>())
       .def_static("preset", &synth_preset, py::arg("name"), "The parameters of a preset (tierlab.presets()).")
       .def_readwrite("preset_name", &SynthParams::preset, "Preset name (part of every head's seed).")
-      .def_readwrite("seed", &SynthParams::seed, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("n_layers", &SynthParams::n_layers, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("n_kv_heads", &SynthParams::n_kv_heads, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("group_size", &SynthParams::group_size, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("head_dim", &SynthParams::head_dim, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("prompt_len", &SynthParams::prompt_len, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("obs_window", &SynthParams::obs_window, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("decode_steps", &SynthParams::decode_steps, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("mix_sink", &SynthParams::mix_sink, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("mix_local", &SynthParams::mix_local, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("mix_retrieval", &SynthParams::mix_retrieval, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("mix_diffuse", &SynthParams::mix_diffuse, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("logit_scale_min", &SynthParams::logit_scale_min, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("logit_scale_max", &SynthParams::logit_scale_max, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("sink_mass_min", &SynthParams::sink_mass_min, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("sink_mass_max", &SynthParams::sink_mass_max, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("local_mass_min", &SynthParams::local_mass_min, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("local_mass_max", &SynthParams::local_mass_max, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("span_mass_min", &SynthParams::span_mass_min, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("span_mass_max", &SynthParams::span_mass_max, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("background", &SynthParams::background, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("outlier_channels", &SynthParams::outlier_channels, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("outlier_strength", &SynthParams::outlier_strength, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("query_outlier_strength", &SynthParams::query_outlier_strength, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("outlier_token_rate", &SynthParams::outlier_token_rate, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("spans_per_head", &SynthParams::spans_per_head, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("span_len", &SynthParams::span_len, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("query_drift", &SynthParams::query_drift, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
-      .def_readwrite("rope_theta", &SynthParams::rope_theta, "A field of SynthParams (model/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("seed", &SynthParams::seed, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("n_layers", &SynthParams::n_layers, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("n_kv_heads", &SynthParams::n_kv_heads, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("group_size", &SynthParams::group_size, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("head_dim", &SynthParams::head_dim, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("prompt_len", &SynthParams::prompt_len, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("obs_window", &SynthParams::obs_window, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("decode_steps", &SynthParams::decode_steps, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("mix_sink", &SynthParams::mix_sink, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("mix_local", &SynthParams::mix_local, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("mix_retrieval", &SynthParams::mix_retrieval, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("mix_diffuse", &SynthParams::mix_diffuse, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("logit_scale_min", &SynthParams::logit_scale_min, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("logit_scale_max", &SynthParams::logit_scale_max, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("sink_mass_min", &SynthParams::sink_mass_min, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("sink_mass_max", &SynthParams::sink_mass_max, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("local_mass_min", &SynthParams::local_mass_min, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("local_mass_max", &SynthParams::local_mass_max, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("span_mass_min", &SynthParams::span_mass_min, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("span_mass_max", &SynthParams::span_mass_max, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("background", &SynthParams::background, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("outlier_channels", &SynthParams::outlier_channels, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("outlier_strength", &SynthParams::outlier_strength, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("query_outlier_strength", &SynthParams::query_outlier_strength, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("outlier_token_rate", &SynthParams::outlier_token_rate, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("spans_per_head", &SynthParams::spans_per_head, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("span_len", &SynthParams::span_len, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("query_drift", &SynthParams::query_drift, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
+      .def_readwrite("rope_theta", &SynthParams::rope_theta, "A field of SynthParams (model/synthetic/synthetic.hpp; docs/synthetic.md).")
       .def_property("storage", [](const SynthParams& p) { return std::string(dtype_name(p.storage)); },
                     [](SynthParams& p, const std::string& s) { p.storage = parse_dtype(s, "SynthParams.storage"); },
                     "Storage dtype of the float tensors: F32, F16 or BF16.")

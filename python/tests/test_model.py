@@ -43,7 +43,8 @@ def test_ladders_add_evict_and_exact_and_index_their_tiers():
 
 def test_methods_lists_every_registry_as_the_cli_does():
     cli = cli_json("methods")
-    for kind, cli_kind in (("quantizer", "key quantizer"), ("scorer", "eviction scorer"), ("allocator", "seed allocator")):
+    for kind, cli_kind in (("quantizer", "key quantizer"), ("scorer", "eviction scorer"), ("allocator", "seed allocator"),
+                           ("policy", "uniform policy"), ("solver", "solver")):
         ours = tierlab.methods(kind)
         theirs = [m for m in cli if m["kind"] == cli_kind]
         assert ours == theirs, kind
@@ -51,7 +52,11 @@ def test_methods_lists_every_registry_as_the_cli_does():
     solvers = tierlab.methods("solver")
     assert [s["name"] for s in solvers] == ["exact", "greedy", "greedy-raw", "waterfill", "smoothed"]
     assert all(s["summary"] and s["params"] for s in solvers)
-    assert len(tierlab.methods()) == sum(len(tierlab.methods(k)) for k in ("quantizer", "scorer", "allocator", "solver"))
+    assert tierlab.methods() == cli  # one catalogue, entry for entry
+    assert len(tierlab.methods()) == sum(len(tierlab.methods(k)) for k in ("quantizer", "scorer", "allocator", "policy", "solver"))
+    assert [p["name"] for p in tierlab.methods("policy")] == ["exact", "kivi:B[:gG][:rR]", "token:B[:gN]", "evict:KEEP"]
+    rate = [p for p in solvers[0]["params"] if p["name"] == "rate"][0]
+    assert rate["default"] == "total" and rate["choices"] == ["code", "total"]
     with pytest.raises(tierlab.InputError, match="argument kind: 'policies'"):
         tierlab.methods("policies")
 
@@ -107,11 +112,11 @@ def test_dominance_and_r_of_b_follow_from_the_costs(tiny_trace):
         np.testing.assert_allclose(dom.R, R, rtol=1e-12)
         assert dom.R[0] == 1.0 and dom.R[-1] == 0.0
         np.testing.assert_array_equal(dom.dominated[1:-1], R[1:-1] >= 1)
-        np.testing.assert_array_equal(dom.rate, c.code_rates)
+        np.testing.assert_array_equal(dom.rate, c.total_rates)  # total bits by default, as every front door
         assert dom.hull_dominated.dtype == bool and len(dom.hull_dominated) == 5
         assert tierlab.dominance_ratio(c, 2) == pytest.approx(R[1], rel=1e-12)
         assert tierlab.dominance_ratio(c, 8) == pytest.approx(R[3], rel=1e-12)
-        np.testing.assert_array_equal(tierlab.dominance(c, rate="total").rate, c.total_rates)
+        np.testing.assert_array_equal(tierlab.dominance(c, rate="code").rate, c.code_rates)
         assert "Dominance" in repr(dom)
     with pytest.raises(tierlab.InputError, match="no tier with 3 code bits"):
         tierlab.dominance_ratio(c, 3)
@@ -122,7 +127,7 @@ def test_dominance_and_r_of_b_follow_from_the_costs(tiny_trace):
 def test_the_noise_model_is_the_least_squares_fit_of_log_noise_on_bits(tiny_trace):
     c = tierlab.surrogate_costs(tiny_trace.head(1, 0))
     n = tierlab.fit_noise(c)
-    bits = c.code_rates[1:-1]
+    bits = c.total_rates[1:-1]  # the default rate kind, total bits
     mean_noise = c.noise[1:-1].mean(1)
     slope, intercept = np.polyfit(bits, np.log(mean_noise), 1)
     assert n.fitted and n.quantizer == "kivi"

@@ -81,7 +81,7 @@ def test_solving_one_head_agrees_with_its_costs_and_the_trace_solve(tiny_trace):
         t = sol.tiers
         assert sol.feasible and t.shape == (192,)
         assert sol.objective == pytest.approx(c.cost[t, np.arange(192)].sum(), rel=1e-12)
-        assert c.code_rates[t].sum() <= 3.0 * 192 + 1e-9
+        assert c.total_rates[t].sum() <= 3.0 * 192 + 1e-9  # nominal total bits (the default) within B
         assert sol.bound <= sol.objective * (1 + 1e-12) and sol.gap >= -1e-18
         whole = tierlab.solve(tiny_trace, 3.0, family=family)
         assert sol.objective == pytest.approx(whole.heads["objective"][2], rel=1e-12)
@@ -258,7 +258,7 @@ def test_a_feasible_solution_says_why_it_is_not_proven_optimal(tiny_trace):
     g = tierlab.solve(tiny_trace, 2.5, solver="greedy")
     assert g.status == "feasible" and g.feasible_reason == "heuristic"
     assert g.to_json()["feasible_reason"] == "heuristic"
-    e = tierlab.solve(tiny_trace, 2.5, solver="exact")
+    e = tierlab.solve(tiny_trace, 2.5, solver="exact", rate="code")  # code bits: no repair to the measured budget
     assert e.status == "optimal" and e.feasible_reason is None
 
 
@@ -325,5 +325,5 @@ def test_the_interior_advantage_gives_the_numbers_of_tierlab_solve_advantage(tin
     assert [x.budget for x in both] == [2.0, 3.0]
     np.testing.assert_allclose(both[0].heads["A_decode"], t["A_decode"], rtol=1e-12)
     assert "Interior" in repr(r) and r.to_json()["dominated_share"] == cli["dominated_share"]
-    with pytest.raises(tierlab.InputError, match="argument budget: 20"):
+    with pytest.raises(tierlab.InputError, match="argument budget = 20"):
         tierlab.interior(tiny_trace, [2.0, 20.0])

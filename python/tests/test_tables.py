@@ -1,5 +1,5 @@
 """The tables of a scenario run read back by tierlab.read_tables when a trace's file name holds
-a comma, a double quote and a line end: CSV as RFC 4180 defines it (scenarios/run/csv.hpp),
+a comma, a double quote and a line end: CSV as RFC 4180 defines it (scenarios/io/csv.hpp),
 checked against Python's own csv module (issue 33, item 6)."""
 import csv
 import json

@@ -29,7 +29,7 @@ import os as _os
 import numpy as _np
 
 # OpenMP threads wait passively (sleep when idle) unless the user chose a policy, as in
-# tierlab's programs (model/openmp_policy.hpp): libgomp reads this once, when the
+# tierlab's programs (model/base/openmp_policy.hpp): libgomp reads this once, when the
 # extension below loads it, so it is set here, before the import.
 _os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 

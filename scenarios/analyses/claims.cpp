@@ -11,15 +11,15 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "model/error.hpp"
-#include "model/safetensors.hpp"
-#include "model/text.hpp"
+#include "model/base/error.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/base/text.hpp"
 #include "scenarios/analyses/interior_verdict.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
+#include "scenarios/io/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 
 namespace tierlab {
 

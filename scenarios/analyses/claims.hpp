@@ -36,7 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 
 namespace tierlab {
 

@@ -4,7 +4,7 @@
 
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,11 +13,11 @@
 #include <map>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
+#include "model/base/error.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 
@@ -261,7 +261,7 @@ std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vec
   return entropy_phase_summary(heads.size(), lo, hi, nb, rows, budgets, boundary, recomputed);
 }
 
-// ---- the analysis (analysis.hpp) --------------------------------------------------------
+// ---- the analysis (scenarios/scenario/analysis.hpp) ----------------------------------------------------
 
 namespace {
 

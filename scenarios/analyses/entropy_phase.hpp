@@ -26,9 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/analyses/analysis.hpp"
-#include "model/linalg.hpp"
-#include "model/trace.hpp"
+#include "scenarios/scenario/analysis.hpp"
+#include "model/base/linalg.hpp"
+#include "model/io/trace.hpp"
 
 namespace tierlab {
 

@@ -9,16 +9,16 @@
 #include <set>
 #include <sstream>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/analyses/interior_verdict.hpp"
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/advantage.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
+#include "scenarios/io/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 
 namespace tierlab {
 

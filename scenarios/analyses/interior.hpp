@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 
 namespace tierlab {
 

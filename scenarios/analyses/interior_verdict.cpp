@@ -9,8 +9,8 @@
 
 #include "scenarios/analyses/stats.hpp"
 #include "scenarios/pipeline/head.hpp"
-#include "scenarios/run/csv.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/csv.hpp"
+#include "scenarios/io/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab {

@@ -4,9 +4,9 @@
 
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
-#include "model/key_quantizer.hpp"
-#include "model/text.hpp"
+#include "scenarios/io/yaml_reader.hpp"
+#include "model/quantizers/key_quantizer.hpp"
+#include "model/base/text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,13 +17,13 @@
 #include <sstream>
 #include <tuple>
 
-#include "model/error.hpp"
-#include "model/key_quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/key_quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 
@@ -438,7 +438,7 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
   return mismatch_summary(spec, labels, models, beta_rows, mean_err);
 }
 
-// ---- the analysis (analysis.hpp) --------------------------------------------------------
+// ---- the analysis (scenarios/scenario/analysis.hpp) ----------------------------------------------------
 
 namespace {
 

@@ -4,7 +4,7 @@
 //
 // Per cell, head h (all layers x KV heads) and quantizer X of the scenario's
 // mismatch.quantizers, at every bit width b of mismatch.bits, X quantizes all the head's
-// prompt keys (model/key_quantizer.hpp, parameter bits = b) and we measure on the
+// prompt keys (model/quantizers/key_quantizer.hpp, parameter bits = b) and we measure on the
 // observation queries q (g W rows):
 //   mean logit noise   n_h^X(b) = mean_t mean_q (q.(k^_t - k_t))^2 / d               [nats^2]
 //   surrogate          s_h^X(b) = sum_t c_t(k^_t) / mean_q ||o_q||^2                 (relative)
@@ -32,9 +32,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "gpu/recompute.hpp"
-#include "model/trace.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab {

@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "scenarios/figures/tables_io.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
+#include "scenarios/io/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 
 namespace tierlab {
 

@@ -5,7 +5,7 @@
 // share of heads won by each family; the surrogate's boundary is the logit scale where the
 // median over heads of R_h(2-bit tier) crosses 1 (linear interpolation between the swept
 // scales). Tables: phase.csv/.json. Figure: phase_map (phase_map_figure).
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 
 namespace tierlab {
 

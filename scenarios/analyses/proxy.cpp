@@ -4,7 +4,7 @@
 
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,14 +14,14 @@
 #include <memory>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "scenarios/analyses/stats.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/replay.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 
@@ -284,7 +284,7 @@ std::string write_proxy_tables(const Scenario& sc, const ProxySpec& spec, const 
   return s.str();
 }
 
-// ---- the analysis (analysis.hpp) --------------------------------------------------------
+// ---- the analysis (scenarios/scenario/analysis.hpp) ----------------------------------------------------
 
 namespace {
 

@@ -2,7 +2,7 @@
 // Proxy vs end task (docs/model.md section 11, item 6): do the surrogate, the recomputed attention
 // error and the real model's next-token behaviour rank compression methods the same way?
 //
-// Per cell, every method m of the scenario's `methods` (scenarios/scenario/methods_spec.hpp)
+// Per cell, every method m of the scenario's `methods` (scenarios/methods/methods_spec.hpp)
 // compresses every head's prompt keys at once; over the cell's heads (means):
 //   surrogate  S_m = mean_h sum_t [kept ? c_t(k^_t) : c_t(0)] / mean_q ||o_q||^2
 //              (the local surrogate's predicted relative error, observation queries)
@@ -28,9 +28,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "gpu/recompute.hpp"
-#include "model/trace.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab {

@@ -7,16 +7,16 @@
 #include <limits>
 #include <sstream>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
-#include "scenarios/scenario/methods_spec.hpp"
-#include "scenarios/scenario/rd_methods.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/methods/methods_spec.hpp"
+#include "scenarios/methods/rd_methods.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
+#include "scenarios/io/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 
 namespace tierlab {
 
@@ -148,7 +148,7 @@ void RdCurveAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& j) co
   j["rd_curve"] = to_json(c);
   if (ctx.scenario.methods.empty() || c.queries == RdQueries::Step) return;
   // The scenario's named methods (`methods`) as single operating points beside the curves
-  // (scenarios/scenario/rd_methods.hpp).
+  // (scenarios/methods/rd_methods.hpp).
   j["rd_curve"]["methods"] = to_json(rd_method_points(ctx.trace, c, ctx.scenario.methods, &ctx.backend, {}, ctx.stop));
 }
 

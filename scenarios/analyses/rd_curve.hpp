@@ -1,7 +1,8 @@
 #pragma once
 // The operational rate-distortion curve of every cell (scenario key `rd_curve`; issue 18,
 // scenarios/pipeline/rd_curve.hpp): over a budget grid, each family's surrogate optimum in
-// the chosen scope (model-wide by default: the heads trade budget), its exactly recomputed
+// the chosen scope (head by default, as every front door, solvers/problem.hpp; `scope: model`:
+// the heads trade budget), its exactly recomputed
 // error (mean over the cell's heads) and its surrogate prediction, the ladder points (every
 // token at one tier) and the lower convex hull of all operating points. The scenario's
 // ladder and rate_kind apply (x = the measured rate in that kind). Tables: rd_curve.csv,
@@ -13,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 
 namespace tierlab {
 
 struct RdCurveSpec {
   std::vector<double> budgets = parse_budget_grid("0:8:0.5");  // rd_curve.budgets: "A:B:STEP"
-  Scope scope = Scope::Model;                                   // rd_curve.scope
+  Scope scope = ProblemOptions{}.scope;                         // rd_curve.scope
   RdQueries queries = RdQueries::Decode;                        // rd_curve.queries
   std::vector<FamilyChoice> families{FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed,
                                      FamilyChoice::Routed};     // rd_curve.families

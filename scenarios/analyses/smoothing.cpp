@@ -5,7 +5,7 @@
 
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,14 +15,14 @@
 #include <sstream>
 #include <tuple>
 
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 
@@ -36,8 +36,9 @@ std::string family_name(Family fam) { return std::string(1, family_letter(fam));
 
 void SmoothingStudyOptions::validate() const {
   ladder.validate();
-  if (!std::isfinite(budget) || budget <= 0)
-    throw InputError("smoothing budget = " + format_or_nan(budget) + " bits per element; it must be finite and > 0.");
+  check_budget(budget, "smoothing budget");
+  if (budget == 0)  // every token evicted: no answer can survive, and no truncation rate is defined
+    throw InputError("smoothing budget = 0 bits per element; the study needs a budget > 0.");
   if (variants.empty()) throw InputError("smoothing study: no variant given (the first should be the raw scores, kernel 1).");
   for (const auto& v : variants) v.validate();
   if (families.empty()) throw InputError("smoothing study: no family given (M and/or E).");
@@ -444,7 +445,7 @@ std::string write_smoothing_tables(const Scenario& sc, const std::vector<nlohman
   return smoothing_summary(spec, budgets, rows, qname);
 }
 
-// ---- the analysis (analysis.hpp) --------------------------------------------------------
+// ---- the analysis (scenarios/scenario/analysis.hpp) ----------------------------------------------------
 
 namespace {
 

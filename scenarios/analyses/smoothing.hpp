@@ -12,7 +12,7 @@
 //              `tierlab solve --solver smoothed` (scenarios/pipeline/allocate.hpp)
 //   surrogate  sum_t c_t(tau_t) on the TRUE costs (never below the raw allocation's, which is
 //              optimal for them); also relative to mean_q ||o_q||^2
-//   errors     the allocation materialised (model/quantizer.hpp) and recomputed exactly
+//   errors     the allocation materialised (model/quantizers/quantizer.hpp) and recomputed exactly
 //              (gpu/recompute.hpp): relative output error e = ||o^ - o||^2 / ||o||^2 on the
 //              observation queries (in-sample) and on the decode queries (out-of-sample: step
 //              s attends to the T prompt tokens and the s appended tokens, exact;
@@ -29,20 +29,21 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "gpu/recompute.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 #include "solvers/families.hpp"
 #include "solvers/smoothing.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab {
 
 struct Scenario;
 
 struct SmoothingStudyOptions {
-  RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
-  RateKind rate_kind = RateKind::Code;
+  RateLadder ladder = RateLadder::parse(kDefaultLadder);
+  RateKind rate_kind = kDefaultRateKind;
   double budget = 2.0;  // B, bits per key element
   // The variants compared; by convention the first is the raw scores (kernel 1).
   std::vector<SmoothingOptions> variants{SmoothingOptions{PoolKind::Avg, 1, Padding::Reflect}};
@@ -90,7 +91,7 @@ struct SmoothingSpec {
 
 // The scenario's `smoothing` key applied to every head of a trace at each of its budgets: the
 // cell's "smoothing" JSON (budgets, padding, variants, families, and per head its spans and
-// outcomes, each with its budget). Throws Cancelled (model/cancel.hpp) when *stop becomes true.
+// outcomes, each with its budget). Throws Cancelled (model/base/cancel.hpp) when *stop becomes true.
 nlohmann::json smoothing_cell(const Scenario& sc, const SmoothingSpec& spec, const TraceReader& trace, Recomputer& backend,
                               const std::atomic<bool>* stop = nullptr);
 

@@ -26,7 +26,7 @@
 // what can show staleness within a few steps), horizon k in [1, 4096] (default 1).
 #include <vector>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 
 namespace tierlab {
 

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <random>
 
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 

@@ -9,12 +9,12 @@
 #include <sstream>
 
 #include "scenarios/figures/tables_io.hpp"
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/csv.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/csv.hpp"
+#include "scenarios/io/table_numbers.hpp"
 #include "scenarios/scenario/scenario.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
-#include "model/error.hpp"
+#include "scenarios/io/yaml_reader.hpp"
+#include "model/base/error.hpp"
 #include "model/surrogate.hpp"
 #include "solvers/waterfill.hpp"
 

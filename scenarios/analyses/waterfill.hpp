@@ -8,7 +8,7 @@
 // waterfill_level, waterfill_bits.
 #include <string>
 
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 
 namespace tierlab {
 

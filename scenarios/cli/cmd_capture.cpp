@@ -1,11 +1,11 @@
 // tierlab capture --checkpoint FILE (--prompt-ids IDS | --prompt-greedy N | --prompt-sample N
-//                 [--temperature T] [--seed S]) --decode S [--obs-window W] -o OUT
+//                 [--temperature T] [--seed S]) --decode-steps S [--obs-window W] -o OUT
 #include <cstdio>
 #include <memory>
 
-#include "model/capture.hpp"
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
 #include "scenarios/cli/prompt_options.hpp"
@@ -24,7 +24,7 @@ void add_capture(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "llama2.c checkpoint (e.g. data/stories260K/stories260K.bin)")
       ->required();
   args->prompt.add_to(cmd);
-  cmd->add_option("--decode", args->decode, "Decode steps S (greedy, full cache)")->required()->check(at_least(0));
+  cmd->add_option("--decode-steps", args->decode, "Decode steps S (greedy, full cache)")->required()->check(at_least(0));
   cmd->add_option("--obs-window", args->obs_window, "Observation window W (default min(32, prompt length))")
       ->check(at_least(1));
   cmd->add_option("-o,--output", args->out, "Output trace (safetensors)")->required();

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "model/dominance.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "model/surrogate.hpp"
-#include "model/synthetic.hpp"
-#include "scenarios/run/atomic_file.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "scenarios/io/atomic_file.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
@@ -19,6 +19,7 @@
 #include "scenarios/run/progress.hpp"
 #include "scenarios/pipeline/report.hpp"
 #include "solvers/policy.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab::cli {
 
@@ -112,7 +113,7 @@ void add_demo(CLI::App& app) {
 
     // The interior: each family's surrogate-optimal allocation (exact solver), recomputed.
     std::printf("\ninterior advantage A = 1 - err(M*)/min(err(Q*), err(E*)), median over heads (ladder %s)\n",
-                RateLadder::parse("evict,kivi2,kivi4,kivi8,exact").name().c_str());
+                RateLadder::parse(kDefaultLadder).name().c_str());
     std::printf("budget   A decode    A obs   A surrogate   heads where M* beats both endpoints (decode)\n");
     summary["interior"] = nlohmann::json::array();
     for (const double budget : args->budgets) {

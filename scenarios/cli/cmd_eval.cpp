@@ -9,14 +9,14 @@
 #include <sstream>
 
 #include "model/allocation.hpp"
-#include "model/key_quantizer.hpp"
+#include "model/quantizers/key_quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "solvers/families.hpp"
 #include "solvers/kvcobra_allocator.hpp"
 #include "solvers/seed_allocators.hpp"
 #include "solvers/scorers.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
@@ -193,7 +193,7 @@ TraceEvaluation evaluate_seed(const TraceReader& trace, const std::string& name,
 void add_eval(CLI::App& app) {
   struct Args {
     std::string trace, policy, allocation, quantizer, scorer, keep = "ratio:0.25", backend = "auto";
-    std::string seed, ladder = std::string(kDefaultSolveLadder), scope = "model", rate_kind = "code";
+    std::string seed, ladder{kDefaultLadder}, scope{to_string(ProblemOptions{}.scope)}, rate_kind{to_string(kDefaultRateKind)};
     double budget = std::numeric_limits<double>::quiet_NaN();
     std::vector<std::string> params;
     bool json = false, per_head = false;

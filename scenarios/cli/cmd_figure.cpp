@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/figures/figure.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab::cli {

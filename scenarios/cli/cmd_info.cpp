@@ -1,4 +1,4 @@
-// tierlab info TRACE [--json] [--realism [--lengths L,...] [--window W]]
+// tierlab info TRACE [--json] [--realism [--lengths L,...] [--obs-window W]]
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -10,10 +10,10 @@
 #include "gpu/recompute.hpp"
 
 #include "model/allocation.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "model/realism.hpp"
-#include "model/safetensors.hpp"
-#include "model/trace.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/realism_output.hpp"
 #include "scenarios/run/progress.hpp"
@@ -159,7 +159,7 @@ void add_info(CLI::App& app) {
   cmd->add_option("--lengths", args->lengths,
                   "With --realism: statistics of the trace cut to these prompt lengths (e.g. 64,128,256; needs "
                   "observation queries reaching back to L - window)");
-  cmd->add_option("--window", args->window, "With --realism: observation queries per query head at each length (default W)");
+  cmd->add_option("--obs-window", args->window, "With --realism: observation queries per query head at each length (default W)");
   cmd->callback([args, cmd]() {
     {  // an allocation file (tierlab solve --write-allocation) is described, not read as a trace
       const SafetensorsFile probe(args->trace);
@@ -170,8 +170,8 @@ void add_info(CLI::App& app) {
       }
     }
     TraceReader reader(args->trace);
-    if ((cmd->count("--lengths") > 0 || cmd->count("--window") > 0) && !args->realism)
-      throw InputError("options --lengths and --window go with --realism.");
+    if ((cmd->count("--lengths") > 0 || cmd->count("--obs-window") > 0) && !args->realism)
+      throw InputError("options --lengths and --obs-window go with --realism.");
     if (args->realism) {
       RealismOptions opt;
       opt.window = args->window;

@@ -1,13 +1,13 @@
 // tierlab replay --checkpoint FILE (--prompt-ids IDS | --prompt-greedy N | --prompt-sample N
-//                [--temperature T] [--seed S]) --decode S (--policy P | --allocation FILE)
+//                [--temperature T] [--seed S]) --decode-steps S (--policy P | --allocation FILE)
 //                [--obs-window W] [--redecide N] [--free-running] [--json]
 #include <cstdio>
 #include <memory>
 
 #include "model/allocation.hpp"
-#include "model/capture.hpp"
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
 #include "scenarios/cli/prompt_options.hpp"
@@ -29,7 +29,7 @@ void add_replay(CLI::App& app) {
   cmd->add_option("--checkpoint", args->checkpoint, "llama2.c checkpoint (e.g. data/stories260K/stories260K.bin)")
       ->required();
   args->prompt.add_to(cmd);
-  cmd->add_option("--decode", args->decode, "Decode steps S")->capture_default_str()->check(at_least(0));
+  cmd->add_option("--decode-steps", args->decode, "Decode steps S")->capture_default_str()->check(at_least(0));
   auto* pol = cmd->add_option("--policy", args->policy,
                               "Uniform policy: exact, kivi:B[:gG][:rR], token:B[:gN], evict:KEEP");
   auto* alloc = cmd->add_option("--allocation", args->allocation, "Allocation file for the prompt's tokens");

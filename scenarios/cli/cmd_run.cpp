@@ -1,5 +1,5 @@
 // tierlab run [SCENARIO...]: computes each scenario's cells (resumable), then its tables,
-// figures and summary.md (scenarios/run/runner.hpp, scenarios/figures/figures.hpp). Without a
+// figures and summary.md (scenarios/run/runner.hpp, scenarios/run/render_figures.hpp). Without a
 // scenario it runs the default set: every scenarios/files/*.yaml of the source tree.
 #include <algorithm>
 #include <cstdio>
@@ -10,11 +10,11 @@
 #include <sstream>
 #include <thread>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/analyses/claims.hpp"
-#include "scenarios/run/atomic_file.hpp"
+#include "scenarios/io/atomic_file.hpp"
 #include "scenarios/cli/commands.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/run/launch.hpp"
 #include "scenarios/run/estimate.hpp"
 #include "scenarios/run/runner.hpp"

@@ -4,13 +4,13 @@
 // tierlab solve TRACE --budgets A:B:STEP [--recompute] [--families LIST] [--queries decode|obs|step [--decode-step S]]
 //   [--rate code|total] [--scope head|layer|model] [--ladder L] [--method SPEC]... [--json]: the
 //   rate-distortion curve (scenarios/pipeline/rd_curve.hpp), with named methods as points beside
-//   it (scenarios/scenario/rd_methods.hpp)
+//   it (scenarios/methods/rd_methods.hpp)
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 
 #include "model/allocation.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
@@ -19,16 +19,17 @@
 #include "scenarios/run/progress.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 #include "scenarios/pipeline/report.hpp"
-#include "scenarios/scenario/methods_spec.hpp"
-#include "scenarios/scenario/rd_methods.hpp"
+#include "scenarios/methods/methods_spec.hpp"
+#include "scenarios/methods/rd_methods.hpp"
 
 namespace tierlab::cli {
 
 namespace {
 
 struct SolveArgs {
-  std::string trace, rate = "code", solver = "exact", family = "mixed", scope = "head";
-  std::string ladder{kDefaultSolveLadder};
+  std::string trace, rate{to_string(kDefaultRateKind)}, solver = "exact", family = "mixed";
+  std::string scope{to_string(ProblemOptions{}.scope)};
+  std::string ladder{kDefaultLadder};
   std::string smooth = "avg", padding = "reflect", write_allocation, backend = "auto";
   std::string budgets, families = "quantize,evict,mixed,routed", queries = "decode";
   double budget = 0.0, route_tolerance = 0.0;

@@ -5,10 +5,10 @@
 #include <sstream>
 #include <tuple>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
 #include "model/realism.hpp"
-#include "model/synthetic.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/realism_output.hpp"
 #include "scenarios/run/progress.hpp"
@@ -44,7 +44,7 @@ std::vector<double> number_list(const std::string& text, const std::string& opti
   std::stringstream ss(text);
   std::string part;
   while (std::getline(ss, part, ',')) {
-    const std::optional<double> v = read_real(part);  // model/numbers.hpp: the whole part, finite ('3abc' is not 3)
+    const std::optional<double> v = read_real(part);  // model/base/numbers.hpp: the whole part, finite ('3abc' is not 3)
     if (!v) throw InputError("option " + option + ": '" + part + "' is not a number (expected " + what + ")");
     w.push_back(*v);
   }

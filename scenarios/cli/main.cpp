@@ -3,7 +3,7 @@
 // field and value; a folder or file that cannot be written) or a usage error (one line
 // naming the command and option, with "did you mean": scenarios/cli/usage.hpp); 3 an
 // internal error (a defect: please report it);
-// 4 the exact recomputation failed on its backend (RecomputeError, model/error.hpp); 5 out of
+// 4 the exact recomputation failed on its backend (RecomputeError, model/base/error.hpp); 5 out of
 // memory (std::bad_alloc: a resource, not a defect).
 #include <csignal>
 #include <cstdio>
@@ -11,15 +11,15 @@
 #include <filesystem>
 #include <new>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/openmp_policy.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/base/openmp_policy.hpp"
 #include "scenarios/cli/commands.hpp"
 #include "scenarios/cli/usage.hpp"
 
 namespace {
 
-// Every option that takes a value is read by the one strict parser (model/numbers.hpp): an
+// Every option that takes a value is read by the one strict parser (model/base/numbers.hpp): an
 // empty value is not a value (CLI11 would read `--budget ''` as 0), and a number is the whole
 // text, finite, without wrap-around (CLI11 reads `--seed -1` as 2^64 - 1, 2^64 + 1 as 2^64 - 1,
 // ' 5' as 5 and 0x10 as 16). A usage error naming the option, as for any value that does not
@@ -45,7 +45,7 @@ void check_values(CLI::App* app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tierlab::use_passive_openmp_wait(argv);  // OpenMP threads sleep when idle (model/openmp_policy.hpp)
+  tierlab::use_passive_openmp_wait(argv);  // OpenMP threads sleep when idle (model/base/openmp_policy.hpp)
   CLI::App app{"tierlab: key-cache budgets as rate-distortion allocation (quantize, evict, or mix)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tierlab 0.1.0");

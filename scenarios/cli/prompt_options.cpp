@@ -1,7 +1,7 @@
 #include "scenarios/cli/prompt_options.hpp"
 #include "scenarios/cli/usage.hpp"
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 
 namespace tierlab::cli {
 

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "model/capture.hpp"
+#include "model/llama2c/capture.hpp"
 
 namespace tierlab::cli {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
 
 namespace tierlab::cli {
 
@@ -14,7 +14,7 @@ std::vector<int> parse_length_list(const std::string& text, const std::string& o
   std::stringstream ss(text);
   std::string part;
   while (std::getline(ss, part, ',')) {
-    const std::optional<std::int64_t> v = read_integer(part);  // model/numbers.hpp: the whole part
+    const std::optional<std::int64_t> v = read_integer(part);  // model/base/numbers.hpp: the whole part
     if (!v || *v < 1 || *v > INT32_MAX)
       throw InputError("option " + option + ": '" + part + "' is not a positive integer (expected e.g. 64,128,256).");
     out.push_back(static_cast<int>(*v));

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
 
 namespace tierlab::cli {
 
@@ -74,7 +74,7 @@ std::string join(const std::vector<std::string>& v) {
 CLI::Validator at_least(long long lo) {
   return CLI::Validator(
       [lo](std::string& value) -> std::string {
-        const std::optional<std::int64_t> v = read_integer(value);  // model/numbers.hpp: the whole value
+        const std::optional<std::int64_t> v = read_integer(value);  // model/base/numbers.hpp: the whole value
         if (!v) return "'" + value + "' is not a whole number";
         if (*v < lo) return value + " is too small; it must be at least " + std::to_string(lo);
         return {};

@@ -20,10 +20,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "model/paths.hpp"
-#include "model/temporary_name.hpp"
-#include "scenarios/run/atomic_file.hpp"
+#include "model/base/error.hpp"
+#include "model/io/paths.hpp"
+#include "model/base/temporary_name.hpp"
+#include "scenarios/io/atomic_file.hpp"
 #include "scenarios/figures/figure_qt.hpp"
 
 namespace tierlab {
@@ -51,7 +51,7 @@ void ensure_app() {
 }
 
 // A temporary name beside `path` for an atomic write (renamed over it when complete), unique
-// per call (model/temporary_name.hpp).
+// per call (model/base/temporary_name.hpp).
 std::string temp_beside(const std::string& path) { return temporary_name(path); }
 
 // Renames the finished temporary file over `path` (never over a device, FIFO or folder:

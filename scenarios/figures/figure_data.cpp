@@ -9,11 +9,11 @@
 #include <sstream>
 #include <string_view>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/text.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/base/text.hpp"
 #include "scenarios/figures/figure.hpp"
-#include "scenarios/run/csv.hpp"
+#include "scenarios/io/csv.hpp"
 
 namespace tierlab {
 
@@ -27,7 +27,7 @@ Rgb palette(int i) {
 
 double parse_length_pt(const std::string& text, const std::string& field) {
   const std::string accepted = " (a positive length up to 100 in: 3.5in, 89mm, 8.9cm or 252pt; a bare number is points)";
-  // The number is everything before the trailing letters (model/numbers.hpp: the whole of it).
+  // The number is everything before the trailing letters (model/base/numbers.hpp: the whole of it).
   // A space may stand between the number and its unit ("3.5 in").
   std::size_t used = text.size();
   while (used > 0 && std::isalpha(static_cast<unsigned char>(text[used - 1]))) --used;

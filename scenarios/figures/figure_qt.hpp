@@ -1,7 +1,7 @@
 #pragma once
 // Drawing a Figure (scenarios/figures/figure.hpp) into a QCustomPlot: used by the headless
 // renderer of `tierlab figure` and by tierlab-explorer's live views, so both show the same
-// picture. Qt types appear only here, in figures.cpp and in gui/.
+// picture. Qt types appear only here, in figure.cpp, scenarios/run/render_figures.cpp and in gui/.
 #include <string>
 
 #include "scenarios/figures/figure.hpp"

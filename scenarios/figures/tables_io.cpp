@@ -10,9 +10,9 @@
 #include <map>
 #include <sstream>
 
-#include "model/error.hpp"
-#include "scenarios/run/csv.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "model/base/error.hpp"
+#include "scenarios/io/csv.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 

@@ -3,7 +3,7 @@
 // reading a saved table of a scenario run (DIR/tables/*.json, *.csv), the number labels,
 // the padding of an axis range and the cells of a phase map. Used by tierlab_figures and by
 // tierlab-explorer's core (gui/explorer_core.cpp), which reads the same tables. A number missing from a
-// table reads as NaN: double_or_nan (scenarios/run/table_numbers.hpp).
+// table reads as NaN: double_or_nan (scenarios/io/table_numbers.hpp).
 #include <cmath>
 #include <map>
 #include <string>
@@ -21,7 +21,7 @@ namespace tierlab {
 // defined", goes with any) or a value is a number given as a string ("0.5").
 nlohmann::json read_table_json(const std::string& path);
 // A CSV table with a header line, as its columns by name (cells as text, read as RFC 4180
-// by CsvReader, scenarios/run/csv.hpp: a quoted field may hold commas, double quotes and line
+// by CsvReader, scenarios/io/csv.hpp: a quoted field may hold commas, double quotes and line
 // ends; every header column is present, possibly empty). A row is a record, not a line.
 // InputError naming the file when it is missing; naming the file and the row (1 = the first
 // after the header) when a quoted field is not closed or a double quote stands outside one,

@@ -7,15 +7,15 @@
 #include <sstream>
 
 #include "model/dominance.hpp"
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "scenarios/pipeline/budget_repair.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/report.hpp"
 #include "scenarios/pipeline/head.hpp"
 #include "solvers/families.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 

@@ -23,9 +23,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
-#include "model/cancel.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
+#include "model/base/cancel.hpp"
 #include "scenarios/pipeline/head.hpp"
 
 namespace tierlab {

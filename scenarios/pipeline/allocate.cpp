@@ -8,12 +8,12 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
 #include "scenarios/pipeline/budget_repair.hpp"
-#include "scenarios/run/table_numbers.hpp"
-#include "model/clock.hpp"
+#include "scenarios/io/table_numbers.hpp"
+#include "model/base/clock.hpp"
 
 namespace tierlab {
 
@@ -135,9 +135,7 @@ std::vector<std::vector<int>> scope_groups(const TraceMeta& meta, Scope scope, c
 }  // namespace
 
 void AllocateOptions::validate() const {
-  if (!std::isfinite(budget) || budget < 0)
-    throw InputError("budget = " + format_number(budget) + " bits per element; it must be a finite number >= 0.");
-  ladder.validate();
+  ProblemOptions::validate();
   smoothing.validate();
   if (!(route_tolerance >= 0) || !std::isfinite(route_tolerance))
     throw InputError("route tolerance = " + format_number(route_tolerance) + "; it must be finite and >= 0.");

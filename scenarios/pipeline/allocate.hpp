@@ -34,14 +34,15 @@
 #include <nlohmann/json.hpp>
 
 #include "model/allocation.hpp"
-#include "model/cancel.hpp"
-#include "model/linalg.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/cancel.hpp"
+#include "model/base/linalg.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/families.hpp"
+#include "solvers/problem.hpp"
 #include "solvers/smoothing.hpp"
 
 namespace tierlab {
@@ -52,22 +53,18 @@ namespace tierlab {
 using AllocSolver = FamilySolver;
 inline AllocSolver parse_alloc_solver(std::string_view s) { return parse_family_solver(s); }
 
-// The default ladder of `tierlab solve`.
-inline constexpr std::string_view kDefaultSolveLadder = "evict,kivi2,kivi4,kivi8,exact";
-
-struct AllocateOptions {
-  double budget = 4.0;  // B, bits per key element
-  RateKind rate_kind = RateKind::Code;
+// The problem (ladder, rate kind, budget B in bits per key element, scope; solvers/problem.hpp,
+// with its one default each) and how it is solved. `queries` is the curve's recomputation
+// (rd_curve.hpp); one allocation is decided on the observation queries.
+struct AllocateOptions : ProblemOptions {
   AllocSolver solver = AllocSolver::Exact;
   FamilyChoice family = FamilyChoice::Mixed;
-  Scope scope = Scope::Head;
-  RateLadder ladder = RateLadder::parse(kDefaultSolveLadder);
   SmoothingOptions smoothing;    // smoothed solver only
   double route_tolerance = 0.0;  // families.hpp
   ExactOptions exact;
 
-  void validate() const;     // InputError naming the option and value
-  std::string name() const;  // "exact mixed head B=4 code"
+  void validate() const;     // ProblemOptions::validate, then the solver's options
+  std::string name() const;  // "exact mixed head B=4 total"
 };
 
 struct HeadSolveReport {

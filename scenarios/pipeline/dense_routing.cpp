@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier_quantizer.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 
 namespace tierlab {

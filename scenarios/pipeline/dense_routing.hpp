@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 
 namespace tierlab {
 

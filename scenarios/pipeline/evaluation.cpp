@@ -4,8 +4,8 @@
 #include <chrono>
 #include <cmath>
 
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
 
 namespace tierlab {
@@ -40,7 +40,6 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   const int T = static_cast<int>(head.keys.rows());
   const int d = static_cast<int>(head.keys.cols());
   if (S == 0 || head.decode_queries.rows() == 0) return {};
-  const int g = static_cast<int>(head.decode_queries.rows() / S);
   // One problem over the T + S tokens; the query of step s sees the first T + s of them.
   MatrixRM exact(T + S, d), approx(T + S, d), values(T + S, d);
   exact.topRows(T) = head.keys;
@@ -54,9 +53,7 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   b.problem.exact_keys = &exact;
   b.problem.values = &values;
   b.problem.variants = {&approx};
-  b.problem.visible.resize(static_cast<std::size_t>(g) * S);
-  for (int j = 0; j < g; ++j)
-    for (int s = 1; s <= S; ++s) b.problem.visible[static_cast<std::size_t>(j) * S + (s - 1)] = T + s;
+  b.problem.visible = decode_query_set(head).visible();
   Selection sel(static_cast<std::size_t>(T + S), 1);
   std::copy(kept.begin(), kept.end(), sel.begin());
   b.selections.push_back(std::move(sel));
@@ -98,21 +95,20 @@ ErrorMetrics evaluate_decode_step(const HeadData& head, const MatrixRM& allocate
   if (step < 1 || step > S)
     throw InputError("decode step s = " + std::to_string(step) + " is out of range: the trace has " + std::to_string(S) +
                      " decode steps (1 <= s <= " + std::to_string(S) + ").");
-  const int g = static_cast<int>(head.decode_queries.rows() / S);
-  MatrixRM exact(T + step, d), approx(T + step, d), values(T + step, d), queries(g, d);
+  MatrixRM exact(T + step, d), approx(T + step, d), values(T + step, d);
   exact.topRows(T) = head.keys;
   exact.bottomRows(step) = head.decode_keys.topRows(step);
   approx.topRows(T) = allocated_keys;
   approx.bottomRows(step) = head.decode_keys.topRows(step);
   values.topRows(T) = head.values;
   values.bottomRows(step) = head.decode_values.topRows(step);
-  for (int j = 0; j < g; ++j) queries.row(j) = head.decode_queries.row(j * S + (step - 1));
+  const MatrixRM queries = decode_query_set(head).step(step);
   HeadBatch b;
   b.problem.queries = &queries;
   b.problem.exact_keys = &exact;
   b.problem.values = &values;
   b.problem.variants = {&approx};
-  b.problem.visible.assign(static_cast<std::size_t>(g), T + step);
+  b.problem.visible.assign(static_cast<std::size_t>(queries.rows()), T + step);
   Selection sel(static_cast<std::size_t>(T + step), 1);
   std::copy(kept.begin(), kept.end(), sel.begin());
   b.selections.push_back(std::move(sel));

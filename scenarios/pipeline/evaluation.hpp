@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/cancel.hpp"
+#include "model/base/cancel.hpp"
 #include "model/allocation.hpp"
-#include "model/quantizer.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 
 namespace tierlab {
 
@@ -66,6 +66,12 @@ struct CompressedHead {
   std::vector<std::uint8_t> kept;
   Rate rate;
 };
+
+// Every head of a model, heads[layer][kv_head] -> the compressed prompt keys of each head
+// (same indexing): what a method of scenarios/methods/ hands the replay.
+using ModelCompressor =
+    std::function<std::vector<std::vector<CompressedHead>>(const std::vector<std::vector<HeadData>>& heads)>;
+
 using HeadCompressor = std::function<CompressedHead(const HeadData&)>;
 
 // A method's operating point on a model's heads (heads[l][h], compressed[l][h] its output):

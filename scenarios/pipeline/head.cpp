@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "model/dominance.hpp"
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
-#include "model/text.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/base/text.hpp"
 #include "scenarios/pipeline/budget_repair.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 
@@ -35,42 +35,58 @@ HeadSolution solve_head(const MatrixRMd& cost, const VectorD& a, const std::vect
   return s;
 }
 
+RepairedHead solve_head_at_equal_memory(const HeadData& head, const RopeParams& rope, const MatrixRMd& cost,
+                                        const VectorD& a, const std::vector<double>& rates, const RateLadder& ladder,
+                                        double budget, RateKind kind, FamilyChoice family,
+                                        const FamilyOptions& options, DistortionModel noise,
+                                        const MatrixRMd* true_cost) {
+  // Attempts measure the allocation's rate without materialising it (same accounting). The
+  // repair keeps the least objective of every attempt that meets B (budget_repair.hpp).
+  auto attempt = [&](double b) {
+    HeadSolution r = solve_head(cost, a, rates, ladder, b, family, options, noise);
+    if (r.feasible && true_cost) {
+      double obj = 0;
+      for (std::size_t t = 0; t < r.tiers.size(); ++t) obj += (*true_cost)(r.tiers[t], static_cast<Eigen::Index>(t));
+      r.objective = obj;
+    }
+    return r;
+  };
+  RepairedSolution<HeadSolution> rep = repair_to_measured_budget<HeadSolution>(
+      budget, attempt, [](const HeadSolution& r) { return r.feasible; },
+      [&](const HeadSolution& r) { return rate_of(allocation_rate(head, rope, ladder, r.tiers), kind); },
+      [](const HeadSolution& r) { return r.objective; });
+  RepairedHead out;
+  out.solved_budget = budget;
+  if (rep.first_infeasible) {
+    out.solution = attempt(budget);  // its message says why
+    return out;
+  }
+  out.repaired = rep.repaired;
+  if (!rep.best) {
+    out.solution.message = "no allocation of family " + std::string(to_string(family)) + " measures <= B = " +
+                           format_number(budget) + " " + std::string(to_string(kind)) + " bits once materialised";
+    return out;
+  }
+  out.solution = std::move(*rep.best);
+  out.solved_budget = rep.solved_budget;
+  return out;
+}
+
 BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
                                      const std::vector<double>& rates, const RateLadder& ladder, double budget,
                                      RateKind kind, FamilyChoice family, const FamilyOptions& options) {
-  // Attempts measure the allocation's rate without materialising it (same accounting); only
-  // the allocation returned is materialised. The repair keeps the least objective of every
-  // attempt that meets B (budget_repair.hpp).
-  auto attempt = [&](double b) {
-    BudgetedSolution r;
-    r.solved_budget = b;
-    r.solution = solve_head(costs.cost, costs.weights.a, rates, ladder, b, family, options);
-    if (r.solution.feasible) r.keys.rate = allocation_rate(head, rope, ladder, r.solution.tiers);
-    return r;
-  };
-  RepairedSolution<BudgetedSolution> rep = repair_to_measured_budget<BudgetedSolution>(
-      budget, attempt, [](const BudgetedSolution& r) { return r.solution.feasible; },
-      [&](const BudgetedSolution& r) { return rate_of(r.keys.rate, kind); },
-      [](const BudgetedSolution& r) { return r.solution.objective; });
-  if (rep.first_infeasible) return attempt(budget);  // its message says why
-  if (!rep.best) {
-    BudgetedSolution none;
-    none.solved_budget = budget;
-    none.repaired = true;
-    none.solution.message = "no allocation of family " + std::string(to_string(family)) + " measures <= B = " +
-                            format_number(budget) + " " + std::string(to_string(kind)) + " bits once materialised";
-    return none;
-  }
-  BudgetedSolution best = std::move(*rep.best);
-  best.repaired = rep.repaired;
-  best.solved_budget = rep.solved_budget;
-  best.keys = materialize(head, rope, ladder, best.solution.tiers);
-  return best;
+  const RepairedHead r = solve_head_at_equal_memory(head, rope, costs.cost, costs.weights.a, rates, ladder, budget, kind,
+                                                    family, options);
+  BudgetedSolution out;
+  out.solution = r.solution;
+  out.solved_budget = r.solved_budget;
+  out.repaired = r.repaired;
+  if (out.solution.feasible) out.keys = materialize(head, rope, ladder, out.solution.tiers);  // only the one returned
+  return out;
 }
 
 void InteriorOptions::validate() const {
-  if (!std::isfinite(budget) || budget < 0)
-    throw InputError("interior budget = " + format_number(budget) + " bits per element; it must be finite and >= 0.");
+  check_budget(budget, "interior budget");
   if (!std::isfinite(error_floor) || error_floor < 0)
     throw InputError("interior error_floor = " + format_number(error_floor) + "; it must be finite and >= 0.");
   ladder.validate();

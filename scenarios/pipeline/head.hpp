@@ -1,14 +1,14 @@
 #pragma once
 // The per-head pipeline: the steps from one KV head to numbers, in one place, used by the
 // scenarios, the CLI and the explorer alike (the model-level steps are in
-// model/surrogate.hpp: ladder_rates, fit_head_noise; model/tier.hpp: index_of_bits).
+// model/surrogate.hpp: ladder_rates, fit_head_noise; model/quantizers/tier.hpp: index_of_bits).
 //
 //   solve_head     one family's optimum for one head at budget B: the tier of every token
 //                  minimising sum_t c_t(tau_t) subject to sum_t r(tau_t) <= B T
 //                  (solvers/families.hpp, head scope; exact solver unless options say)
 //   head_interior  the interior advantage of one head (docs/model.md section 6): Q*, E* and M*
 //                  solved, materialised with the head (tier-local groups, the published
-//                  quantizers' real metadata; model/quantizer.hpp), repaired until the
+//                  quantizers' real metadata; model/quantizers/quantizer.hpp), repaired until the
 //                  MEASURED rate meets B (solve_within_budget: equal memory) and recomputed
 //                  exactly on the (causal) observation and the decode queries;
 //                    A = 1 - err(M*) / min(err(Q*), err(E*))   (interior_advantage_of)
@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/quantizer.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/pipeline/dense_routing.hpp"
 #include "solvers/exact.hpp"
 #include "solvers/families.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab {
 
@@ -60,6 +61,21 @@ BudgetedSolution solve_within_budget(const HeadData& head, const RopeParams& rop
                                      const std::vector<double>& rates, const RateLadder& ladder, double budget,
                                      RateKind kind, FamilyChoice family, const FamilyOptions& options = {});
 
+// The repair without materialising, for any solve_head input (pooled costs, a noise model):
+// what every front door that solves one head calls (solve_within_budget, the methods' family
+// entries, Python's solve_head, the explorer). With `true_cost`, the objective of each attempt
+// (and so the attempt kept) is scored on it (the smoothed solver decides on pooled costs).
+struct RepairedHead {
+  HeadSolution solution;
+  double solved_budget = std::numeric_limits<double>::quiet_NaN();
+  bool repaired = false;
+};
+RepairedHead solve_head_at_equal_memory(const HeadData& head, const RopeParams& rope, const MatrixRMd& cost,
+                                        const VectorD& a, const std::vector<double>& rates, const RateLadder& ladder,
+                                        double budget, RateKind kind, FamilyChoice family,
+                                        const FamilyOptions& options = {}, DistortionModel noise = {},
+                                        const MatrixRMd* true_cost = nullptr);
+
 // The tie floor of recomputed errors (docs/model.md section 12, convention 6): the relative squared error of
 // rounding an output to float32, u^2 with u = 2^-24 (about 3.6e-15). Two errors at or below
 // it are equal; an interior advantage is not reported where every family is at or below it.
@@ -67,8 +83,8 @@ inline constexpr double kFloat32ErrorFloor = 0x1p-48;
 
 struct InteriorOptions {
   double budget = 4.0;  // B, bits per key element
-  RateKind rate_kind = RateKind::Total;
-  RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
+  RateKind rate_kind = kDefaultRateKind;
+  RateLadder ladder = RateLadder::parse(kDefaultLadder);
   ExactOptions exact;
   double error_floor = kFloat32ErrorFloor;  // >= 0
   // Dense quantizers outside the ladder that the reference paper's router may send a head to

@@ -14,14 +14,14 @@
 #include <sstream>
 
 #include "gpu/cpu_recompute.hpp"
-#include "model/clock.hpp"
+#include "model/base/clock.hpp"
 #include "model/dominance.hpp"
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/quantizer.hpp"
-#include "model/tier_quantizer.hpp"
-#include "model/text.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/quantizers/quantizer.hpp"
+#include "model/quantizers/tier_quantizer.hpp"
+#include "model/base/text.hpp"
 #include "solvers/exact_parametric.hpp"
 
 namespace tierlab {
@@ -46,23 +46,20 @@ class PreparedQuerySet {
       hp.values = &head.values;
       hp.visible = observation_queries(head).visible;
     } else if (which == RdQueries::Step) {  // step s's g rows over the T + s tokens they see
-      const int S = static_cast<int>(head.decode_keys.rows()), d = static_cast<int>(head.keys.cols());
-      const int g = static_cast<int>(head.decode_queries.rows() / S);
+      const int d = static_cast<int>(head.keys.cols());
       exact_.resize(T_ + step, d);
       exact_.topRows(T_) = head.keys;
       exact_.bottomRows(step) = head.decode_keys.topRows(step);
       values_.resize(T_ + step, d);
       values_.topRows(T_) = head.values;
       values_.bottomRows(step) = head.decode_values.topRows(step);
-      queries_.resize(g, d);
-      for (int j = 0; j < g; ++j) queries_.row(j) = head.decode_queries.row(j * S + (step - 1));
+      queries_ = decode_query_set(head).step(step);
       hp.queries = &queries_;
       hp.exact_keys = &exact_;
       hp.values = &values_;
-      hp.visible.assign(static_cast<std::size_t>(g), T_ + step);
+      hp.visible.assign(static_cast<std::size_t>(queries_.rows()), T_ + step);
     } else {  // as evaluate_decode_steps: T + S tokens, step s sees the first T + s
       const int S = static_cast<int>(head.decode_keys.rows()), d = static_cast<int>(head.keys.cols());
-      const int g = static_cast<int>(head.decode_queries.rows() / S);
       exact_.resize(T_ + S, d);
       exact_.topRows(T_) = head.keys;
       exact_.bottomRows(S) = head.decode_keys;
@@ -72,9 +69,7 @@ class PreparedQuerySet {
       hp.queries = &head.decode_queries;
       hp.exact_keys = &exact_;
       hp.values = &values_;
-      hp.visible.resize(static_cast<std::size_t>(g) * S);
-      for (int j = 0; j < g; ++j)
-        for (int s = 1; s <= S; ++s) hp.visible[static_cast<std::size_t>(j) * S + (s - 1)] = T_ + s;
+      hp.visible = decode_query_set(head).visible();
     }
     base_ = cpu::prepare_head(hp, 0, static_cast<int>(hp.queries->rows()));
   }
@@ -693,7 +688,7 @@ std::vector<double> parse_budget_grid(std::string_view spec, std::string_view op
     const std::size_t end = i < 2 ? text.find(':', pos) : text.size();
     if (end == std::string::npos) throw bad("three numbers separated by ':' are needed");
     const std::string part = text.substr(pos, end - pos);
-    const std::optional<double> x = read_real(part);  // model/numbers.hpp: the whole part, finite
+    const std::optional<double> x = read_real(part);  // model/base/numbers.hpp: the whole part, finite
     if (!x) throw bad("'" + part + "' is not a number");
     v[i] = *x;
     pos = end + 1;
@@ -714,9 +709,7 @@ void RdCurveOptions::validate() const {
   if (budgets.size() > static_cast<std::size_t>(kMaxRdBudgets))
     throw InputError("rd_curve budgets: " + std::to_string(budgets.size()) + " budgets; at most " +
                      std::to_string(kMaxRdBudgets) + ".");
-  for (const double b : budgets)
-    if (!std::isfinite(b) || b < 0)
-      throw InputError("rd_curve budgets: " + format_number(b) + " bits per element; every budget must be finite and >= 0.");
+  for (const double b : budgets) check_budget(b, "rd_curve budget");
   if (families.empty()) throw InputError("rd_curve families: none given; name at least one of quantize, evict, mixed, routed.");
   for (std::size_t i = 0; i < families.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)

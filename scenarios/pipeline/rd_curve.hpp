@@ -53,9 +53,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
-#include "model/cancel.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/base/cancel.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 
 namespace tierlab {

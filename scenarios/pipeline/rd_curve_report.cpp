@@ -5,7 +5,7 @@
 #include <sstream>
 #include <string>
 
-#include "model/text.hpp"
+#include "model/base/text.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 
 namespace tierlab {

@@ -8,11 +8,11 @@
 #include <sstream>
 
 #include "model/allocation.hpp"
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/clock.hpp"
+#include "model/base/clock.hpp"
 
 namespace tierlab {
 

@@ -5,7 +5,7 @@
 // The prompt x_0..x_{T-1} is prefilled with the full cache; its last logits give the
 // first token c_1 = argmax. Then each layer's key cache of the T prompt tokens is
 // compressed: per (layer, KV head) an allocation picks a tier per token, the keys become
-// materialize()'s dequantized keys (model/quantizer.hpp) and evicted tokens leave
+// materialize()'s dequantized keys (model/quantizers/quantizer.hpp) and evicted tokens leave
 // attention (renormalised over the kept ones). Values stay exact; the tokens appended
 // during decoding stay exact. Decode step s = 1..S feeds c_s at position T+s-1 to both
 // caches, giving next-token distributions P_s (full cache) and Q_s (compressed cache)
@@ -33,10 +33,9 @@
 #include <nlohmann/json.hpp>
 
 #include "model/allocation.hpp"
-#include "model/capture.hpp"
-#include "model/llama2c.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
-#include "scenarios/scenario/methods_spec.hpp"
 #include "solvers/policy.hpp"
 
 namespace tierlab {
@@ -49,7 +48,7 @@ ReplayMode parse_replay_mode(const std::string&);  // throws InputError naming t
 // the head's exact keys, values and observation queries, and their token weights), or a
 // generic compressor of every head at once (`compress`: a published key quantizer, an
 // eviction scorer with layer- or model-wide budgets, a seed allocator over all heads;
-// scenarios/scenario/methods_spec.hpp). With `compress`, each head's keys become the compressor's
+// scenarios/methods/methods_spec.hpp builds one from a method spec). With `compress`, each head's keys become the compressor's
 // dequantized keys, its evicted tokens leave attention, the rate is the compressor's, and
 // the HeadData it receives also holds the pre-RoPE keys (for pre-RoPE quantizers).
 struct KeyCompression {

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/error.hpp"
-#include "model/quantizer.hpp"
+#include "model/base/error.hpp"
+#include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
-#include "model/text.hpp"
+#include "model/base/text.hpp"
 #include "scenarios/pipeline/head.hpp"
 #include "solvers/families.hpp"
 
@@ -50,10 +50,10 @@ double ratio_of(double num, double den) {
 
 // The g query rows of decode steps first..last (row block per step, query heads in order).
 MatrixRM step_rows(const HeadData& head, int g, int first, int last) {
-  const int S = static_cast<int>(head.decode_keys.rows());
+  const DecodeQueries dq = decode_query_set(head);
   MatrixRM q((last - first + 1) * g, head.keys.cols());
   for (int u = first; u <= last; ++u)
-    for (int j = 0; j < g; ++j) q.row((u - first) * g + j) = head.decode_queries.row(j * S + (u - 1));
+    for (int j = 0; j < g; ++j) q.row((u - first) * g + j) = dq.query(j, u);
   return q;
 }
 
@@ -121,8 +121,7 @@ Materialized materialized(const HeadData& head, const StalenessOptions& opt, con
 
 void StalenessOptions::validate() const {
   ladder.validate();
-  if (!std::isfinite(budget) || budget < 0)
-    throw InputError("staleness budget = " + format_number(budget) + " bits per element; it must be finite and >= 0.");
+  check_budget(budget, "staleness budget");
   if (window < 0)
     throw InputError("staleness window = " + std::to_string(window) +
                      " decode steps; it must be >= 1 (or 0 for the trace's observation window).");
@@ -168,6 +167,7 @@ DecisionQueries fresh_decision_queries(const HeadData& head, int step, int windo
                      std::to_string(head.kv_head) + ") has no observation queries to decide step 1 from.");
   dq.rows.resize(static_cast<Eigen::Index>(g) * per_head, d);
   dq.visible.reserve(static_cast<std::size_t>(g * per_head));
+  const DecodeQueries decode = decode_query_set(head);
   int r = 0;
   for (int j = 0; j < g; ++j) {
     for (int i = W_obs - dq.observation_rows; i < W_obs; ++i, ++r) {
@@ -175,7 +175,7 @@ DecisionQueries fresh_decision_queries(const HeadData& head, int step, int windo
       dq.visible.push_back(obs.visible[static_cast<std::size_t>(j * W_obs + i)]);
     }
     for (int u = step - dq.decode_rows; u <= step - 1; ++u, ++r) {
-      dq.rows.row(r) = head.decode_queries.row(j * S + (u - 1));
+      dq.rows.row(r) = decode.query(j, u);
       dq.visible.push_back(T);
     }
   }

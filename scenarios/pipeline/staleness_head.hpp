@@ -19,7 +19,7 @@
 // sees all T (every decode step follows the whole prompt). D(1) is the observation window
 // itself when W = W_obs, so the fresh allocation at s = 1 is the stale one.
 //
-// Scoring: every allocation is materialized (model/quantizer.hpp) and recomputed exactly on
+// Scoring: every allocation is materialized (model/quantizers/quantizer.hpp) and recomputed exactly on
 // the g query rows of each step u = s..min(s+k-1, S), step u over the T + u tokens it sees
 // (the u appended decode keys exact and kept), errors averaged over those rows:
 //   err_stale(s), err_fresh(s), err_insample(s)   relative output error e (docs/model.md section 8)
@@ -51,9 +51,10 @@
 #include <vector>
 
 #include "gpu/recompute.hpp"
-#include "model/linalg.hpp"
-#include "model/tier.hpp"
-#include "model/trace.hpp"
+#include "model/base/linalg.hpp"
+#include "model/quantizers/tier.hpp"
+#include "model/io/trace.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab {
 
@@ -62,8 +63,8 @@ namespace tierlab {
 inline constexpr double kFamilyErrorFloor = 1e-12;
 
 struct StalenessOptions {
-  RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
-  RateKind rate_kind = RateKind::Code;
+  RateLadder ladder = RateLadder::parse(kDefaultLadder);
+  RateKind rate_kind = kDefaultRateKind;
   double budget = 2.0;     // B, bits per key element
   std::vector<int> steps;  // decode steps s >= 1, increasing
   int window = 0;          // W >= 1: decode steps the fresh decision looks back over; 0: W_obs

@@ -12,10 +12,10 @@
 #include <fstream>
 #include <functional>
 
-#include "model/error.hpp"
-#include "model/numbers.hpp"
-#include "model/synthetic.hpp"
-#include "model/trace.hpp"
+#include "model/base/error.hpp"
+#include "model/base/numbers.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/io/trace.hpp"
 
 namespace tierlab {
 

@@ -21,17 +21,17 @@
 #include <sstream>
 #include <thread>
 
-#include "model/capture.hpp"
-#include "model/llama2c.hpp"
-#include "model/error.hpp"
-#include "model/safetensors.hpp"
-#include "model/synthetic.hpp"
-#include "scenarios/analyses/analysis.hpp"
+#include "model/llama2c/capture.hpp"
+#include "model/llama2c/llama2c.hpp"
+#include "model/base/error.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "scenarios/run/tables.hpp"
-#include "scenarios/run/atomic_file.hpp"
+#include "scenarios/io/atomic_file.hpp"
 #include "scenarios/run/estimate.hpp"
 #include "scenarios/run/progress.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 
@@ -77,7 +77,7 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-// Every parameter of a synthetic trace (model/synthetic.hpp synth_params_json), by name, with
+// Every parameter of a synthetic trace (model/synthetic/synthetic.hpp synth_params_json), by name, with
 // the ranges as [min, max] pairs and the head-kind mixture as one list (the cell identity's
 // form since the first results: changing it would change every cell's hash).
 nlohmann::json synth_json(const SynthParams& p) {
@@ -785,7 +785,7 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
   if (opt.progress) bar.update(already, total);
   auto worker = [&]() {
     // The stop flag reaches the inner loops of this thread's cells too (the surrogate's chunks,
-    // the CPU backend's tiles: model/cancel.hpp), not only the steps between them.
+    // the CPU backend's tiles: model/base/cancel.hpp), not only the steps between them.
     const CancelScope cancel_scope(&stop);
     std::unique_ptr<Recomputer> be;
     try {
@@ -844,7 +844,7 @@ namespace {
 
 // DIR/.lock held for a run (runner.hpp): exclusive for a whole run, shared for a shard. Waits
 // while another run holds it, polling every 100 ms so that the calling thread's cancel flag
-// stops the wait (interrupted(); model/cancel.hpp: Ctrl-C in a Python call). No signal handler
+// stops the wait (interrupted(); model/base/cancel.hpp: Ctrl-C in a Python call). No signal handler
 // is installed for the wait: `tierlab run` interrupted while it waits simply ends (it holds
 // nothing yet), and a handler installed here could outlive a concurrent run's. A folder whose
 // file system has no locks (flock: ENOLCK, EOPNOTSUPP) is run without one, with a note.

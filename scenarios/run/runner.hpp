@@ -2,7 +2,7 @@
 // Running a scenario (scenarios/scenario/scenario.hpp): `tierlab run`.
 //
 // Every cell is computed once and its result written atomically as JSON to
-// DIR/cells/<cell id>.json (scenarios/run/atomic_file.hpp). A rerun skips the cells whose file
+// DIR/cells/<cell id>.json (scenarios/io/atomic_file.hpp). A rerun skips the cells whose file
 // exists (force: recompute them all). SIGINT (Ctrl-C) during a run sets a flag: no new
 // cell starts, a cell in progress is abandoned at its next budget (nothing is written for
 // it), finished cells stay; the run then reports interrupted = true and writes no tables.
@@ -31,7 +31,7 @@
 // cells) while a whole run waits for them and they for it.
 //
 // A cell (one trace, all budgets B of the scenario) is what the scenario's analyses
-// (scenarios/analyses/analysis.hpp) compute from it, each under its own keys of the cell JSON
+// (scenarios/scenario/analysis.hpp) compute from it, each under its own keys of the cell JSON
 // (the interior analysis: R2, budgets, dominated_share; the others: their name).
 #include <atomic>
 #include <cstdint>
@@ -44,7 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
-#include "model/cancel.hpp"
+#include "model/base/cancel.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 namespace tierlab {
@@ -99,7 +99,7 @@ struct RunResult {
 
 // Computes one cell: each of the scenario's analyses adds its part (no files written but the
 // temporary synthetic trace under work_dir, removed afterwards). Throws Cancelled
-// (model/cancel.hpp) when stop becomes true between analyses or their steps.
+// (model/base/cancel.hpp) when stop becomes true between analyses or their steps.
 // on_step: where the cell is (CellContext::on_step), for a progress line.
 nlohmann::json compute_cell(const Scenario&, const ScenarioCell&, Recomputer& backend, const std::string& work_dir,
                             const std::atomic<bool>* stop = nullptr,

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "scenarios/run/atomic_file.hpp"
-#include "scenarios/run/table_numbers.hpp"
+#include "scenarios/io/atomic_file.hpp"
+#include "scenarios/io/table_numbers.hpp"
 
 namespace tierlab {
 

@@ -1,7 +1,7 @@
 #pragma once
 // The tables and summary of a scenario run (docs/model.md section 11), from the cell files:
 // DIR/tables/*.csv and *.json, written by each of the scenario's analyses
-// (scenarios/analyses/analysis.hpp, in registry order), and DIR/summary.md: a header (the
+// (scenarios/scenario/analysis.hpp, in registry order), and DIR/summary.md: a header (the
 // scenario, its cells, budgets, ladder, verdict query set and backend), each analysis's
 // section, and where the tables and figures are.
 #include <string>

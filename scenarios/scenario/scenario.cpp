@@ -12,22 +12,16 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
-#include "model/enum_names.hpp"
-#include "model/error.hpp"
-#include "model/paths.hpp"
-#include "model/safetensors.hpp"
-#include "model/text.hpp"
-#include "model/trace.hpp"
-#include "scenarios/scenario/yaml_reader.hpp"
+#include "model/base/enum_names.hpp"
+#include "model/base/error.hpp"
+#include "model/io/paths.hpp"
+#include "model/io/safetensors.hpp"
+#include "model/base/text.hpp"
+#include "model/io/trace.hpp"
+#include "scenarios/io/yaml_reader.hpp"
 #include "solvers/scorers.hpp"
 
 namespace tierlab {
-
-constexpr auto kQuerySets = enum_table<QuerySet>("query set", {{QuerySet::Decode, "decode"}, {QuerySet::Obs, "obs"}});
-
-std::string_view to_string(QuerySet q) { return enum_name(kQuerySets, q); }
-
-QuerySet parse_query_set(const std::string& s) { return parse_enum(kQuerySets, s); }
 
 namespace {
 
@@ -167,7 +161,7 @@ void parse_model_cells(const YamlReader& c, const YAML::Node& mod, const std::fi
   if (!mod["checkpoint"]) c.fail(mod, "traces.model needs the key 'checkpoint' (a llama2.c .bin file, e.g. data/stories260K/stories260K.bin).");
   const std::filesystem::path given = c.str(mod["checkpoint"], "traces.model.checkpoint");
   std::vector<std::string> tried;
-  const std::filesystem::path ck = resolve_shipped(given, base, &tried);  // model/paths.hpp
+  const std::filesystem::path ck = resolve_shipped(given, base, &tried);  // model/io/paths.hpp
   if (ck.empty())
     c.fail(mod["checkpoint"], "key 'traces.model.checkpoint': the checkpoint '" + given.string() +
                                   "' does not exist (looked for " + join_paths(tried) + ").");
@@ -378,7 +372,7 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   if (root["budgets"]) {
     s.budgets.clear();
     for (const auto& b : c.list(root["budgets"], "budgets")) {
-      const double v = c.num(b, "budgets", 0.01, 16.0);
+      const double v = c.num(b, "budgets", 0.01, kMaxBudget);
       // A budget given twice would give every table its rows twice.
       if (std::find(s.budgets.begin(), s.budgets.end(), v) != s.budgets.end())
         c.fail(b, "key 'budgets' lists " + format_number(v) + " twice; give each budget once.");
@@ -387,7 +381,7 @@ Scenario parse_checked_scenario(const YamlReader& c, const YAML::Node& root, con
   }
   s.primary_budget = s.budgets.front();
   if (root["primary_budget"]) {
-    s.primary_budget = c.num(root["primary_budget"], "primary_budget", 0.01, 16.0);
+    s.primary_budget = c.num(root["primary_budget"], "primary_budget", 0.01, kMaxBudget);
     bool found = false;
     std::string choices;
     for (double b : s.budgets) found = found || b == s.primary_budget, choices += (choices.empty() ? "" : ", ") + format_number(b);

@@ -8,7 +8,7 @@
 //
 // Cells are the Cartesian product presets x seeds x context_lengths x logit_scales (for
 // synthetic traces), then the model cells (seeds x context_lengths), then the listed files.
-// Each further key belongs to one analysis (scenarios/analyses/analysis.hpp), which reads
+// Each further key belongs to one analysis (scenarios/scenario/analysis.hpp), which reads
 // and validates it. Validation errors are InputErrors naming the file, the line (1-based)
 // and the valid choices or range.
 #include <cstdint>
@@ -18,23 +18,19 @@
 #include <string>
 #include <vector>
 
-#include "model/synthetic.hpp"
-#include "model/tier.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/quantizers/tier.hpp"
 #include "gpu/recompute.hpp"
-#include "scenarios/analyses/analysis.hpp"
+#include "scenarios/scenario/analysis.hpp"
 #include "scenarios/figures/figure.hpp"
-#include "scenarios/scenario/methods_spec.hpp"
+#include "scenarios/methods/methods_spec.hpp"
+#include "solvers/problem.hpp"
 
 namespace tierlab {
 
-// Which query set decides the verdict: "decode" (out-of-sample) or "obs" (in-sample).
-enum class QuerySet { Decode, Obs };
-std::string_view to_string(QuerySet);          // "decode" | "obs"
-QuerySet parse_query_set(const std::string&);  // InputError lists the choices
-
 struct ScenarioCell {
   std::string id;      // file-name safe, unique: "tiny-s0-T64", "tiny-s0-T64-ls1.5", "file-<stem>", "stories260K-s0-T64"
-  std::string source;  // "synthetic" | "file" | "model" (a llama2.c checkpoint captured on the fly, model/capture.hpp)
+  std::string source;  // "synthetic" | "file" | "model" (a llama2.c checkpoint captured on the fly, model/llama2c/capture.hpp)
   SynthParams synth;   // synthetic cells: the full parameters (preset + overrides + cell values)
   std::string path;    // file cells: the trace path
   double logit_scale = 0;  // > 0 when the scenario sweeps logit_scales (min = max = this)
@@ -56,10 +52,11 @@ struct Scenario {
   std::string name;         // "interior-synthetic"
   std::string description;  // free text
   std::vector<ScenarioCell> cells;
-  RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,kivi8,exact");
-  // Equal memory (docs/model.md section 12, conventions 1 and 5): budgets count total bits
-  // (codes + metadata) unless the file states `rate_kind: code` (the code-bit variant).
-  RateKind rate_kind = RateKind::Total;
+  // The problem's parts (solvers/problem.hpp, docs/model.md section 12, convention 11) with
+  // their one default: equal memory (conventions 1 and 5), budgets count total bits (codes +
+  // metadata) unless the file states `rate_kind: code` (the code-bit variant).
+  RateLadder ladder = RateLadder::parse(kDefaultLadder);
+  RateKind rate_kind = kDefaultRateKind;
   std::vector<double> budgets{2.0, 4.0};  // B, bits per key element; each in (0, 16]
   double primary_budget = 2.0;            // the budget of the per-cell correlation (one of budgets)
   // The cell summary the verdict is stated on, named before the run (`primary_aggregation`):
@@ -67,16 +64,16 @@ struct Scenario {
   // M), clipped_mean (mean of A clipped to [-1, 1]); the others are the sensitivity table.
   std::string primary_aggregation = "routed";
   double error_floor = 0x1p-48;  // ties of recomputed errors (pipeline/head.hpp kFloat32ErrorFloor)
-  QuerySet queries = QuerySet::Decode;
+  QuerySet queries = ProblemOptions{}.queries;
   Backend backend = Backend::Auto;
   std::uint64_t seed = 0;       // bootstrap seed
   int bootstrap = 1000;         // bootstrap resamples for the interval of rho (100..100000)
   bool sweeps_logit_scales = false;  // traces.synthetic.logit_scales is given (the phase maps)
-  std::vector<MethodSpec> methods;   // `methods` (scenarios/scenario/methods_spec.hpp), ranked by the proxy analysis
+  std::vector<MethodSpec> methods;   // `methods` (scenarios/methods/methods_spec.hpp), ranked by the proxy analysis
   // `figures: {style, width, height, font_size, format, dpi}`: how the run's figures are drawn
   // (scenarios/figures/figure.hpp; `tierlab figure` options override it). Not a cell setting.
   FigureStyle figure_style;
-  // The analyses the file asks for, in registry order (scenarios/analyses/analysis.hpp);
+  // The analyses the file asks for, in registry order (scenarios/scenario/analysis.hpp);
   // the interior analysis is always first.
   std::vector<std::shared_ptr<const Analysis>> analyses;
   // Every key of the file but name, description and traces, as canonical JSON (keys sorted,

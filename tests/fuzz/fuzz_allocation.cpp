@@ -2,7 +2,7 @@
 #include <cstdint>
 
 #include "model/allocation.hpp"
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

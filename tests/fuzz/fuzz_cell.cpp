@@ -2,7 +2,7 @@
 // read_cell_file: bounded JSON, a cell or a named damage).
 #include <cstdint>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/run/runner.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 

@@ -2,8 +2,8 @@
 // that loads (small ones: the weights' overflow must surface as errors, never as UB).
 #include <cstdint>
 
-#include "model/error.hpp"
-#include "model/llama2c.hpp"
+#include "model/base/error.hpp"
+#include "model/llama2c/llama2c.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

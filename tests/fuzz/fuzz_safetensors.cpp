@@ -1,8 +1,8 @@
 // libFuzzer harness: the safetensors reader (header JSON, offsets, every tensor's data).
 #include <cstdint>
 
-#include "model/error.hpp"
-#include "model/safetensors.hpp"
+#include "model/base/error.hpp"
+#include "model/io/safetensors.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

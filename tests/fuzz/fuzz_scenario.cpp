@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/error.hpp"
+#include "model/base/error.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

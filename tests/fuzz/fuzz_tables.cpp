@@ -19,9 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/recompute.hpp"
-#include "model/error.hpp"
-#include "model/safetensors.hpp"
-#include "scenarios/figures/figures.hpp"
+#include "model/base/error.hpp"
+#include "model/io/safetensors.hpp"
+#include "scenarios/run/render_figures.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "tests/fuzz/fuzz_input.hpp"

@@ -2,8 +2,8 @@
 // shapes, every head's values).
 #include <cstdint>
 
-#include "model/error.hpp"
-#include "model/trace.hpp"
+#include "model/base/error.hpp"
+#include "model/io/trace.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

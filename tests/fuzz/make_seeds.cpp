@@ -18,8 +18,8 @@
 
 #include "gpu/recompute.hpp"
 #include "model/allocation.hpp"
-#include "model/synthetic.hpp"
-#include "model/tier.hpp"
+#include "model/synthetic/synthetic.hpp"
+#include "model/quantizers/tier.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "tests/fuzz/tables_run.hpp"

@@ -19,8 +19,8 @@
 #include <optional>
 #include <thread>
 
-#include "model/error.hpp"
-#include "scenarios/run/atomic_file.hpp"
+#include "model/base/error.hpp"
+#include "scenarios/io/atomic_file.hpp"
 #include "scenarios/run/progress.hpp"
 
 namespace tierlab {
