@@ -55,6 +55,20 @@ std::vector<FamilyChoice> family_choices() {
   return out;
 }
 
+std::string_view solver_summary(FamilySolver s) {
+  switch (s) {
+    case FamilySolver::Exact: return "the certified knapsack optimum: Lagrangian LP bound, integer gap closed by core DP";
+    case FamilySolver::Greedy: return "the classic MCKP greedy on each token's lower convex hull";
+    case FamilySolver::GreedyRaw: return "marginal-return greedy on the raw ladder (ignores hull dominance)";
+    case FamilySolver::Waterfill:
+      return "reverse water-filling on the fitted n_h(b) = alpha beta^(-b): per token (head scope), per head "
+             "(layer/model scope), projected on the tiers";
+    case FamilySolver::Smoothed:
+      return "costs pooled over neighbouring tokens (avg or max, odd kernel), then solved exactly";
+  }
+  return "";
+}
+
 std::vector<FamilySolver> family_solvers() {
   std::vector<FamilySolver> out;
   for (const auto& n : kFamilySolvers.names)

@@ -82,6 +82,8 @@ FamilySolver parse_family_solver(std::string_view);
 // The solvers a family problem takes (FamilyOptions::solver), in table order: every
 // FamilySolver but Smoothed (which allocate carries out). Menus and help read this list.
 std::vector<FamilySolver> family_solvers();
+// One line on what the solver does, as `tierlab methods --kind solver` prints it.
+std::string_view solver_summary(FamilySolver);
 
 // One option of a family: the ladder tiers a head may use.
 struct TierOption {

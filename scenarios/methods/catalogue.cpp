@@ -4,6 +4,8 @@
 
 #include "model/base/error.hpp"
 #include "model/quantizers/key_quantizer.hpp"
+#include "model/base/text.hpp"
+#include "scenarios/methods/compressors.hpp"
 #include "solvers/kvcobra_allocator.hpp"
 #include "solvers/policy.hpp"
 #include "solvers/problem.hpp"
@@ -30,16 +32,22 @@ MethodInfo quantizer_info(const KeyQuantizerEntry& q) {
 }
 
 std::vector<CatalogueEntry> build() {
+  namespace f = method_factories;
   std::vector<CatalogueEntry> out;
   for (const KeyQuantizerEntry& q : key_quantizer_registry())
-    out.push_back({MethodKind::Quantizer, quantizer_info(q), {"{quantizer: " + q.name + "}"}});
+    out.push_back({MethodKind::Quantizer, quantizer_info(q), {"{quantizer: " + q.name + "}"}, f::check_quantizer,
+                   f::make_quantizer});
   for (const ScorerEntry& e : scorer_registry())
-    out.push_back({MethodKind::Scorer, e.info, {"{scorer: " + e.info.name + "}"}});
-  std::vector<MethodInfo> seeds = seed_allocator_methods();
-  seeds.push_back(kvcobra_allocator_method());
-  for (const MethodInfo& m : seeds) out.push_back({MethodKind::Allocator, m, {"{seed: " + m.name + ", budget: 2}"}});
-  for (const MethodInfo& m : uniform_policy_methods()) out.push_back({MethodKind::Policy, m, m.examples});
-  for (const MethodInfo& m : solver_methods()) out.push_back({MethodKind::Solver, m, {}});
+    out.push_back({MethodKind::Scorer, e.info, {"{scorer: " + e.info.name + "}"}, f::check_scorer, f::make_scorer});
+  for (const MethodInfo& m : seed_allocator_methods())
+    out.push_back({MethodKind::Allocator, m, {"{seed: " + m.name + ", budget: 2}"}, f::check_seed, f::make_seed});
+  // KV-COBRA allocates (rank, bits) per head rather than tiers on a ladder: its own factories.
+  const MethodInfo kvcobra = kvcobra_allocator_method();
+  out.push_back({MethodKind::Allocator, kvcobra, {"{seed: " + kvcobra.name + ", budget: 2}"}, f::check_kvcobra,
+                 f::make_kvcobra});
+  for (const MethodInfo& m : uniform_policy_methods())
+    out.push_back({MethodKind::Policy, m, m.examples, f::check_policy, f::make_policy});
+  for (const MethodInfo& m : solver_methods()) out.push_back({MethodKind::Solver, m, {}, nullptr, nullptr});
   return out;
 }
 
@@ -79,6 +87,32 @@ std::vector<CatalogueEntry> method_catalogue(std::string_view kind, std::string_
   for (const CatalogueEntry& e : method_catalogue())
     if (!one || e.kind == k) out.push_back(e);
   return out;
+}
+
+const CatalogueEntry& catalogue_entry(const MethodSpec& m) {
+  MethodKind k = MethodKind::Quantizer;
+  switch (m.kind) {
+    case MethodSpec::Kind::Quantizer: k = MethodKind::Quantizer; break;
+    case MethodSpec::Kind::Scorer: k = MethodKind::Scorer; break;
+    case MethodSpec::Kind::Seed: k = MethodKind::Allocator; break;
+    case MethodSpec::Kind::Policy: k = MethodKind::Policy; break;
+    case MethodSpec::Kind::Family:
+      throw InputError("family '" + m.name + "' is the problem's own family, not a method of the catalogue");
+  }
+  // A policy is named by its form, the text before its first ':' ("kivi:2" -> "kivi").
+  auto key = [k](const std::string& name) { return k == MethodKind::Policy ? name.substr(0, name.find(':')) : name; };
+  std::vector<std::string> names;
+  for (const CatalogueEntry& e : method_catalogue())
+    if (e.kind == k) {
+      if (key(e.info.name) == key(m.name)) return e;
+      names.push_back(e.info.name);
+    }
+  // None: the registry's own message names the choices where it has one.
+  if (k == MethodKind::Quantizer) make_key_quantizer(m.name, {});
+  if (k == MethodKind::Scorer) scorer_entry(m.name);
+  if (k == MethodKind::Policy) UniformPolicy::parse(m.name);
+  const std::string title = k == MethodKind::Allocator ? "seed allocator" : std::string(to_string(k));
+  throw InputError(title + " '" + m.name + "' is unknown; the choices are " + join(names) + ".");
 }
 
 nlohmann::json to_json(const CatalogueEntry& e) {

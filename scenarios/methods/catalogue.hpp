@@ -2,8 +2,10 @@
 // The catalogue of methods: every named method tierlab can run, of every kind, in one list
 // (docs/methods.md). `tierlab methods`, Python's tierlab.methods(), the explorer's menus and
 // the docs test read it, so no front door lists a different set. Each kind's entries come
-// from the registry that implements them; the catalogue adds only the kind and how a
-// scenario's `methods` list names the entry.
+// from the registry that implements them; the catalogue adds the kind, how a scenario's
+// `methods` list names the entry, and the entry's factories (compressors.hpp), through which
+// methods_spec.hpp checks and builds every method: a method added to a registry is usable
+// everywhere a method is.
 //
 //   kind       registry                                          a scenario names it
 //   quantizer  key_quantizer_registry() (model/quantizers/)      {quantizer: NAME}
@@ -17,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scenarios/methods/methods_spec.hpp"
 #include "solvers/method_info.hpp"
 
 namespace tierlab {
@@ -34,12 +37,22 @@ struct CatalogueEntry {
   // The entries a scenario's `methods` list (and the explorer's RD menu) takes for this method:
   // "{quantizer: turboquant}", "{seed: kvcobra, budget: 2}", "kivi:2"; empty for the solvers.
   std::vector<std::string> scenario_texts;
+  // The entry's factory pair (scenarios/methods/compressors.hpp) for a method of a scenario's
+  // `methods` list naming it: check (when the file is read; InputError) and the compressor of
+  // every head. Null for the solvers (a `family:` entry is solved by the problem's solver).
+  void (*check)(const MethodSpec&) = nullptr;
+  ModelCompressor (*compress)(const MethodSpec&, const MethodContext&) = nullptr;
 };
 
 // Every method, by kind in the order of the table above, each kind in its registry's order.
 const std::vector<CatalogueEntry>& method_catalogue();
 // The entries of one kind, or all of them ("all"); InputError as parse_method_kind_filter.
 std::vector<CatalogueEntry> method_catalogue(std::string_view kind, std::string_view field);
+
+// The entry a method of a scenario's `methods` list names (a uniform policy by its form: "kivi:2"
+// is the entry "kivi:B[:gG][:rR]"). InputError naming the choices (the registry's own message
+// where it has one) when there is none; a `family:` entry is not a catalogue method (InputError).
+const CatalogueEntry& catalogue_entry(const MethodSpec& m);
 
 // {"name", "kind", "summary", "source", "params": [{"name", "default", "help", "choices"}]}:
 // what `tierlab methods --json` prints for each entry.

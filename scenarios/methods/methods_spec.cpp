@@ -10,17 +10,13 @@
 
 #include "model/base/text.hpp"
 #include "scenarios/io/yaml_reader.hpp"
+#include "scenarios/methods/catalogue.hpp"
+#include "scenarios/methods/compressors.hpp"
 
 #include "model/base/enum_names.hpp"
 #include "model/base/error.hpp"
 #include "model/quantizers/key_quantizer.hpp"
-#include "model/quantizers/quantizer.hpp"
-#include "model/surrogate.hpp"
-#include "scenarios/pipeline/head.hpp"
 #include "solvers/families.hpp"
-#include "solvers/kvcobra_allocator.hpp"
-#include "solvers/policy.hpp"
-#include "solvers/seed_allocators.hpp"
 
 namespace tierlab {
 
@@ -55,64 +51,15 @@ std::string default_label(const MethodSpec& m, const std::vector<std::pair<std::
   return s;
 }
 
-// Checks one expanded method against its registry (everything that can be checked without a trace).
+// Checks one expanded method against its registry (everything that can be checked without a
+// trace), through the catalogue entry it names (catalogue.hpp) or, for a family, its own check.
 void check_method(const MethodSpec& m) {
-  switch (m.kind) {
-    case MethodSpec::Kind::Quantizer: make_key_quantizer(m.name, m.params); break;
-    case MethodSpec::Kind::Scorer: {
-      make_scorer(m.name, m.params);
-      if (m.keep.empty()) throw InputError("scorer '" + m.name + "' needs the key 'keep' (ratio:R or count:N)");
-      const Budget b = Budget::parse(m.keep);
-      if (b.kind == Budget::Kind::Ratio && !(b.value >= 0 && b.value <= 1))
-        throw InputError("keep '" + m.keep + "': the ratio must be in [0, 1]");
-      break;
-    }
-    case MethodSpec::Kind::Seed: {
-      if (m.name == "kvcobra") {  // per-head (rank, bits), not a ladder allocation (solvers/kvcobra_allocator.hpp)
-        if (std::isfinite(m.budget)) KvcobraAllocOptions::from_params(m.budget, m.params).validate();
-        break;
-      }
-      std::vector<std::string> names;
-      const MethodInfo* info = nullptr;
-      for (const auto& i : seed_allocator_methods()) {
-        names.push_back(i.name);
-        if (i.name == m.name) info = &i;
-      }
-      names.push_back(kvcobra_allocator_method().name);
-      if (!info) throw InputError("seed allocator '" + m.name + "' is unknown; the choices are " + join(names) + ".");
-      std::vector<std::string> valid;
-      for (const auto& p : info->params) valid.push_back(p.name);
-      for (const auto& [k, v] : m.params) {
-        bool ok = false;
-        for (const auto& p : valid) ok = ok || p == k;
-        if (!ok)
-          throw InputError("seed allocator '" + m.name + "': unknown parameter '" + k + "'; the valid parameters are " +
-                           (valid.empty() ? std::string("(none)") : join(valid)) + ".");
-      }
-      m.ladder.validate();
-      break;
-    }
-    case MethodSpec::Kind::Policy: {
-      if (!m.params.empty()) throw InputError("a policy takes no parameters (write them in the policy text, e.g. kivi:2:g64)");
-      UniformPolicy::parse(m.name);
-      break;
-    }
-    case MethodSpec::Kind::Family: {
-      if (!m.params.empty()) throw InputError("a family takes no parameters");
-      m.ladder.validate();
-      break;
-    }
-  }
+  if (m.kind == MethodSpec::Kind::Family)
+    method_factories::check_family(m);
+  else
+    catalogue_entry(m).check(m);
   if ((m.kind == MethodSpec::Kind::Seed || m.kind == MethodSpec::Kind::Family) && !std::isfinite(m.budget))
     throw InputError(to_string(m.kind) + " '" + m.name + "' needs the key 'budget' (B, bits per key element)");
-}
-
-FamilyChoice family_of(const std::string& name) {
-  if (name == "M" || name == "mixed") return FamilyChoice::Mixed;
-  if (name == "Q" || name == "quantize") return FamilyChoice::Quantize;
-  if (name == "E" || name == "evict") return FamilyChoice::Evict;
-  if (name == "routed") return FamilyChoice::Routed;
-  throw InputError("family '" + name + "' is unknown; the choices are M (mixed), Q (quantize), E (evict), routed");
 }
 
 std::vector<MethodSpec> parse_entry(const YamlReader& w, const YAML::Node& e, const std::string& key,
@@ -186,7 +133,7 @@ std::vector<MethodSpec> parse_entry(const YamlReader& w, const YAML::Node& e, co
   }
   if (base.kind == MethodSpec::Kind::Family) {
     try {
-      family_of(base.name);
+      method_factories::family_of(base.name);
     } catch (const InputError& err) {
       w.fail(kind_node, "key '" + key + "': " + err.what());
     }
@@ -240,21 +187,6 @@ std::vector<MethodSpec> parse_entry(const YamlReader& w, const YAML::Node& e, co
     }
     if (i == axes.size()) break;
   }
-  return out;
-}
-
-// The compressed keys of a ladder allocation.
-CompressedHead from_tiers(const HeadData& head, const RopeParams& rope, const RateLadder& ladder,
-                          const std::vector<std::uint8_t>& tiers) {
-  MaterializedKeys mk = materialize(head, rope, ladder, tiers);
-  return CompressedHead{std::move(mk.keys), std::move(mk.kept), mk.rate};
-}
-
-template <class F>
-std::vector<std::vector<CompressedHead>> per_head(const std::vector<std::vector<HeadData>>& heads, F&& f) {
-  std::vector<std::vector<CompressedHead>> out(heads.size());
-  for (std::size_t l = 0; l < heads.size(); ++l)
-    for (const HeadData& h : heads[l]) out[l].push_back(f(h));
   return out;
 }
 
@@ -318,115 +250,15 @@ std::vector<MethodSpec> parse_method_spec_text(const std::string& text, const st
 }
 
 ModelCompressor make_model_compressor(const MethodSpec& m, const MethodContext& ctx) {
-  auto wrap = [m](auto&& body) -> ModelCompressor {
-    return [m, body](const std::vector<std::vector<HeadData>>& heads) {
-      try {
-        return body(heads);
-      } catch (const InputError& e) {
-        throw InputError(m.where + ": method '" + m.label + "': " + e.what());
-      }
-    };
+  const ModelCompressor body = m.kind == MethodSpec::Kind::Family ? method_factories::make_family(m, ctx)
+                                                                  : catalogue_entry(m).compress(m, ctx);
+  return [m, body](const std::vector<std::vector<HeadData>>& heads) {
+    try {
+      return body(heads);
+    } catch (const InputError& e) {
+      throw InputError(m.where + ": method '" + m.label + "': " + e.what());
+    }
   };
-  switch (m.kind) {
-    case MethodSpec::Kind::Quantizer: {
-      std::shared_ptr<const KeyQuantizer> q(make_key_quantizer(m.name, m.params));
-      const RopeParams rope = ctx.rope;
-      return wrap([q, rope](const std::vector<std::vector<HeadData>>& heads) {
-        return per_head(heads, [&](const HeadData& h) {
-          QuantizedHeadKeys k = q->quantize(h, rope);
-          const Rate r = k.rate();
-          return CompressedHead{std::move(k.keys), std::vector<std::uint8_t>(static_cast<std::size_t>(h.keys.rows()), 1), r};
-        });
-      });
-    }
-    case MethodSpec::Kind::Scorer: {
-      const ScorerConfig cfg = make_scorer_for_trace(m.name, m.params, ctx.group_size);
-      const Budget budget = Budget::parse(m.keep);
-      return wrap([cfg, budget](const std::vector<std::vector<HeadData>>& heads) {
-        const EvictionPlan plan = plan_eviction(cfg, heads, budget);
-        return per_head(heads, [&](const HeadData& h) {
-          const HeadKeep& k = plan.keep[static_cast<std::size_t>(h.layer)][static_cast<std::size_t>(h.kv_head)];
-          double kept = 0;
-          for (const std::uint8_t x : k) kept += x;
-          const double bits = k.empty() ? 0.0 : 16.0 * kept / static_cast<double>(k.size());
-          return CompressedHead{h.keys, std::vector<std::uint8_t>(k.begin(), k.end()), Rate{bits, bits}};
-        });
-      });
-    }
-    case MethodSpec::Kind::Seed: {
-      if (m.name == "kvcobra") {
-        const KvcobraAllocOptions opt = KvcobraAllocOptions::from_params(m.budget, m.params);
-        const RopeParams rope = ctx.rope;
-        return wrap([opt, rope](const std::vector<std::vector<HeadData>>& heads) {
-          std::vector<std::vector<double>> w;
-          int d = 0;
-          for (const auto& layer : heads)
-            for (const HeadData& h : layer) {
-              w.push_back(kvcobra_direction_weights(h, rope, opt.basis));
-              d = static_cast<int>(h.keys.cols());
-            }
-          const KvcobraAllocation a = allocate_kvcobra(w, d, opt);
-          if (!a.has_solution()) throw InputError("kvcobra found no allocation at B = " + format_number(opt.budget) + ": " + a.message);
-          std::size_t i = 0;
-          return per_head(heads, [&](const HeadData& h) {
-            QuantizedHeadKeys k = a.quantizer(i++)->quantize(h, rope);
-            const Rate r = k.rate();
-            return CompressedHead{std::move(k.keys), std::vector<std::uint8_t>(static_cast<std::size_t>(h.keys.rows()), 1), r};
-          });
-        });
-      }
-      const RateKind kind = ctx.rate_kind;
-      const RopeParams rope = ctx.rope;
-      return wrap([m, kind, rope](const std::vector<std::vector<HeadData>>& heads) {
-        std::vector<SurrogateCosts> costs;
-        for (const auto& layer : heads)
-          for (const HeadData& h : layer) costs.push_back(surrogate_costs(h, rope, observation_queries(h), m.ladder));
-        SeedProblem p;
-        p.ladder = m.ladder;
-        for (const auto& c : costs) p.heads.push_back(&c);
-        p.budget = m.budget;
-        p.rate_kind = kind;
-        p.head_dim = heads.empty() || heads.front().empty() ? 0 : static_cast<int>(heads.front().front().keys.cols());
-        const SeedAllocation a = allocate_seed(m.name, m.params, p);
-        if (a.status == SolveStatus::Infeasible)
-          throw InputError("the seed allocator found no allocation at B = " + format_number(m.budget) + ": " + a.message);
-        std::size_t i = 0;
-        return per_head(heads, [&](const HeadData& h) { return from_tiers(h, rope, m.ladder, a.tiers.at(i++)); });
-      });
-    }
-    case MethodSpec::Kind::Policy: {
-      const UniformPolicy policy = UniformPolicy::parse(m.name);
-      const RopeParams rope = ctx.rope;
-      return wrap([policy, rope](const std::vector<std::vector<HeadData>>& heads) {
-        const RateLadder ladder = policy.ladder();
-        return per_head(heads, [&](const HeadData& h) {
-          const TokenWeights w = token_weights(h.keys, h.values, observation_queries(h));
-          return from_tiers(h, rope, ladder, policy.allocate(static_cast<int>(h.keys.rows()), &w));
-        });
-      });
-    }
-    case MethodSpec::Kind::Family: {
-      const FamilyChoice choice = family_of(m.name);
-      const RateKind kind = ctx.rate_kind;
-      const RopeParams rope = ctx.rope;
-      return wrap([m, choice, kind, rope](const std::vector<std::vector<HeadData>>& heads) {
-        return per_head(heads, [&](const HeadData& h) {
-          const SurrogateCosts sc = surrogate_costs(h, rope, observation_queries(h), m.ladder);
-          // At equal memory, as every front door solves one head: the allocation's measured
-          // rate meets B (a nominal optimum that measures over it is re-solved at a smaller B').
-          const HeadSolution r = solve_head_at_equal_memory(h, rope, sc.cost, sc.weights.a,
-                                                            ladder_rates(h, rope, m.ladder, kind), m.ladder, m.budget,
-                                                            kind, choice)
-                                     .solution;
-          if (!r.feasible)
-            throw InputError("family " + m.name + " has no allocation at B = " + format_number(m.budget) + " on the ladder " +
-                             m.ladder.name() + " (" + r.message + ")");
-          return from_tiers(h, rope, m.ladder, r.tiers);
-        });
-      });
-    }
-  }
-  throw InputError("unknown method kind");
 }
 
 }  // namespace tierlab

@@ -2,8 +2,9 @@
 // Methods named in scenario files (docs/scenarios.md: the key `methods`, and the method lists
 // of the analyses, e.g. mismatch.quantizers):
 // the published key quantizers, eviction scorers and seed allocators, the uniform policies
-// and the family optima, resolved by name through the registries, so that a method added to
-// a registry is usable from a scenario file without a change here:
+// and the family optima, resolved by name through the catalogue (catalogue.hpp: each entry's
+// factories, compressors.hpp), so that a method added to a registry is usable from a scenario
+// file without a change here:
 //   quantizer: NAME   model/quantizers/key_quantizer.hpp make_key_quantizer(NAME, params): every prompt
 //                     token's key quantized (dequantized post-RoPE keys, itemised rate)
 //   scorer: NAME      solvers/scorers.hpp make_scorer(NAME, params) + plan_eviction at `keep`
