@@ -167,41 +167,24 @@ std::string KvcobraAllocOptions::name() const {
 }
 
 KvcobraAllocOptions KvcobraAllocOptions::from_params(double budget, const MethodParams& params) {
+  // The one reader (model/base/method_info.hpp): every option takes the given value or the
+  // default declared in param_list(), the same defaults as the struct's members (a test says so).
+  MethodParamReader r("kvcobra allocator", param_list(), params);
   KvcobraAllocOptions o;
   o.budget = budget;
-  std::string valid;
-  for (const auto& p : param_list()) valid += (valid.empty() ? "" : ", ") + p.name;
-  auto to_num = [](const std::string& k, const std::string& v) {
-    const std::optional<double> x = read_real(v);  // model/base/numbers.hpp: the whole text, finite
-    if (!x) throw InputError("kvcobra allocator: parameter " + k + " = '" + v + "' is not a number");
-    return *x;
-  };
-  auto to_int = [&](const std::string& k, const std::string& v) {
-    const double x = to_num(k, v);
-    if (x != std::floor(x) || std::fabs(x) > 1e9)
-      throw InputError("kvcobra allocator: parameter " + k + " = '" + v + "' is not an integer");
-    return static_cast<int>(x);
-  };
-  for (const auto& [k, v] : params) {
-    if (k == "redistribute") o.redistribute = v;
-    else if (k == "rate") o.rate = v;
-    else if (k == "rounding") o.rounding = v;
-    else if (k == "min_rank") o.min_rank = to_int(k, v);
-    else if (k == "min_bits") o.min_bits = to_int(k, v);
-    else if (k == "max_bits") o.max_bits = to_int(k, v);
-    else if (k == "iterations") o.iterations = to_int(k, v);
-    else if (k == "damping") o.damping = to_num(k, v);
-    else if (k == "basis") o.basis = v;
-    else if (k == "basis_cost") o.basis_cost = v;
-    else if (k == "group") o.group = to_int(k, v);
-    else if (k == "seed") {
-      const double x = to_num(k, v);
-      if (x < 0 || x != std::floor(x)) throw InputError("kvcobra allocator: parameter seed = '" + v + "' is not an integer >= 0");
-      o.seed = static_cast<std::uint64_t>(x);
-    } else {
-      throw InputError("kvcobra allocator: unknown parameter '" + k + "'; valid: " + valid);
-    }
-  }
+  o.redistribute = r.get_string("redistribute");
+  o.rate = r.get_string("rate");
+  o.rounding = r.get_string("rounding");
+  o.min_rank = r.get_int("min_rank");
+  o.min_bits = r.get_int("min_bits");
+  o.max_bits = r.get_int("max_bits");
+  o.iterations = r.get_int("iterations");
+  o.damping = r.get_double("damping");
+  o.basis = r.get_string("basis");
+  o.basis_cost = r.get_string("basis_cost");
+  o.group = r.get_int("group");
+  o.seed = r.get_seed("seed");
+  r.finish();
   o.validate();
   return o;
 }

@@ -16,7 +16,7 @@
 
 #include "model/surrogate.hpp"
 #include "model/quantizers/tier.hpp"
-#include "solvers/method_info.hpp"
+#include "model/base/method_info.hpp"
 
 namespace tierlab {
 

@@ -22,7 +22,7 @@
 
 #include "model/quantizers/tier.hpp"
 #include "solvers/families.hpp"
-#include "solvers/method_info.hpp"
+#include "model/base/method_info.hpp"
 
 namespace tierlab {
 

@@ -36,11 +36,6 @@ auto parse_choice(Parse parse, const std::string& method, const std::string& p, 
   }
 }
 
-bool parse_bool(const std::string& method, const std::string& p, const std::string& v) {
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
-  throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not true or false");
-}
 double parse_double(const std::string& method, const std::string& p, const std::string& v) {
   if (const std::optional<double> x = read_real(v)) return *x;  // model/base/numbers.hpp: the whole text, finite
   throw InputError("method '" + method + "': parameter " + p + " = '" + v + "' is not a number");
@@ -67,11 +62,6 @@ bool common_value(const ScorerSettings& c, const std::string& p, std::string& ou
   return true;
 }
 
-std::vector<std::string> names_of(const std::vector<MethodParam>& ps) {
-  std::vector<std::string> v;
-  for (const MethodParam& p : ps) v.push_back(p.name);
-  return v;
-}
 
 }  // namespace
 
@@ -132,65 +122,29 @@ MethodParam shared_scorer_param(const std::string& name, const std::string& defa
   return {name, default_value, it->second};
 }
 
-ScorerParamReader::ScorerParamReader(const ScorerEntry& entry, const MethodParams& params)
-    : method_(entry.info.name), declared_(entry.info.params), params_(params) {
-  for (const auto& [p, v] : params_)
-    if (!declares(p))
-      throw InputError("method '" + method_ + "': unknown parameter '" + p + "'; valid: " + join(names_of(declared_)));
-}
-
-bool ScorerParamReader::declares(const std::string& p) const {
-  return std::any_of(declared_.begin(), declared_.end(), [&](const MethodParam& d) { return d.name == p; });
-}
-
-const std::string& ScorerParamReader::text(const std::string& p) {
-  const auto given = params_.find(p);
-  if (given != params_.end()) return given->second;
-  for (const MethodParam& d : declared_)
-    if (d.name == p) return d.default_value;
-  throw std::logic_error("scorer '" + method_ + "': parameter " + p + " is read but not declared in its entry");
-}
-
-int ScorerParamReader::get_int(const std::string& p) {
-  const int v = parse_int(method_, p, text(p));
-  effective_[p] = std::to_string(v);
-  return v;
-}
-double ScorerParamReader::get_double(const std::string& p) {
-  const double v = parse_double(method_, p, text(p));
-  effective_[p] = format_number(v);
-  return v;
-}
-bool ScorerParamReader::get_bool(const std::string& p) {
-  const bool v = parse_bool(method_, p, text(p));
-  effective_[p] = bool_text(v);
-  return v;
-}
-std::string ScorerParamReader::get_string(const std::string& p) { return effective_[p] = text(p); }
-
 GqaAggregate ScorerParamReader::get_gqa(const std::string& p) {
   const GqaAggregate v = parse_choice([](const std::string& s) { return parse_enum(kGqaAggregates, s); }, method_, p, text(p));
-  effective_[p] = enum_name(kGqaAggregates, v);
+  set_effective(p, std::string(enum_name(kGqaAggregates, v)));
   return v;
 }
 WindowReduce ScorerParamReader::get_reduce(const std::string& p) {
   const WindowReduce v = parse_choice([](const std::string& s) { return parse_enum(kWindowReduces, s); }, method_, p, text(p));
-  effective_[p] = enum_name(kWindowReduces, v);
+  set_effective(p, std::string(enum_name(kWindowReduces, v)));
   return v;
 }
 GroupOrder ScorerParamReader::get_group_order(const std::string& p) {
   const GroupOrder v = parse_choice([](const std::string& s) { return parse_enum(kGroupOrders, s); }, method_, p, text(p));
-  effective_[p] = enum_name(kGroupOrders, v);
+  set_effective(p, std::string(enum_name(kGroupOrders, v)));
   return v;
 }
 PoolKind ScorerParamReader::get_pool(const std::string& p) {
   const PoolKind v = parse_choice(parse_pool_kind, method_, p, text(p));
-  effective_[p] = to_string(v);
+  set_effective(p, std::string(to_string(v)));
   return v;
 }
 Scope ScorerParamReader::get_scope(const std::string& p) {
   const Scope v = parse_choice(parse_scope, method_, p, text(p));
-  effective_[p] = to_string(v);
+  set_effective(p, std::string(to_string(v)));
   return v;
 }
 
@@ -202,18 +156,6 @@ void ScorerParamReader::read_settings(ScorerSettings& s) {
   if (declares("recent")) s.recent = get_int("recent");
   if (declares("selection")) s.selection = get_scope("selection");
   if (declares("group_size")) s.group_size = get_int("group_size");
-}
-
-void ScorerParamReader::bad(const std::string& p, const std::string& why) const {
-  const auto it = effective_.find(p);
-  throw InputError("method '" + method_ + "': parameter " + p + " = " + (it == effective_.end() ? "" : it->second) +
-                   " " + why);
-}
-
-void ScorerParamReader::finish() const {
-  for (const MethodParam& d : declared_)
-    if (!effective_.count(d.name))
-      throw std::logic_error("scorer '" + method_ + "': declared parameter " + d.name + " is never read by its factory");
 }
 
 // ---------------------------------------------------------------- registry

@@ -94,12 +94,11 @@
 #include "model/quantizers/tier.hpp"
 #include "model/io/trace.hpp"
 #include "solvers/families.hpp"
-#include "solvers/method_info.hpp"
+#include "model/base/method_info.hpp"
 #include "solvers/smoothing.hpp"
 
 namespace tierlab {
 
-using MethodParams = std::map<std::string, std::string>;
 
 // K(T) as in the header comment. parse: "ratio:0.25" | "count:64".
 struct Budget {
@@ -210,14 +209,13 @@ MethodParam shared_scorer_param(const std::string& name, const std::string& defa
 // Reads one scorer's parameters: a parameter not given takes its declared default. Values
 // are parsed and their errors worded "method 'NAME': parameter P = 'V' is not ...";
 // the effective value of each parameter read is kept as text for ScorerConfig::name.
-class ScorerParamReader {
+// The one reader (MethodParamReader, model/base/method_info.hpp) over a scorer's entry, its
+// messages naming "method 'NAME'", with the scorers' enumerated parameters and their common
+// settings.
+class ScorerParamReader : public MethodParamReader {
  public:
-  ScorerParamReader(const ScorerEntry& entry, const MethodParams& params);
-  bool declares(const std::string& p) const;
-  int get_int(const std::string& p);
-  double get_double(const std::string& p);
-  bool get_bool(const std::string& p);
-  std::string get_string(const std::string& p);
+  ScorerParamReader(const ScorerEntry& entry, const MethodParams& params)
+      : MethodParamReader("method '" + entry.info.name + "'", entry.info.params, params), method_(entry.info.name) {}
   GqaAggregate get_gqa(const std::string& p);
   WindowReduce get_reduce(const std::string& p);
   GroupOrder get_group_order(const std::string& p);
@@ -225,18 +223,10 @@ class ScorerParamReader {
   Scope get_scope(const std::string& p);
   // Reads the common parameters this scorer declares into s.
   void read_settings(ScorerSettings& s);
-  // InputError "method 'NAME': parameter P = <effective> WHY".
-  [[noreturn]] void bad(const std::string& p, const std::string& why) const;
   const std::string& method() const { return method_; }
-  const MethodParams& effective() const { return effective_; }
-  // logic_error for a declared parameter the factory never read.
-  void finish() const;
 
  private:
   std::string method_;
-  std::vector<MethodParam> declared_;
-  MethodParams params_, effective_;
-  const std::string& text(const std::string& p);  // given or declared default
 };
 
 // Per-token scores of one head (T entries; for tova: this head's share, for the layer

@@ -44,14 +44,13 @@ const SeedAllocatorEntry& seed_entry(const std::string& name) {
   throw InputError("seed allocator '" + name + "' is unknown; valid: " + join(names));
 }
 
+// Every declared parameter's text, given or its declared default, through the one reader
+// (model/base/method_info.hpp: an unknown parameter is an InputError listing the valid ones).
 MethodParams with_defaults(const SeedAllocatorEntry& e, const MethodParams& given) {
+  MethodParamReader r("method '" + e.info.name + "'", e.info.params, given);
   MethodParams out;
-  std::vector<std::string> valid;
-  for (const auto& p : e.info.params) out[p.name] = p.default_value, valid.push_back(p.name);
-  for (const auto& [k, v] : given) {
-    if (!out.count(k)) throw InputError("method '" + e.info.name + "': unknown parameter '" + k + "'; valid: " + join(valid));
-    out[k] = v;
-  }
+  for (const auto& p : e.info.params) out[p.name] = r.text(p.name);
+  r.finish();
   return out;
 }
 

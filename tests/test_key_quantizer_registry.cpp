@@ -39,7 +39,7 @@ TEST_CASE("The registry's names are unique and every entry has a summary, a sour
     std::set<std::string> params;
     for (const KeyQuantizerParam& p : e.params) {
       CHECK(params.insert(p.name).second);
-      CHECK_FALSE(p.meaning.empty());
+      CHECK_FALSE(p.help.empty());
     }
   }
   CHECK(names == std::set<std::string>{"kivi", "token", "quarot", "kvquant", "turboquant", "kvcobra", "headq",

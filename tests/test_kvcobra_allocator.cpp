@@ -172,3 +172,27 @@ TEST_CASE("KV-COBRA allocation of a trace is applied by the kvcobra quantizer wi
   CHECK(code / double(a.heads.size()) <= 1.5 + 1e-12);
   CHECK(code / double(a.heads.size()) == Approx(a.code_rate));
 }
+
+TEST_CASE("kvcobra's declared parameter defaults are the options' defaults, read by the one parameter reader") {
+  const KvcobraAllocOptions d;
+  const KvcobraAllocOptions r = KvcobraAllocOptions::from_params(d.budget, {});
+  CHECK(r.redistribute == d.redistribute);
+  CHECK(r.rate == d.rate);
+  CHECK(r.rounding == d.rounding);
+  CHECK(r.min_rank == d.min_rank);
+  CHECK(r.min_bits == d.min_bits);
+  CHECK(r.max_bits == d.max_bits);
+  CHECK(r.iterations == d.iterations);
+  CHECK(r.damping == d.damping);
+  CHECK(r.basis == d.basis);
+  CHECK(r.basis_cost == d.basis_cost);
+  CHECK(r.group == d.group);
+  CHECK(r.seed == d.seed);
+  CHECK(r.name() == d.name());
+  // Given values are read (and checked) the same way as every method's.
+  CHECK(KvcobraAllocOptions::from_params(2, {{"min_rank", "4"}}).min_rank == 4);
+  CHECK_THROWS_WITH(KvcobraAllocOptions::from_params(2, {{"min_rank", "four"}}),
+                    "kvcobra allocator: parameter min_rank = 'four' is not an integer.");
+  CHECK_THROWS_WITH(KvcobraAllocOptions::from_params(2, {{"rank", "4"}}),
+                    Catch::StartsWith("kvcobra allocator: unknown parameter 'rank'; valid parameters are redistribute, "));
+}

@@ -23,12 +23,13 @@
 #include <vector>
 
 #include "model/base/linalg.hpp"
+#include "model/base/method_info.hpp"
 #include "model/quantizers/tier.hpp"
 #include "model/io/trace.hpp"
 
 namespace tierlab {
 
-using KeyQuantizerParams = std::map<std::string, std::string>;
+using KeyQuantizerParams = MethodParams;
 
 // One itemised part of the stored bits of a quantized head (total bits, not per element).
 struct RateItem {
@@ -66,12 +67,11 @@ class KeyQuantizer {
 
 // One declared parameter. `default_value` is the text the factory parses as if the user had
 // passed it, so it is also what parameters() reports when the parameter is not given.
-struct KeyQuantizerParam {
-  std::string name;                  // key in KeyQuantizerParams; "p.*" declares a prefix ("p.<key>")
-  std::string default_value;         // the default, parseable ("" where the empty text is the default)
-  std::string meaning;               // what it means and its special values, in a few words
-  std::vector<std::string> choices{};  // the allowed values of a string parameter (empty: any text)
-};
+// (MethodParam, model/base/method_info.hpp: name, a key in KeyQuantizerParams, "p.*" declaring
+// a prefix "p.<key>"; the default, parseable, "" where the empty text is the default; help,
+// what it means and its special values in a few words; choices, the allowed values of a
+// string parameter, empty for any text.)
+using KeyQuantizerParam = MethodParam;
 
 using KeyQuantizerFactory = std::unique_ptr<KeyQuantizer> (*)(const KeyQuantizerParams&);
 
@@ -230,26 +230,12 @@ std::vector<double> kvcobra_direction_weights(const HeadData& head, const RopePa
 // programming error (std::logic_error naming quantizer and parameter). finish() throws
 // InputError for keys never asked for, listing the declared parameters, and logic_error for
 // a declared parameter the factory never read.
-class ParamReader {
+// The one reader (MethodParamReader, model/base/method_info.hpp) over a quantizer's entry; its
+// messages name "Key quantizer 'NAME'".
+class ParamReader : public MethodParamReader {
  public:
-  ParamReader(const KeyQuantizerEntry& entry, const KeyQuantizerParams& params);
-  int get_int(const std::string& key, int lo, int hi);
-  double get_double(const std::string& key, double lo, double hi);
-  std::string get_string(const std::string& key);  // checked against the declared choices
-  std::uint64_t get_seed(const std::string& key);
-  // Every key starting with `prefix` (prefix removed), consumed; `prefix*` must be declared.
-  KeyQuantizerParams take_prefixed(const std::string& prefix);
-  void finish() const;
-  const KeyQuantizerParams& effective() const { return effective_; }
-
- private:
-  std::string quantizer_;
-  std::vector<KeyQuantizerParam> declared_;
-  KeyQuantizerParams params_, effective_;
-  std::vector<std::string> asked_;
-  const KeyQuantizerParam& declared(const std::string& key) const;  // logic_error when undeclared
-  const std::string* find(const std::string& key);
-  [[noreturn]] void bad_default(const std::string& key, const std::string& why) const;
+  ParamReader(const KeyQuantizerEntry& entry, const KeyQuantizerParams& params)
+      : MethodParamReader("Key quantizer '" + entry.name + "'", entry.params, params) {}
 };
 
 // Token rows to quantize: `tokens` checked (ascending, in range), or 0..T-1 when empty.

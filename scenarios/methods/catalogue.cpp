@@ -24,7 +24,7 @@ constexpr MethodKind kKinds[] = {MethodKind::Quantizer, MethodKind::Scorer, Meth
 MethodInfo quantizer_info(const KeyQuantizerEntry& q) {
   MethodInfo m{q.name, "key quantizer", q.summary, q.source, {}};
   for (const KeyQuantizerParam& p : q.params) {
-    std::string help = p.meaning;
+    std::string help = p.help;
     for (std::size_t i = 0; i < p.choices.size(); ++i) help += (i == 0 ? "; one of " : " | ") + p.choices[i];
     m.params.push_back({p.name, p.default_value, help, p.choices});
   }

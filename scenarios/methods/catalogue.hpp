@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "scenarios/methods/methods_spec.hpp"
-#include "solvers/method_info.hpp"
+#include "model/base/method_info.hpp"
 
 namespace tierlab {
 
