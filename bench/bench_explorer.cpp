@@ -19,7 +19,7 @@
 // curve, and the RD curve with the window's default named methods) opened RUNS times from
 // cold caches, medians (e.g. --tokens 2048 --kv-heads 32 --live 3).
 //
-//   bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family mixed|routed|...] [--live RUNS]
+//   bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family mixed|routed|...] [--rate total|code] [--live RUNS]
 #include <QApplication>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
     else if (a == "--live") live = std::atoi(next().c_str());
     else if (a == "--solver") s.solver = parse_family_solver(next());
     else if (a == "--family") s.family = parse_family_choice(next());
+    else if (a == "--rate") s.rate_kind = parse_rate_kind(next());
     else if (a == "--help" || a == "-h") {
       std::printf("usage: bench_explorer [--changes N] [--tokens T] [--kv-heads H] [--solver exact|greedy|greedy-raw|waterfill] [--family F] [--live RUNS]\n");
       return 0;

@@ -118,7 +118,9 @@ def bench_recompute(build, quick, load):
     return [
         Figure(f"{tag}.tierlab_ms", f"CPU recompute{where}: tierlab ms/allocation", "ms", j["tierlab_ms"], better="lower"),
         Figure(f"{tag}.numpy_ms", f"CPU recompute{where}: NumPy ms/allocation", "ms", j["numpy_ms"], better="lower"),
-        Figure(f"{tag}.speedup", f"CPU recompute{where}: NumPy / tierlab", "x", j["speedup"], target=10.0),
+        Figure(f"{tag}.speedup", f"CPU recompute{where}: NumPy ({j['blas']}) / tierlab", "x", j["speedup"]),
+        Figure(f"{tag}.fraction_of_limit", f"CPU recompute{where}: tierlab's effective rate / measured fp32 GEMM rate "
+               f"({j['sgemm_gflops']:.0f} GFLOP/s)", "", j["tierlab_fraction_of_limit"], target=0.8),
     ]
 
 

@@ -6,6 +6,10 @@
 # Usage: bench/run_recompute_cpu.sh [--build DIR] [--rounds N] [--repeats R] [--load N]
 #                                   [--json FILE] [--tokens T] [--dim D] [--kv-heads H]
 #                                   [--group-size G] [--queries Q] [--allocations E] [--seed S]
+#                                   [--allow-reference-blas]
+# NumPy's BLAS is checked first (bench/blas_probe.py, which also measures the machine's fp32
+# matrix-product rate): the baseline must run on OpenBLAS (deps/debian-packages.txt), as a NumPy
+# of any ordinary install does; Debian's reference BLAS is refused unless --allow-reference-blas.
 # --build defaults to $REPO/build; the benchmark is built with -DTIERLAB_BENCH=ON.
 # --load N: N competing busy processes (one busy loop each) run during both sides' runs
 # (e.g. --load $(nproc): one per core). --json FILE: the summary as JSON too.
@@ -23,6 +27,7 @@ REPEATS=3
 LOAD=0
 JSON=""
 SIZES=()
+ALLOW_REF=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
@@ -30,8 +35,9 @@ while [[ $# -gt 0 ]]; do
     --repeats) REPEATS="$2"; shift 2 ;;
     --load) LOAD="$2"; shift 2 ;;
     --json) JSON="$2"; shift 2 ;;
+    --allow-reference-blas) ALLOW_REF=1; shift ;;
     --tokens|--dim|--kv-heads|--group-size|--queries|--allocations|--seed) SIZES+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "run_recompute_cpu.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -53,6 +59,13 @@ cleanup() {
 trap cleanup EXIT
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" "$REPO/bench/blas_probe.py" > "$WORK/blas.json"
+blas="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["blas"])' "$WORK/blas.json")"
+echo "numpy BLAS: $blas" >&2
+if [[ "$blas" != "openblas" && $ALLOW_REF -eq 0 ]]; then
+  echo "run_recompute_cpu.sh: NumPy runs on the $blas BLAS, not OpenBLAS: install libopenblas0-pthread (deps/debian-packages.txt) or pass --allow-reference-blas" >&2
+  exit 1
+fi
 echo "dumping the reference's instance ..." >&2
 "$PY" "$REPO/bench/numpy_recompute_dump.py" --out "$WORK/data" "${SIZES[@]}" > "$WORK/dump.json"
 for ((i = 0; i < LOAD; i++)); do
@@ -74,6 +87,7 @@ if [[ ${#BUSY[@]} -gt 0 ]]; then kill "${BUSY[@]}" 2>/dev/null; BUSY=(); fi
 import json, statistics, sys
 work, rounds, cores, load_before, load_after, wait, busy, json_out = sys.argv[1], int(sys.argv[2]), *sys.argv[3:9]
 npy = [json.load(open(f"{work}/numpy_{i}.json")) for i in range(rounds)]
+probe = json.load(open(f"{work}/blas.json"))
 tls = [json.load(open(f"{work}/tierlab_{i}.json")) for i in range(rounds)]
 med = statistics.median
 tl = tls[0]
@@ -99,6 +113,19 @@ print(f"tierlab CPU time per allocation, all threads together: {t_cpu:.2f} ms "
       f"(on an idle machine the wall time would be about this divided by {cores} cores)")
 print(f"speed-up numpy / tierlab per allocation: {med(ratios):.1f}x (rounds: {', '.join(f'{r:.1f}' for r in ratios)}); "
       f"with setup amortized: {med(ratios_am):.1f}x")
+# The work of one allocation recomputed in full: per KV head, the logits Q K^T and the output
+# P V of every query row over the T tokens, 2 T d flops each (softmax and quantization not
+# counted). The rate is EFFECTIVE: tierlab reuses the exact tokens' share prepared once per head,
+# so it does less than this and its fraction of the GEMM rate can exceed 1.
+rows = tl["query_heads_per_kv"] * tl["queries_per_head"]
+flops = 4.0 * tl["kv_heads"] * rows * tl["tokens"] * tl["dim"]
+t_gflops, n_gflops = flops / (t_ms * 1e-3) / 1e9, flops / (n_ms * 1e-3) / 1e9
+limit = probe["sgemm_gflops"]
+print(f"numpy BLAS: {probe['blas']} ({probe['library']}); measured fp32 limit: {limit:.1f} GFLOP/s "
+      f"(float32 {probe['n']}^3 matrix products through that BLAS, median)")
+print(f"effective rate (a full recomputation's {flops / 1e6:.1f} MFLOP, 4 T d per query row and head, per allocation's "
+      f"time): tierlab {t_gflops:.1f} GFLOP/s "
+      f"= {t_gflops / limit:.2f} of the limit; numpy {n_gflops:.1f} GFLOP/s = {n_gflops / limit:.2f}")
 print(f"mean relative error: numpy {n_err:.10g}, tierlab {t_err:.10g}, relative difference {abs(t_err - n_err) / abs(n_err):.2e}")
 print(f"same instance: KIVI keys differing from numpy's: {tl['kivi_elements_differing_from_numpy']}; "
       f"max relative difference of per-allocation errors vs numpy float32 {tl['max_rel_diff_per_allocation_vs_numpy_f32']:.2e}, "
@@ -108,5 +135,8 @@ if json_out:
         json.dump({"numpy_ms": n_ms, "tierlab_ms": t_ms, "tierlab_cpu_ms": t_cpu, "speedup": med(ratios),
                    "speedup_rounds": ratios, "speedup_amortized": med(ratios_am), "load_before": load_before,
                    "load_after": load_after, "busy_processes": int(busy), "wait_policy": wait,
-                   "numpy_mean_rel_error": n_err, "tierlab_mean_rel_error": t_err}, f, indent=1)
+                   "numpy_mean_rel_error": n_err, "tierlab_mean_rel_error": t_err,
+                   "blas": probe["blas"], "sgemm_gflops": limit, "flops_per_allocation": flops,
+                   "tierlab_gflops": t_gflops, "numpy_gflops": n_gflops,
+                   "tierlab_fraction_of_limit": t_gflops / limit}, f, indent=1)
 PYEOF
