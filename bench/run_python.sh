@@ -20,5 +20,6 @@ done
 # Passive waiting, as bench/run_recompute_cpu.sh: spinning threads hold a core a loaded peer needs.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 echo "uptime: $(uptime)"
+echo "numpy BLAS and fp32 limit: $(/usr/bin/python3 "$REPO/bench/blas_probe.py")"
 PYTHONPATH="$BUILD/python" /usr/bin/python3 "$REPO/bench/bench_python.py" --build "$BUILD" --shared "$SHARED" --repo "$REPO" "$@"
 echo "uptime: $(uptime)"

@@ -26,6 +26,9 @@ done
 [ -x "$bin" ] || { echo "run_solver.sh: build bench_solver first ($bin missing; cmake -DTIERLAB_BENCH=ON)" >&2; exit 1; }
 command -v cbc >/dev/null || { echo "run_solver.sh: cbc not found (apt-get install coinor-cbc); CBC part skipped" >&2; CBC_ITEMS=0; }
 
+# The NumPy baseline's BLAS (bench/blas_probe.py; the bisection is elementwise, so it matters
+# little here, but every baseline says what it ran on).
+echo "numpy BLAS and fp32 limit: $("$PYTHON" "$here/blas_probe.py" --n 1024 --repeats 3)" >&2
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 "$PYTHON" - "$ITEMS" "$SEED" "$work/weights.f64" <<'PY'
