@@ -160,6 +160,19 @@ void ScorerParamReader::read_settings(ScorerSettings& s) {
 
 // ---------------------------------------------------------------- registry
 
+// The entries, each defined in its scorer's file (scorers_*.cpp).
+const ScorerEntry& streaming_scorer_entry();
+const ScorerEntry& h2o_scorer_entry();
+const ScorerEntry& snapkv_scorer_entry();
+const ScorerEntry& tova_scorer_entry();
+const ScorerEntry& adakv_scorer_entry();
+const ScorerEntry& pyramidkv_scorer_entry();
+const ScorerEntry& dropkv_scorer_entry();
+const ScorerEntry& obcache_scorer_entry();
+const ScorerEntry& expected_scorer_entry();
+const ScorerEntry& keydiff_scorer_entry();
+const ScorerEntry& laprox_scorer_entry();
+
 const std::vector<ScorerEntry>& scorer_registry() {
   static const std::vector<ScorerEntry> r = {
       streaming_scorer_entry(), h2o_scorer_entry(),     snapkv_scorer_entry(),   tova_scorer_entry(),

@@ -146,10 +146,18 @@ class EvictionScorer {
   virtual void select(const ScorerSettings& s, FreeSlots& slots) const;
 };
 
+class ScorerParamReader;
+using ScorerFactory = std::shared_ptr<const EvictionScorer> (*)(ScorerParamReader&, ScorerSettings&);
+
+// One registered scorer, declared once: info (name, kind "eviction scorer", summary, source,
+// the parameters it takes with their declared defaults and help) and its factory, which reads
+// every declared parameter through the reader (common ones into the ScorerSettings, its own
+// into the scorer) and throws InputError for bad values.
+using ScorerEntry = MethodEntry<ScorerFactory>;
+
 // One built scorer: its common settings, the scorer and the effective value of each
 // parameter it takes. Built by make_scorer; the common settings may be read (and changed:
 // validate() checks them again before use).
-struct ScorerEntry;
 struct ScorerConfig : ScorerSettings {
   std::shared_ptr<const EvictionScorer> scorer;  // null in a default-constructed config
   const ScorerEntry* entry = nullptr;            // its registry entry (static)
@@ -162,30 +170,10 @@ struct ScorerConfig : ScorerSettings {
   std::string param(const std::string& p) const;
 };
 
-class ScorerParamReader;
-using ScorerFactory = std::shared_ptr<const EvictionScorer> (*)(ScorerParamReader&, ScorerSettings&);
 
-// One registered scorer, declared once: info (name, kind "eviction scorer", summary, source,
-// the parameters it takes with their declared defaults and help) and its factory, which reads
-// every declared parameter through the reader (common ones into the ScorerSettings, its own
-// into the scorer) and throws InputError for bad values.
-struct ScorerEntry {
-  MethodInfo info;
-  ScorerFactory make = nullptr;
-};
-
-// The entries, one per scorer, each declared beside its score (see "Registry" above).
-const ScorerEntry& streaming_scorer_entry();
-const ScorerEntry& h2o_scorer_entry();
-const ScorerEntry& snapkv_scorer_entry();
-const ScorerEntry& tova_scorer_entry();
-const ScorerEntry& adakv_scorer_entry();
-const ScorerEntry& pyramidkv_scorer_entry();
-const ScorerEntry& dropkv_scorer_entry();
-const ScorerEntry& obcache_scorer_entry();
-const ScorerEntry& expected_scorer_entry();
-const ScorerEntry& keydiff_scorer_entry();
-const ScorerEntry& laprox_scorer_entry();
+// The entries, one per scorer, each defined beside its score (see "Registry" above) and
+// declared and listed by the registry (scorers.cpp): a new scorer is its own file and one line
+// there (docs/extending.md).
 
 // Registry: "streaming", "h2o", "snapkv", "tova", "adakv", "pyramidkv", "dropkv",
 // "obcache", "expected", "keydiff", "laprox". Unknown names or parameters, and bad

@@ -8,6 +8,10 @@
 #include "solvers/scorer_parts.hpp"
 
 namespace tierlab {
+
+// Defined below, listed in scorer_registry() (scorers.cpp).
+const ScorerEntry& h2o_scorer_entry();
+const ScorerEntry& tova_scorer_entry();
 namespace {
 
 // H2O: x_{j,t} = sum_i p_{j,i,t} over the W window queries (prefill); recent window of

@@ -9,6 +9,11 @@
 #include "solvers/scorer_parts.hpp"
 
 namespace tierlab {
+
+// Defined below, listed in scorer_registry() (scorers.cpp).
+const ScorerEntry& streaming_scorer_entry();
+const ScorerEntry& keydiff_scorer_entry();
+const ScorerEntry& laprox_scorer_entry();
 namespace {
 
 // StreamingLLM: x_t = t (the most recent win), sinks forced.

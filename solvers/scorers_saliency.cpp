@@ -7,6 +7,11 @@
 #include "solvers/scorer_parts.hpp"
 
 namespace tierlab {
+
+// Defined below, listed in scorer_registry() (scorers.cpp).
+const ScorerEntry& dropkv_scorer_entry();
+const ScorerEntry& obcache_scorer_entry();
+const ScorerEntry& expected_scorer_entry();
 namespace {
 
 // x_{j,t} = sum_i term(p_{j,i,t}, z_{j,i,t}, ||v_t||^2, ||v_t - o_{j,i}||^2) over the last W

@@ -7,6 +7,11 @@
 #include "solvers/scorer_parts.hpp"
 
 namespace tierlab {
+
+// Defined below, listed in scorer_registry() (scorers.cpp).
+const ScorerEntry& snapkv_scorer_entry();
+const ScorerEntry& adakv_scorer_entry();
+const ScorerEntry& pyramidkv_scorer_entry();
 namespace {
 
 // The SnapKV family's parameters, in the order of each entry (then its own).

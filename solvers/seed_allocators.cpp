@@ -25,10 +25,8 @@ double to_double(const std::string& method, const std::string& p, const std::str
 }
 
 // The registry (one entry per seed allocator, declared once at the end of this file).
-struct SeedAllocatorEntry {
-  MethodInfo info;  // name, kind, summary, source, parameters with their defaults
-  SeedAllocation (*allocate)(const SeedProblem&, const MethodParams&);
-};
+// info: name, kind, summary, source, parameters with their defaults; make: the allocator.
+using SeedAllocatorEntry = MethodEntry<SeedAllocation (*)(const SeedProblem&, const MethodParams&)>;
 const std::vector<SeedAllocatorEntry>& seed_registry();
 
 const SeedAllocatorEntry& seed_entry(const std::string& name) {
@@ -336,7 +334,7 @@ SeedAllocation allocate_seed(std::string_view name_view, const MethodParams& giv
   const SeedAllocatorEntry& e = seed_entry(std::string(name_view));
   const MethodParams p = with_defaults(e, given);
   problem.validate();
-  return e.allocate(problem, p);
+  return e.make(problem, p);
 }
 
 }  // namespace tierlab

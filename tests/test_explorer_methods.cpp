@@ -267,7 +267,7 @@ TEST_CASE("explorer window: the quantizer, solver, family and methods menus offe
   // Every registered key quantizer with a tier form is offered as one.
   for (const KeyQuantizerEntry& e : key_quantizer_registry())
     for (const TierForm& f : tier_forms())
-      if (f.kind == QuantizerKind::Published && f.prefix == e.name) CHECK(got_q.contains(QString::fromStdString(e.name)));
+      if (f.kind == QuantizerKind::Published && f.prefix == e.info.name) CHECK(got_q.contains(QString::fromStdString(e.info.name)));
   // Solvers: solvers/families.hpp family_solvers().
   auto* solver = w.findChild<QComboBox*>("solver");
   REQUIRE(solver != nullptr);
@@ -286,7 +286,7 @@ TEST_CASE("explorer window: the quantizer, solver, family and methods menus offe
   // Methods on the RD curve: the catalogue (every key quantizer, eviction scorer, seed allocator and
   // uniform policy of the registries), in the forms a scenario takes.
   QStringList want_m;
-  for (const KeyQuantizerEntry& e : key_quantizer_registry()) want_m << QString::fromStdString("{quantizer: " + e.name + "}");
+  for (const KeyQuantizerEntry& e : key_quantizer_registry()) want_m << QString::fromStdString("{quantizer: " + e.info.name + "}");
   for (const ScorerEntry& e : scorer_registry()) want_m << QString::fromStdString("{scorer: " + e.info.name + "}");
   std::vector<MethodInfo> seeds = seed_allocator_methods();
   seeds.push_back(kvcobra_allocator_method());

@@ -31,13 +31,13 @@ bool is_prefix(const KeyQuantizerParam& p) { return p.name.size() > 2 && p.name.
 TEST_CASE("The registry's names are unique and every entry has a summary, a source and a factory", "[key_quantizer]") {
   std::set<std::string> names;
   for (const KeyQuantizerEntry& e : key_quantizer_registry()) {
-    INFO(e.name);
-    CHECK(names.insert(e.name).second);
-    CHECK_FALSE(e.summary.empty());
-    CHECK_FALSE(e.source.empty());
+    INFO(e.info.name);
+    CHECK(names.insert(e.info.name).second);
+    CHECK_FALSE(e.info.summary.empty());
+    CHECK_FALSE(e.info.source.empty());
     CHECK(e.make != nullptr);
     std::set<std::string> params;
-    for (const KeyQuantizerParam& p : e.params) {
+    for (const KeyQuantizerParam& p : e.info.params) {
       CHECK(params.insert(p.name).second);
       CHECK_FALSE(p.help.empty());
     }
@@ -49,12 +49,12 @@ TEST_CASE("The registry's names are unique and every entry has a summary, a sour
 TEST_CASE("Every registered quantizer made with no parameters reports exactly its declared defaults",
           "[key_quantizer]") {
   for (const KeyQuantizerEntry& e : key_quantizer_registry()) {
-    INFO(e.name);
-    const auto q = make_key_quantizer(e.name);
-    CHECK(q->name() == e.name);
+    INFO(e.info.name);
+    const auto q = make_key_quantizer(e.info.name);
+    CHECK(q->name() == e.info.name);
     const KeyQuantizerParams eff = q->parameters();
     KeyQuantizerParams expected;
-    for (const KeyQuantizerParam& p : e.params) {
+    for (const KeyQuantizerParam& p : e.info.params) {
       if (!is_prefix(p)) {
         expected[p.name] = p.default_value;
         continue;
@@ -63,7 +63,7 @@ TEST_CASE("Every registered quantizer made with no parameters reports exactly it
       const std::string prefix = p.name.substr(0, p.name.size() - 1);
       const KeyQuantizerParam* base = e.param(prefix.substr(0, prefix.size() - 1));
       REQUIRE(base != nullptr);
-      for (const KeyQuantizerParam& bp : key_quantizer_entry(base->default_value).params)
+      for (const KeyQuantizerParam& bp : key_quantizer_entry(base->default_value).info.params)
         expected[prefix + bp.name] = bp.default_value;
     }
     CHECK(eff == expected);
@@ -75,16 +75,16 @@ TEST_CASE("Every registered quantizer made with no parameters reports exactly it
 TEST_CASE("An unknown parameter is rejected with a message that lists the declared parameter names",
           "[key_quantizer]") {
   for (const KeyQuantizerEntry& e : key_quantizer_registry()) {
-    INFO(e.name);
-    const std::string msg = error_of_make(e.name, {{"no_such_parameter", "1"}});
+    INFO(e.info.name);
+    const std::string msg = error_of_make(e.info.name, {{"no_such_parameter", "1"}});
     CHECK_THAT(msg, Catch::Contains("unknown parameter 'no_such_parameter'"));
-    for (const KeyQuantizerParam& p : e.params) CHECK_THAT(msg, Catch::Contains(p.name));
+    for (const KeyQuantizerParam& p : e.info.params) CHECK_THAT(msg, Catch::Contains(p.name));
   }
 }
 
 TEST_CASE("An unknown quantizer name is rejected with the list of registered names", "[key_quantizer]") {
   std::string list;
-  for (const KeyQuantizerEntry& e : key_quantizer_registry()) list += (list.empty() ? "" : ", ") + e.name;
+  for (const KeyQuantizerEntry& e : key_quantizer_registry()) list += (list.empty() ? "" : ", ") + e.info.name;
   CHECK(error_of_make("nope", {}) == "Unknown key quantizer 'nope'; valid names are " + list + ".");
   CHECK_THROWS_AS(key_quantizer_entry("nope"), InputError);
 }
@@ -93,8 +93,8 @@ TEST_CASE("A declared default that does not parse or is out of range is a progra
           "[key_quantizer]") {
   const auto entry_with = [](const std::string& def, std::vector<std::string> choices = {}) {
     KeyQuantizerEntry e;
-    e.name = "broken";
-    e.params = {{"p", def, "a test parameter", std::move(choices)}};
+    e.info.name = "broken";
+    e.info.params = {{"p", def, "a test parameter", std::move(choices)}};
     return e;
   };
   const auto logic_error_of = [](auto&& read) -> std::string {

@@ -30,8 +30,8 @@ bool listed(const std::string& name) { return methods_doc().find("`" + name) != 
 TEST_CASE("docs/methods.md names every registered key quantizer, tier form, scorer and seed allocator") {
   REQUIRE_FALSE(methods_doc().empty());
   for (const KeyQuantizerEntry& q : key_quantizer_registry()) {
-    INFO("key quantizer " << q.name);
-    CHECK(listed(q.name));
+    INFO("key quantizer " << q.info.name);
+    CHECK(listed(q.info.name));
   }
   for (const TierForm& f : tier_forms()) {
     INFO("tier form " << f.form);

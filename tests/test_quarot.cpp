@@ -109,17 +109,17 @@ TEST_CASE("The registry lists every key quantizer and rejects unknown names and 
   const auto& all = key_quantizer_registry();
   REQUIRE(all.size() == 8);
   for (const KeyQuantizerEntry& info : all) {
-    CHECK_FALSE(info.source.empty());
-    const auto q = make_key_quantizer(info.name);
-    CHECK(q->name() == info.name);
+    CHECK_FALSE(info.info.source.empty());
+    const auto q = make_key_quantizer(info.info.name);
+    CHECK(q->name() == info.info.name);
     // The listed parameters are exactly the effective ones (headq: base.* expands).
     const KeyQuantizerParams eff = q->parameters();
-    for (const KeyQuantizerParam& p : info.params)
+    for (const KeyQuantizerParam& p : info.info.params)
       if (p.name != "base.*") CHECK(eff.count(p.name) == 1);
     for (const auto& [key, value] : eff) {
       bool listed = key.rfind("base.", 0) == 0;
-      for (const KeyQuantizerParam& p : info.params) listed = listed || p.name == key;
-      INFO(info.name << ": " << key);
+      for (const KeyQuantizerParam& p : info.info.params) listed = listed || p.name == key;
+      INFO(info.info.name << ": " << key);
       CHECK(listed);
     }
   }

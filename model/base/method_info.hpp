@@ -36,6 +36,21 @@ struct MethodInfo {
   std::vector<std::string> examples{};
 };
 
+// One registered method of any kind: its description and its factory, whose signature is the
+// kind's (a key quantizer's makes a KeyQuantizer from parameters, a scorer's an EvictionScorer
+// from a reader, a seed allocator's an allocation of a problem).
+template <class Factory>
+struct MethodEntry {
+  MethodInfo info;
+  Factory make = nullptr;
+  // The declared parameter `key`, or nullptr.
+  const MethodParam* param(const std::string& key) const {
+    for (const MethodParam& p : info.params)
+      if (p.name == key) return &p;
+    return nullptr;
+  }
+};
+
 // The one reader of a method's parameters (key quantizers, scorers, seed allocators, KV-COBRA):
 // each get_* takes the given value or else the DECLARED default (so no default is typed twice),
 // checks it and records the effective value. Errors:

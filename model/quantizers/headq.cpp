@@ -21,6 +21,8 @@
 
 namespace tierlab {
 
+const KeyQuantizerEntry& headq_key_quantizer_entry();  // defined below, listed in key_quantizer_registry()
+
 namespace {
 
 class HeadqKeyQuantizer final : public KeyQuantizer {
@@ -28,10 +30,10 @@ class HeadqKeyQuantizer final : public KeyQuantizer {
   HeadqKeyQuantizer(std::unique_ptr<KeyQuantizer> base, int rank, int side_bits, bool basis_free,
                     KeyQuantizerParams eff)
       : base_(std::move(base)), rank_(rank), side_bits_(side_bits), basis_free_(basis_free), eff_(std::move(eff)) {}
-  std::string name() const override { return headq_key_quantizer_entry().name; }
+  std::string name() const override { return headq_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
   std::string source() const override {
-    return headq_key_quantizer_entry().source + " (side code over base: " + base_->source() + ")";
+    return headq_key_quantizer_entry().info.source + " (side code over base: " + base_->source() + ")";
   }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams& rope,
@@ -84,15 +86,14 @@ class HeadqKeyQuantizer final : public KeyQuantizer {
 }  // namespace
 
 const KeyQuantizerEntry& headq_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "headq",
-      "base quantizer + low-rank residual in the calibration query basis (logit correction); base + r b_s / d",
-      {{"base", "kivi", "base quantizer (any registered one but headq)"},
+  static const KeyQuantizerEntry entry{{"headq", "key quantizer",
+       "base quantizer + low-rank residual in the calibration query basis (logit correction); base + r b_s / d",
+       "arXiv 2605.03562",
+       {{"base", "kivi", "base quantizer (any registered one but headq)"},
        {"base.*", "", "the base's parameters (default: the base's defaults)"},
        {"rank", "8", "side-code rank r"},
        {"side_bits", "4", "side-code bits b_s per channel"},
-       {"basis_cost", "fp16", "fp16 = the basis is charged; offline = part of the model", {"fp16", "offline"}}},
-      "arXiv 2605.03562",
+       {"basis_cost", "fp16", "fp16 = the basis is charged; offline = part of the model", {"fp16", "offline"}}}},
       &make_headq_quantizer};
   return entry;
 }

@@ -17,6 +17,16 @@
 
 namespace tierlab {
 
+// The registry's entries, each defined in its quantizer's file (listed in key_quantizer_registry()).
+const KeyQuantizerEntry& kivi_key_quantizer_entry();
+const KeyQuantizerEntry& token_key_quantizer_entry();
+const KeyQuantizerEntry& quarot_key_quantizer_entry();
+const KeyQuantizerEntry& kvquant_key_quantizer_entry();
+const KeyQuantizerEntry& turboquant_key_quantizer_entry();
+const KeyQuantizerEntry& kvcobra_key_quantizer_entry();
+const KeyQuantizerEntry& headq_key_quantizer_entry();
+const KeyQuantizerEntry& rdkv_channel_key_quantizer_entry();
+
 double QuantizedHeadKeys::meta_bits() const {
   double s = 0.0;
   for (const auto& m : meta) s += m.bits;
@@ -194,11 +204,6 @@ ChannelSplit turboquant_split(double bits, int d) {
 
 // ---- parameters -------------------------------------------------------------------
 
-const KeyQuantizerParam* KeyQuantizerEntry::param(const std::string& key) const {
-  for (const auto& p : params)
-    if (p.name == key) return &p;
-  return nullptr;
-}
 
 std::vector<int> resolve_tokens(const std::string& quantizer, int T, const std::vector<int>& tokens) {
   if (tokens.empty()) {
@@ -228,9 +233,9 @@ class KiviKeyQuantizer final : public KeyQuantizer {
  public:
   KiviKeyQuantizer(int bits, int group, int residual, KeyQuantizerParams eff)
       : bits_(bits), group_(group), residual_(residual), eff_(std::move(eff)) {}
-  std::string name() const override { return kivi_key_quantizer_entry().name; }
+  std::string name() const override { return kivi_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return kivi_key_quantizer_entry().source; }
+  std::string source() const override { return kivi_key_quantizer_entry().info.source; }
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const auto rows = resolve_tokens("kivi", static_cast<int>(head.keys.rows()), tokens);
     const int d = static_cast<int>(head.keys.cols());
@@ -261,9 +266,9 @@ class KiviKeyQuantizer final : public KeyQuantizer {
 class TokenKeyQuantizer final : public KeyQuantizer {
  public:
   TokenKeyQuantizer(int bits, int group, KeyQuantizerParams eff) : bits_(bits), group_(group), eff_(std::move(eff)) {}
-  std::string name() const override { return token_key_quantizer_entry().name; }
+  std::string name() const override { return token_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return token_key_quantizer_entry().source; }
+  std::string source() const override { return token_key_quantizer_entry().info.source; }
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const auto rows = resolve_tokens("token", static_cast<int>(head.keys.rows()), tokens);
     const QuantizedBlock b = quantize_block(head.keys, rows, Tier{QuantizerKind::PerToken, bits_, group_});
@@ -282,13 +287,12 @@ class TokenKeyQuantizer final : public KeyQuantizer {
 }  // namespace
 
 const KeyQuantizerEntry& kivi_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "kivi",
-      "post-RoPE keys per channel, groups of G tokens, fp16 residual window; b + 32/G",
-      {{"bits", "2", "code bits"},
+  static const KeyQuantizerEntry entry{{"kivi", "key quantizer",
+       "post-RoPE keys per channel, groups of G tokens, fp16 residual window; b + 32/G",
+       "arXiv 2402.02750, github.com/jy-yuan/KIVI",
+       {{"bits", "2", "code bits"},
        {"group", "32", "tokens per group G"},
-       {"residual", "128", "fp16 residual window R, a multiple of G (0 = none)"}},
-      "arXiv 2402.02750, github.com/jy-yuan/KIVI",
+       {"residual", "128", "fp16 residual window R, a multiple of G (0 = none)"}}},
       &make_kivi_quantizer};
   return entry;
 }
@@ -306,11 +310,10 @@ std::unique_ptr<KeyQuantizer> make_kivi_quantizer(const KeyQuantizerParams& para
 }
 
 const KeyQuantizerEntry& token_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "token",
-      "post-RoPE keys per token, channel groups of n; b + 32 ceil(d/n)/d",
-      {{"bits", "4", "code bits"}, {"group", "0", "channels per group n (0 = d)"}},
-      "asymmetric min/max per token (KIVI values, QuaRot axis)",
+  static const KeyQuantizerEntry entry{{"token", "key quantizer",
+       "post-RoPE keys per token, channel groups of n; b + 32 ceil(d/n)/d",
+       "asymmetric min/max per token (KIVI values, QuaRot axis)",
+       {{"bits", "4", "code bits"}, {"group", "0", "channels per group n (0 = d)"}}},
       &make_token_quantizer};
   return entry;
 }
@@ -337,9 +340,9 @@ const std::vector<KeyQuantizerEntry>& key_quantizer_registry() {
 
 const KeyQuantizerEntry& key_quantizer_entry(const std::string& name) {
   for (const auto& e : key_quantizer_registry())
-    if (e.name == name) return e;
+    if (e.info.name == name) return e;
   std::string list;
-  for (const auto& e : key_quantizer_registry()) list += (list.empty() ? "" : ", ") + e.name;
+  for (const auto& e : key_quantizer_registry()) list += (list.empty() ? "" : ", ") + e.info.name;
   throw InputError("Unknown key quantizer '" + name + "'; valid names are " + list + ".");
 }
 

@@ -75,15 +75,10 @@ using KeyQuantizerParam = MethodParam;
 
 using KeyQuantizerFactory = std::unique_ptr<KeyQuantizer> (*)(const KeyQuantizerParams&);
 
-struct KeyQuantizerEntry {
-  std::string name;
-  std::string summary;                    // one line: what it quantizes, its rate
-  std::vector<KeyQuantizerParam> params;  // in the order listed
-  std::string source;                     // arXiv id and repository
-  KeyQuantizerFactory make = nullptr;     // validates the parameters; throws InputError
-  // The declared parameter `key`, or nullptr.
-  const KeyQuantizerParam* param(const std::string& key) const;
-};
+// info: name, kind "key quantizer", a one-line summary (what it quantizes, its rate), the
+// source (arXiv id and repository) and the parameters in the order listed; make validates the
+// parameters and throws InputError.
+using KeyQuantizerEntry = MethodEntry<KeyQuantizerFactory>;
 
 // Every registered quantizer, in the listed order (kivi, token, quarot, kvquant, turboquant,
 // kvcobra, headq, rdkv-channel); names are unique.
@@ -158,19 +153,12 @@ struct ChannelSplit {
 ChannelSplit turboquant_split(double bits, int d);
 
 // ---- registry entries and factories -------------------------------------------------
-// Each quantizer's entry is declared in its own source file, next to the factory that reads
+// Each quantizer's entry is defined in its own source file, next to the factory that reads
 // the parameters, so a parameter's declaration and its use are read together; the registry
-// (key_quantizer.cpp) is the list of these entries. Parameters arrive as strings; each
-// factory reads them with ParamReader(its entry, params) and throws InputError for unknown
-// keys, naming the declared ones.
-const KeyQuantizerEntry& kivi_key_quantizer_entry();
-const KeyQuantizerEntry& token_key_quantizer_entry();
-const KeyQuantizerEntry& quarot_key_quantizer_entry();
-const KeyQuantizerEntry& kvquant_key_quantizer_entry();
-const KeyQuantizerEntry& turboquant_key_quantizer_entry();
-const KeyQuantizerEntry& kvcobra_key_quantizer_entry();
-const KeyQuantizerEntry& headq_key_quantizer_entry();
-const KeyQuantizerEntry& rdkv_channel_key_quantizer_entry();
+// (key_quantizer.cpp) declares and lists these entries, so a new quantizer is its own file and
+// one line there (docs/extending.md). Parameters arrive as strings; each factory reads them
+// with ParamReader(its entry, params) and throws InputError for unknown keys, naming the
+// declared ones.
 // kivi: quantize_block per channel, groups of G, fp16 window of n mod R rows; b + 32/G.
 std::unique_ptr<KeyQuantizer> make_kivi_quantizer(const KeyQuantizerParams&);
 // token: quantize_block per token, channel groups of n; b + 32 ceil(d/n)/d.
@@ -235,7 +223,7 @@ std::vector<double> kvcobra_direction_weights(const HeadData& head, const RopePa
 class ParamReader : public MethodParamReader {
  public:
   ParamReader(const KeyQuantizerEntry& entry, const KeyQuantizerParams& params)
-      : MethodParamReader("Key quantizer '" + entry.name + "'", entry.params, params) {}
+      : MethodParamReader("Key quantizer '" + entry.info.name + "'", entry.info.params, params) {}
 };
 
 // Token rows to quantize: `tokens` checked (ascending, in range), or 0..T-1 when empty.

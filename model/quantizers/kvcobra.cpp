@@ -35,6 +35,8 @@
 
 namespace tierlab {
 
+const KeyQuantizerEntry& kvcobra_key_quantizer_entry();  // defined below, listed in key_quantizer_registry()
+
 namespace {
 
 struct Basis {
@@ -92,9 +94,9 @@ class KvcobraKeyQuantizer final : public KeyQuantizer {
                       bool basis_free, KeyQuantizerParams eff)
       : bits_(bits), rank_(rank), budget_(budget), group_(group), seed_(seed), basis_(std::move(basis)),
         basis_free_(basis_free), eff_(std::move(eff)) {}
-  std::string name() const override { return kvcobra_key_quantizer_entry().name; }
+  std::string name() const override { return kvcobra_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return kvcobra_key_quantizer_entry().source; }
+  std::string source() const override { return kvcobra_key_quantizer_entry().info.source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams& rope,
                              const std::vector<int>& tokens) const override {
@@ -222,17 +224,16 @@ std::vector<double> kvcobra_direction_weights(const HeadData& head, const RopePa
 }
 
 const KeyQuantizerEntry& kvcobra_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "kvcobra",
-      "rank-r key SVD latent, random Hadamard, per-channel quantization; pad(r) b / d + metadata",
-      {{"bits", "0", "latent code bits (0 = auto, at the budget)"},
+  static const KeyQuantizerEntry entry{{"kvcobra", "key quantizer",
+       "rank-r key SVD latent, random Hadamard, per-channel quantization; pad(r) b / d + metadata",
+       "arXiv 2609.24298, github.com/seonha01/KV-COBRA",
+       {{"bits", "0", "latent code bits (0 = auto, at the budget)"},
        {"rank", "0", "latent rank r (0 = auto, at the budget)"},
        {"budget", "2", "code bits per key element the auto (rank, bits) meet"},
        {"group", "0", "tokens per quantization group (0 = all tokens)"},
        {"seed", "0", "random-sign Hadamard seed"},
        {"basis", "auto", "keys the SVD basis is fitted on (auto = pre-RoPE if present)", {"auto", "pre", "post"}},
-       {"basis_cost", "fp16", "fp16 = the basis is charged; offline = part of the model", {"fp16", "offline"}}},
-      "arXiv 2609.24298, github.com/seonha01/KV-COBRA",
+       {"basis_cost", "fp16", "fp16 = the basis is charged; offline = part of the model", {"fp16", "offline"}}}},
       &make_kvcobra_quantizer};
   return entry;
 }

@@ -32,6 +32,8 @@
 
 namespace tierlab {
 
+const KeyQuantizerEntry& kvquant_key_quantizer_entry();  // defined below, listed in key_quantizer_registry()
+
 namespace {
 
 // Percentile q in [0, 100] of sorted v, linear interpolation between closest ranks.
@@ -86,9 +88,9 @@ class KvquantKeyQuantizer final : public KeyQuantizer {
   KvquantKeyQuantizer(int bits, double pct, std::string weighting, int sink, int pointer_elems, KeyQuantizerParams eff)
       : bits_(bits), pct_(pct), weighting_(std::move(weighting)), sink_(sink), pointer_elems_(pointer_elems),
         eff_(std::move(eff)) {}
-  std::string name() const override { return kvquant_key_quantizer_entry().name; }
+  std::string name() const override { return kvquant_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return kvquant_key_quantizer_entry().source; }
+  std::string source() const override { return kvquant_key_quantizer_entry().info.source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams& rope,
                              const std::vector<int>& tokens) const override {
@@ -195,15 +197,14 @@ class KvquantKeyQuantizer final : public KeyQuantizer {
 }  // namespace
 
 const KeyQuantizerEntry& kvquant_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "kvquant",
-      "pre-RoPE keys per channel, k-means codebook, 1% sparse outliers, fp16 sink; ~b + 0.32 + small",
-      {{"bits", "2", "code bits (a 2^b-entry codebook)"},
+  static const KeyQuantizerEntry entry{{"kvquant", "key quantizer",
+       "pre-RoPE keys per channel, k-means codebook, 1% sparse outliers, fp16 sink; ~b + 0.32 + small",
+       "arXiv 2401.18079, github.com/SqueezeAILab/KVQuant",
+       {{"bits", "2", "code bits (a 2^b-entry codebook)"},
        {"outlier_percent", "1", "percent of values kept exact (sparse)"},
        {"weighting", "uniform", "k-means weights (query: observation-query channel energy)", {"uniform", "query"}},
        {"sink", "1", "first tokens kept in fp16"},
-       {"pointer_elems", "4096", "elements sharing one 32-bit row pointer (d = per head)"}},
-      "arXiv 2401.18079, github.com/SqueezeAILab/KVQuant",
+       {"pointer_elems", "4096", "elements sharing one 32-bit row pointer (d = per head)"}}},
       &make_kvquant_quantizer};
   return entry;
 }

@@ -19,15 +19,17 @@
 
 namespace tierlab {
 
+const KeyQuantizerEntry& quarot_key_quantizer_entry();  // defined below, listed in key_quantizer_registry()
+
 namespace {
 
 class QuarotKeyQuantizer final : public KeyQuantizer {
  public:
   QuarotKeyQuantizer(int bits, int group, double clip, KeyQuantizerParams eff)
       : bits_(bits), group_(group), clip_(static_cast<float>(clip)), eff_(std::move(eff)) {}
-  std::string name() const override { return quarot_key_quantizer_entry().name; }
+  std::string name() const override { return quarot_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return quarot_key_quantizer_entry().source; }
+  std::string source() const override { return quarot_key_quantizer_entry().info.source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const int d = static_cast<int>(head.keys.cols());
@@ -84,13 +86,12 @@ class QuarotKeyQuantizer final : public KeyQuantizer {
 }  // namespace
 
 const KeyQuantizerEntry& quarot_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "quarot",
-      "Walsh-Hadamard-rotated post-RoPE keys per token, clip 0.95, integer zero; b + 32/group",
-      {{"bits", "4", "code bits"},
+  static const KeyQuantizerEntry entry{{"quarot", "key quantizer",
+       "Walsh-Hadamard-rotated post-RoPE keys per token, clip 0.95, integer zero; b + 32/group",
+       "arXiv 2404.00456, github.com/spcl/QuaRot",
+       {{"bits", "4", "code bits"},
        {"group", "128", "rotated channels per group"},
-       {"clip", "0.95", "range clip ratio (1 = spcl/QuaRot's parser default, no clipping)"}},
-      "arXiv 2404.00456, github.com/spcl/QuaRot",
+       {"clip", "0.95", "range clip ratio (1 = spcl/QuaRot's parser default, no clipping)"}}},
       &make_quarot_quantizer};
   return entry;
 }

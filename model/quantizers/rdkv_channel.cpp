@@ -35,6 +35,8 @@
 
 namespace tierlab {
 
+const KeyQuantizerEntry& rdkv_channel_key_quantizer_entry();  // defined below, listed in key_quantizer_registry()
+
 double rdkv_paper_key_nmse(int bits) {
   switch (bits) {
     case 0: return 1.0;
@@ -70,9 +72,9 @@ class RdkvChannelKeyQuantizer final : public KeyQuantizer {
                           KeyQuantizerParams eff)
       : budget_(budget), options_(std::move(options)), eps_(std::move(eps)), kernel_(kernel), group_(group),
         eff_(std::move(eff)) {}
-  std::string name() const override { return rdkv_channel_key_quantizer_entry().name; }
+  std::string name() const override { return rdkv_channel_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return rdkv_channel_key_quantizer_entry().source; }
+  std::string source() const override { return rdkv_channel_key_quantizer_entry().info.source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const int T = static_cast<int>(head.keys.rows()), d = static_cast<int>(head.keys.cols());
@@ -227,15 +229,14 @@ RdkvChannelAllocation rdkv_allocate_channels(const std::vector<double>& scores, 
 }
 
 const KeyQuantizerEntry& rdkv_channel_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "rdkv-channel",
-      "RDKV per key channel: b_c in {0,2,4,8,16} by argmin s_c eps(b) + lambda b; sum_c b_c / d + metadata",
-      {{"budget", "2", "mean bits per channel"},
+  static const KeyQuantizerEntry entry{{"rdkv-channel", "key quantizer",
+       "RDKV per key channel: b_c in {0,2,4,8,16} by argmin s_c eps(b) + lambda b; sum_c b_c / d + metadata",
+       "arXiv 2605.08317, github.com/Junkai1860/RDKV",
+       {{"budget", "2", "mean bits per channel"},
        {"options", "0,2,4,8,16", "ascending bit widths (0 = channel evicted, 16 = exact)"},
        {"eps", "", "NMSE per option, comma list (empty = the paper's key NMSE)"},
        {"kernel", "5", "odd reflect avg-pool kernel over channels (1 = none)"},
-       {"group", "0", "tokens per quantization group (0 = all tokens)"}},
-      "arXiv 2605.08317, github.com/Junkai1860/RDKV",
+       {"group", "0", "tokens per quantization group (0 = all tokens)"}}},
       &make_rdkv_channel_quantizer};
   return entry;
 }

@@ -22,15 +22,17 @@
 
 namespace tierlab {
 
+const KeyQuantizerEntry& turboquant_key_quantizer_entry();  // defined below, listed in key_quantizer_registry()
+
 namespace {
 
 class TurboquantKeyQuantizer final : public KeyQuantizer {
  public:
   TurboquantKeyQuantizer(double bits, int high, bool prod, std::uint64_t seed, KeyQuantizerParams eff)
       : bits_(bits), high_(high), prod_(prod), seed_(seed), eff_(std::move(eff)) {}
-  std::string name() const override { return turboquant_key_quantizer_entry().name; }
+  std::string name() const override { return turboquant_key_quantizer_entry().info.name; }
   KeyQuantizerParams parameters() const override { return eff_; }
-  std::string source() const override { return turboquant_key_quantizer_entry().source; }
+  std::string source() const override { return turboquant_key_quantizer_entry().info.source; }
 
   QuantizedHeadKeys quantize(const HeadData& head, const RopeParams&, const std::vector<int>& tokens) const override {
     const int d = static_cast<int>(head.keys.cols());
@@ -99,14 +101,13 @@ class TurboquantKeyQuantizer final : public KeyQuantizer {
 }  // namespace
 
 const KeyQuantizerEntry& turboquant_key_quantizer_entry() {
-  static const KeyQuantizerEntry entry{
-      "turboquant",
-      "seeded rotation, Lloyd-Max per coordinate, fp16 norm (prod: + 1-bit QJL); b + 16/d (prod b + 32/d)",
-      {{"bits", "2", "code bits per coordinate, fractional allowed"},
+  static const KeyQuantizerEntry entry{{"turboquant", "key quantizer",
+       "seeded rotation, Lloyd-Max per coordinate, fp16 norm (prod: + 1-bit QJL); b + 16/d (prod b + 32/d)",
+       "arXiv 2504.19874",
+       {{"bits", "2", "code bits per coordinate, fractional allowed"},
        {"high_channels", "-1", "channels at ceil(b) bits (-1 = from fractional bits)"},
        {"variant", "mse", "prod: (b-1)-bit stage + 1-bit QJL sketch of the residual", {"mse", "prod"}},
-       {"seed", "0", "rotation and sketch seed"}},
-      "arXiv 2504.19874",
+       {"seed", "0", "rotation and sketch seed"}}},
       &make_turboquant_quantizer};
   return entry;
 }

@@ -22,12 +22,9 @@ constexpr MethodKind kKinds[] = {MethodKind::Quantizer, MethodKind::Scorer, Meth
 // A key quantizer's registry entry as a MethodInfo: its parameters' help names the choices
 // (as `tierlab methods` has always printed them), and the choices are kept as a list too.
 MethodInfo quantizer_info(const KeyQuantizerEntry& q) {
-  MethodInfo m{q.name, "key quantizer", q.summary, q.source, {}};
-  for (const KeyQuantizerParam& p : q.params) {
-    std::string help = p.help;
-    for (std::size_t i = 0; i < p.choices.size(); ++i) help += (i == 0 ? "; one of " : " | ") + p.choices[i];
-    m.params.push_back({p.name, p.default_value, help, p.choices});
-  }
+  MethodInfo m = q.info;
+  for (MethodParam& p : m.params)
+    for (std::size_t i = 0; i < p.choices.size(); ++i) p.help += (i == 0 ? "; one of " : " | ") + p.choices[i];
   return m;
 }
 
@@ -35,7 +32,7 @@ std::vector<CatalogueEntry> build() {
   namespace f = method_factories;
   std::vector<CatalogueEntry> out;
   for (const KeyQuantizerEntry& q : key_quantizer_registry())
-    out.push_back({MethodKind::Quantizer, quantizer_info(q), {"{quantizer: " + q.name + "}"}, f::check_quantizer,
+    out.push_back({MethodKind::Quantizer, quantizer_info(q), {"{quantizer: " + q.info.name + "}"}, f::check_quantizer,
                    f::make_quantizer});
   for (const ScorerEntry& e : scorer_registry())
     out.push_back({MethodKind::Scorer, e.info, {"{scorer: " + e.info.name + "}"}, f::check_scorer, f::make_scorer});
