@@ -13,11 +13,12 @@
 #include "model/surrogate.hpp"
 #include "scenarios/pipeline/allocate.hpp"
 #include "solvers/families.hpp"
-#include "solvers/kvcobra_allocator.hpp"
 #include "solvers/seed_allocators.hpp"
 #include "solvers/scorers.hpp"
 #include "model/base/error.hpp"
 #include "scenarios/cli/commands.hpp"
+#include "scenarios/methods/catalogue.hpp"
+#include "scenarios/methods/compressors.hpp"
 #include "scenarios/cli/usage.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/run/progress.hpp"
@@ -85,107 +86,31 @@ TraceEvaluation evaluate_method(const TraceReader& trace, const std::string& qua
 
 // Why a feasible allocation is not proven optimal (solvers/mckp.hpp FeasibleReason); null
 // when it is not Feasible, as in `tierlab solve --json`.
-nlohmann::json feasible_reason_json(const SolveSummary& s) {
-  return s.status == SolveStatus::Feasible ? nlohmann::json(std::string(to_string(s.feasible_reason))) : nlohmann::json();
-}
-
-// A seed allocator (solvers/seed_allocators.hpp, or kvcobra) at budget B, evaluated with
-// exact recomputation. ratequant / rdkv / routed: the heads' surrogate costs on `ladder`,
-// grouped by `scope` (head: each head alone; layer: a layer's heads share the budget;
-// model: all heads share it), then the tiers materialised by evaluate_trace. kvcobra: the
-// per-head (rank, bits) of allocate_kvcobra, applied by the kvcobra key quantizer, rates as
-// the quantizer stores them. *seed_json receives the allocation's own report.
+// A seed allocator at budget B, evaluated with exact recomputation: the catalogue entry's
+// evaluate_seed (scenarios/methods/compressors.hpp: the ladder seed allocators in
+// compressors.cpp, KV-COBRA in kvcobra_method.cpp). *seed_json receives the allocation's own
+// report.
 TraceEvaluation evaluate_seed(const TraceReader& trace, const std::string& name, const MethodParams& params,
                               double budget, const std::string& ladder_text, const std::string& scope_text,
                               const std::string& rate_kind_text, Recomputer& backend, nlohmann::json* seed_json,
                               std::string* seed_line) {
-  const TraceMeta& meta = trace.meta();
+  MethodSpec m;
+  m.kind = MethodSpec::Kind::Seed;
+  m.name = name;
+  const CatalogueEntry& e = catalogue_entry(m);
+  method_factories::SeedRequest request;
+  request.name = name;
+  request.params = params;
+  request.budget = budget;
+  request.ladder = RateLadder::parse(ladder_text);
+  request.scope = parse_scope(scope_text);
+  request.rate_kind = parse_rate_kind(rate_kind_text);
   TerminalProgress bar("eval");
-  auto progress = [&](int d, int t) { bar.update(d, t); };
-  if (name == "kvcobra") {
-    const KvcobraAllocation a = allocate_kvcobra(trace, KvcobraAllocOptions::from_params(budget, params));
-    if (!a.has_solution())
-      throw InputError("seed allocator kvcobra has no allocation at budget " + std::to_string(budget) + ": " + a.message);
-    std::vector<std::unique_ptr<KeyQuantizer>> quantizers;
-    for (std::size_t i = 0; i < a.heads.size(); ++i) quantizers.push_back(a.quantizer(i));
-    TraceEvaluation ev = evaluate_trace(trace, [&](const HeadData& head) {
-      const std::size_t i = static_cast<std::size_t>(head.layer) * meta.n_kv_heads + head.kv_head;
-      QuantizedHeadKeys q = quantizers[i]->quantize(head, meta.rope);
-      const Rate rate = q.rate();
-      return CompressedHead{std::move(q.keys), std::vector<std::uint8_t>(static_cast<std::size_t>(meta.prompt_len), 1),
-                            rate};
-    }, backend, progress);
-    bar.finish();
-    ev.policy = "seed " + a.options.name();
-    *seed_line = a.summary() + "\n" + a.message;
-    nlohmann::json heads = nlohmann::json::array();
-    for (const auto& h : a.heads)
-      heads.push_back({{"layer", h.layer}, {"kv_head", h.kv_head}, {"rank", h.rank}, {"bits", h.bits},
-                       {"head_budget_bits", h.head_budget}, {"distortion", h.distortion},
-                       {"nominal_rate", h.nominal_rate}, {"code_rate", h.code_rate}});
-    *seed_json = {{"method", a.options.name()}, {"status", std::string(to_string(a.status))},
-                  {"feasible_reason", feasible_reason_json(a)}, {"message", a.message},
-                  {"budget", budget}, {"distortion", a.objective}, {"nominal_rate", a.nominal_rate},
-                  {"code_rate", a.code_rate}, {"heads", heads}};
-    if (std::isfinite(a.lower_bound)) (*seed_json)["lower_bound"] = a.lower_bound;
-    return ev;
-  }
-  const RateLadder ladder = RateLadder::parse(ladder_text);
-  const Scope scope = parse_scope(scope_text);
-  const RateKind kind = parse_rate_kind(rate_kind_text);
-  // Every head's surrogate costs (layer-major), then one SeedProblem per scope group.
-  std::vector<SurrogateCosts> costs;
-  costs.reserve(static_cast<std::size_t>(meta.n_heads()));
-  for (int l = 0; l < meta.n_layers; ++l)
-    for (int h = 0; h < meta.n_kv_heads; ++h) {
-      const HeadData head = trace.head(l, h);
-      costs.push_back(surrogate_costs(head, meta.rope, observation_queries(head), ladder));
-      bar.update(l * meta.n_kv_heads + h + 1, 2 * meta.n_heads());
-    }
-  const std::size_t H = costs.size();
-  const std::size_t per_group = scope == Scope::Head ? 1 : scope == Scope::Layer ? std::size_t(meta.n_kv_heads) : H;
-  std::vector<std::vector<std::uint8_t>> tiers(H);
-  nlohmann::json groups = nlohmann::json::array();
-  std::string method, worst_message;
-  double used = 0, total = 0;
-  for (std::size_t g0 = 0; g0 < H; g0 += per_group) {
-    SeedProblem p;
-    p.ladder = ladder;
-    p.budget = budget;
-    p.rate_kind = kind;
-    p.head_dim = meta.head_dim;
-    for (std::size_t i = g0; i < std::min(H, g0 + per_group); ++i) p.heads.push_back(&costs[i]);
-    const SeedAllocation a = allocate_seed(name, params, p);
-    method = a.method;
-    if (a.status == SolveStatus::Infeasible || a.tiers.size() != p.heads.size())
-      throw InputError("seed allocator " + a.method + " has no allocation at budget " + std::to_string(budget) +
-                       " (heads " + std::to_string(g0) + ".." + std::to_string(g0 + p.heads.size() - 1) +
-                       "): " + a.message);
-    for (std::size_t i = 0; i < p.heads.size(); ++i) tiers[g0 + i] = a.tiers[i];
-    used += a.rate_used;
-    total += static_cast<double>(a.tokens);
-    groups.push_back({{"first_head", g0}, {"heads", p.heads.size()}, {"status", std::string(to_string(a.status))},
-                      {"feasible_reason", feasible_reason_json(a)}, {"message", a.message},
-                      {"multiplier", a.multiplier}, {"objective", a.objective},
-                      {"rate_used_bits", a.rate_used}, {"rate_budget_bits", a.rate_budget},
-                      {"mean_rate", a.mean_rate()}});
-  }
-  costs.clear();
-  TraceEvaluation ev = evaluate_trace(trace, ladder, [&](const HeadData& head, const TokenWeights&) {
-    return tiers[static_cast<std::size_t>(head.layer) * meta.n_kv_heads + head.kv_head];
-  }, backend, progress);
+  method_factories::SeedEvaluation out = e.evaluate_seed(trace, request, backend, [&](int d, int t) { bar.update(d, t); });
   bar.finish();
-  std::ostringstream b;
-  b << budget;
-  const std::string label = method + " B=" + b.str() + " " + std::string(to_string(kind)) + " scope " +
-                            std::string(to_string(scope)) + " ladder " + ladder.name();
-  ev.policy = "seed " + label;
-  *seed_line = "seed " + label + ": mean nominal rate " + std::to_string(total > 0 ? used / total : 0.0) +
-               " bits per element (" + std::to_string(groups.size()) + " budget groups)";
-  *seed_json = {{"method", method}, {"budget", budget}, {"rate_kind", std::string(to_string(kind))},
-                {"scope", std::string(to_string(scope))}, {"ladder", ladder.name()},
-                {"mean_nominal_rate", total > 0 ? used / total : 0.0}, {"groups", groups}};
-  return ev;
+  *seed_json = std::move(out.report);
+  *seed_line = std::move(out.line);
+  return std::move(out.evaluation);
 }
 
 }  // namespace

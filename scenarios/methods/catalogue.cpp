@@ -37,11 +37,12 @@ std::vector<CatalogueEntry> build() {
   for (const ScorerEntry& e : scorer_registry())
     out.push_back({MethodKind::Scorer, e.info, {"{scorer: " + e.info.name + "}"}, f::check_scorer, f::make_scorer});
   for (const MethodInfo& m : seed_allocator_methods())
-    out.push_back({MethodKind::Allocator, m, {"{seed: " + m.name + ", budget: 2}"}, f::check_seed, f::make_seed});
+    out.push_back({MethodKind::Allocator, m, {"{seed: " + m.name + ", budget: 2}"}, f::check_seed, f::make_seed,
+                   f::evaluate_seed});
   // KV-COBRA allocates (rank, bits) per head rather than tiers on a ladder: its own factories.
   const MethodInfo kvcobra = kvcobra_allocator_method();
   out.push_back({MethodKind::Allocator, kvcobra, {"{seed: " + kvcobra.name + ", budget: 2}"}, f::check_kvcobra,
-                 f::make_kvcobra});
+                 f::make_kvcobra, f::evaluate_kvcobra});
   for (const MethodInfo& m : uniform_policy_methods())
     out.push_back({MethodKind::Policy, m, m.examples, f::check_policy, f::make_policy});
   for (const MethodInfo& m : solver_methods()) out.push_back({MethodKind::Solver, m, {}, nullptr, nullptr});

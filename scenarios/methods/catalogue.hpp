@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scenarios/methods/compressors.hpp"
 #include "scenarios/methods/methods_spec.hpp"
 #include "model/base/method_info.hpp"
 
@@ -42,6 +43,9 @@ struct CatalogueEntry {
   // every head. Null for the solvers (a `family:` entry is solved by the problem's solver).
   void (*check)(const MethodSpec&) = nullptr;
   ModelCompressor (*compress)(const MethodSpec&, const MethodContext&) = nullptr;
+  // Seed allocators: `tierlab eval --seed` over a whole trace (compressors.hpp); null otherwise.
+  method_factories::SeedEvaluation (*evaluate_seed)(const TraceReader&, const method_factories::SeedRequest&, Recomputer&,
+                                                    const Progress&) = nullptr;
 };
 
 // Every method, by kind in the order of the table above, each kind in its registry's order.

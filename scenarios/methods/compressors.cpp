@@ -2,7 +2,9 @@
 #include "scenarios/methods/compressors.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <memory>
+#include <sstream>
 
 #include "model/base/error.hpp"
 #include "model/base/text.hpp"
@@ -147,6 +149,72 @@ ModelCompressor make_family(const MethodSpec& m, const MethodContext& ctx) {
       return from_tiers(h, rope, m.ladder, r.tiers);
     });
   };
+}
+
+nlohmann::json feasible_reason_json(const SolveSummary& s) {
+  return s.status == SolveStatus::Feasible ? nlohmann::json(std::string(to_string(s.feasible_reason))) : nlohmann::json();
+}
+
+SeedEvaluation evaluate_seed(const TraceReader& trace, const SeedRequest& r, Recomputer& backend,
+                             const Progress& progress) {
+  const TraceMeta& meta = trace.meta();
+  SeedEvaluation out;
+  const RateLadder& ladder = r.ladder;
+  const Scope scope = r.scope;
+  const RateKind kind = r.rate_kind;
+  // Every head's surrogate costs (layer-major), then one SeedProblem per scope group.
+  std::vector<SurrogateCosts> costs;
+  costs.reserve(static_cast<std::size_t>(meta.n_heads()));
+  for (int l = 0; l < meta.n_layers; ++l)
+    for (int h = 0; h < meta.n_kv_heads; ++h) {
+      const HeadData head = trace.head(l, h);
+      costs.push_back(surrogate_costs(head, meta.rope, observation_queries(head), ladder));
+      progress(l * meta.n_kv_heads + h + 1, 2 * meta.n_heads());
+    }
+  const std::size_t H = costs.size();
+  const std::size_t per_group = scope == Scope::Head ? 1 : scope == Scope::Layer ? std::size_t(meta.n_kv_heads) : H;
+  std::vector<std::vector<std::uint8_t>> tiers(H);
+  nlohmann::json groups = nlohmann::json::array();
+  std::string method;
+  double used = 0, total = 0;
+  for (std::size_t g0 = 0; g0 < H; g0 += per_group) {
+    SeedProblem p;
+    p.ladder = ladder;
+    p.budget = r.budget;
+    p.rate_kind = kind;
+    p.head_dim = meta.head_dim;
+    for (std::size_t i = g0; i < std::min(H, g0 + per_group); ++i) p.heads.push_back(&costs[i]);
+    const SeedAllocation a = allocate_seed(r.name, r.params, p);
+    method = a.method;
+    if (a.status == SolveStatus::Infeasible || a.tiers.size() != p.heads.size())
+      throw InputError("seed allocator " + a.method + " has no allocation at budget " + std::to_string(r.budget) +
+                       " (heads " + std::to_string(g0) + ".." + std::to_string(g0 + p.heads.size() - 1) +
+                       "): " + a.message);
+    for (std::size_t i = 0; i < p.heads.size(); ++i) tiers[g0 + i] = a.tiers[i];
+    used += a.rate_used;
+    total += static_cast<double>(a.tokens);
+    groups.push_back({{"first_head", g0}, {"heads", p.heads.size()}, {"status", std::string(to_string(a.status))},
+                      {"feasible_reason", feasible_reason_json(a)}, {"message", a.message},
+                      {"multiplier", a.multiplier}, {"objective", a.objective},
+                      {"rate_used_bits", a.rate_used}, {"rate_budget_bits", a.rate_budget},
+                      {"mean_rate", a.mean_rate()}});
+  }
+  costs.clear();
+  TraceEvaluation ev = evaluate_trace(trace, ladder, [&](const HeadData& head, const TokenWeights&) {
+    return tiers[static_cast<std::size_t>(head.layer) * meta.n_kv_heads + head.kv_head];
+  }, backend, progress);
+  std::ostringstream b;
+  b << r.budget;
+  const std::string label = method + " B=" + b.str() + " " + std::string(to_string(kind)) + " scope " +
+                            std::string(to_string(scope)) + " ladder " + ladder.name();
+  ev.policy = "seed " + label;
+  out.line = "seed " + label + ": mean nominal rate " + std::to_string(total > 0 ? used / total : 0.0) +
+               " bits per element (" + std::to_string(groups.size()) + " budget groups)";
+  out.report = {{"method", method}, {"budget", r.budget}, {"rate_kind", std::string(to_string(kind))},
+                {"scope", std::string(to_string(scope))}, {"ladder", ladder.name()},
+                {"mean_nominal_rate", total > 0 ? used / total : 0.0}, {"groups", groups}};
+  out.evaluation = std::move(ev);
+  return out;
 }
 
 }  // namespace tierlab::method_factories

@@ -9,10 +9,15 @@
 //   seed       allocate_seed(NAME, params, problem) over every head, on `ladder`, at `budget`
 //   kvcobra    allocate_kvcobra on the heads' direction weights, each head quantized by
 //              kvcobra at its (rank, bits) (kvcobra_method.cpp)
+// and, for the seed allocators, the evaluation of `tierlab eval --seed` (evaluate_*).
 //   policy     UniformPolicy::parse(TEXT).allocate per head
 //   family     the family's surrogate optimum per head at equal memory (the `family:` key)
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "gpu/recompute.hpp"
+#include "model/base/cancel.hpp"
 #include "scenarios/methods/methods_spec.hpp"
 #include "solvers/families.hpp"
 
@@ -30,6 +35,31 @@ void check_policy(const MethodSpec&);
 ModelCompressor make_policy(const MethodSpec&, const MethodContext&);
 void check_family(const MethodSpec&);
 ModelCompressor make_family(const MethodSpec&, const MethodContext&);
+
+// `tierlab eval --seed NAME --budget B`: a seed allocator over a whole trace, recomputed
+// exactly, with the allocation's own report (JSON) and one line for the terminal.
+struct SeedRequest {
+  std::string name;
+  MethodParams params;
+  double budget = 0.0;
+  RateLadder ladder;  // ladder seed allocators: the tiers, the budget's scope and rate kind
+  Scope scope = Scope::Head;
+  RateKind rate_kind = kDefaultRateKind;
+};
+struct SeedEvaluation {
+  TraceEvaluation evaluation;
+  nlohmann::json report;
+  std::string line;
+};
+// Ladder seed allocators (ratequant, rdkv, routed): every head's surrogate costs on the
+// ladder, one SeedProblem per scope group (head: each head alone; layer; model), the tiers
+// materialised by evaluate_trace.
+SeedEvaluation evaluate_seed(const TraceReader&, const SeedRequest&, Recomputer&, const Progress&);
+// KV-COBRA: the per-head (rank, bits) of allocate_kvcobra, applied by the kvcobra key
+// quantizer, rates as the quantizer stores them (kvcobra_method.cpp).
+SeedEvaluation evaluate_kvcobra(const TraceReader&, const SeedRequest&, Recomputer&, const Progress&);
+// null unless the summary is Feasible: then why it is not proven optimal.
+nlohmann::json feasible_reason_json(const SolveSummary&);
 
 // "M" | "mixed", "Q" | "quantize", "E" | "evict", "routed"; InputError naming the choices.
 FamilyChoice family_of(const std::string& name);

@@ -38,4 +38,36 @@ ModelCompressor make_kvcobra(const MethodSpec& m, const MethodContext& ctx) {
   };
 }
 
+SeedEvaluation evaluate_kvcobra(const TraceReader& trace, const SeedRequest& r, Recomputer& backend,
+                                const Progress& progress) {
+  const TraceMeta& meta = trace.meta();
+  SeedEvaluation out;
+  const KvcobraAllocation a = allocate_kvcobra(trace, KvcobraAllocOptions::from_params(r.budget, r.params));
+  if (!a.has_solution())
+    throw InputError("seed allocator kvcobra has no allocation at budget " + std::to_string(r.budget) + ": " + a.message);
+  std::vector<std::unique_ptr<KeyQuantizer>> quantizers;
+  for (std::size_t i = 0; i < a.heads.size(); ++i) quantizers.push_back(a.quantizer(i));
+  TraceEvaluation ev = evaluate_trace(trace, [&](const HeadData& head) {
+    const std::size_t i = static_cast<std::size_t>(head.layer) * meta.n_kv_heads + head.kv_head;
+    QuantizedHeadKeys q = quantizers[i]->quantize(head, meta.rope);
+    const Rate rate = q.rate();
+    return CompressedHead{std::move(q.keys), std::vector<std::uint8_t>(static_cast<std::size_t>(meta.prompt_len), 1),
+                          rate};
+  }, backend, progress);
+  ev.policy = "seed " + a.options.name();
+  out.line = a.summary() + "\n" + a.message;
+  nlohmann::json heads = nlohmann::json::array();
+  for (const auto& h : a.heads)
+    heads.push_back({{"layer", h.layer}, {"kv_head", h.kv_head}, {"rank", h.rank}, {"bits", h.bits},
+                     {"head_budget_bits", h.head_budget}, {"distortion", h.distortion},
+                     {"nominal_rate", h.nominal_rate}, {"code_rate", h.code_rate}});
+  out.report = {{"method", a.options.name()}, {"status", std::string(to_string(a.status))},
+                {"feasible_reason", feasible_reason_json(a)}, {"message", a.message},
+                {"budget", r.budget}, {"distortion", a.objective}, {"nominal_rate", a.nominal_rate},
+                {"code_rate", a.code_rate}, {"heads", heads}};
+  if (std::isfinite(a.lower_bound)) out.report["lower_bound"] = a.lower_bound;
+  out.evaluation = std::move(ev);
+  return out;
+}
+
 }  // namespace tierlab::method_factories
