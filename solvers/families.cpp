@@ -451,7 +451,14 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
     Eval e;
     e.option.assign(H, -1);
     e.head_rate.assign(H, 0.0);
-    long double L = 0.0L, R = 0.0L;
+    // Each head's best option on its own (in parallel over heads when the work is large: the
+    // heads are independent), then the sums over heads in head order, so the result does not
+    // depend on the number of threads.
+    std::vector<double> head_value(H, 0.0);
+    long long work = 0;
+    for (std::size_t h = 0; h < H; ++h) work += static_cast<long long>(p.heads[h].cost->cols());
+    work *= static_cast<long long>(options.size());
+#pragma omp parallel for schedule(dynamic, 1) if (H > 1 && work >= (1LL << 16))
     for (std::size_t h = 0; h < H; ++h) {
       const MatrixRMd& c = *p.heads[h].cost;
       const Eigen::Index T = c.cols();
@@ -480,8 +487,12 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
       }
       e.option[h] = best_o;
       e.head_rate[h] = best_r;
-      L += best_v;
-      R += best_r;
+      head_value[h] = best_v;
+    }
+    long double L = 0.0L, R = 0.0L;
+    for (std::size_t h = 0; h < H; ++h) {
+      L += head_value[h];
+      R += e.head_rate[h];
     }
     e.L = static_cast<double>(L);
     e.rate = static_cast<double>(R);
