@@ -134,6 +134,28 @@ TEST_CASE("on tiny inputs, claims (a), (c) and (m) in one list produce three ver
              Catch::Contains("B = 2: median") || Catch::Contains("Q infeasible at B = 2"));
 }
 
+TEST_CASE("on tiny inputs, the stop-budget claim (b) produces its verdict row, and with one preset names nothing to compare") {
+  {
+    TempDir dir("claims-b1");
+    const nlohmann::json rows =
+        run_rows(dir, kTinyInterior + "claim: {id: b, claim: The stop depends on the architecture., source: Q, paper: differs}\n");
+    REQUIRE(rows.size() == 1);
+    check_row(rows[0], "b");
+    CHECK(rows[0]["verdict"] == "not testable here");
+    CHECK_THAT(rows[0]["why"].get<std::string>(), Catch::Contains("fewer than two presets"));
+  }
+  TempDir dir("claims-b2");
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-b\ntraces:\n  synthetic:\n    presets: [tiny, llama-like]\n    seeds: [0, 1]\n"
+           "    context_lengths: [96]\n    overrides: {n_layers: 1, n_kv_heads: 2, decode_steps: 4, spans_per_head: 1}\n"
+           "ladder: evict,kivi1,kivi2,kivi4,exact\nbudgets: [2, 4, 8, 12]\nbootstrap: 100\n"
+           "claim: {id: b, claim: The stop depends on the architecture., source: Q, paper: differs}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "b");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(),
+             Catch::Contains("tiny B = ") && Catch::Contains("llama-like B = ") && Catch::Contains("budgets swept 2, 4, 8, 12"));
+}
+
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
   TempDir dir("claims-d");
   const nlohmann::json rows = run_rows(

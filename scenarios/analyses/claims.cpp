@@ -155,6 +155,62 @@ void claim_a(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   }
 }
 
+// (b) per preset: the smallest swept budget from which the interior stops paying (median A <= 0
+// at it and every larger budget), with its cluster-resampling interval (interior.json,
+// stop_budget_per_preset). "Depends on the architecture" when two presets' intervals are
+// disjoint (a stop beyond the sweep counts as above its largest budget); refuted when every
+// preset stops at the same budget in every resample; else not testable (intervals overlap).
+void claim_b(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "interior.json", v.spec);
+  const double top = sc.budgets.empty() ? kNaN : *std::max_element(sc.budgets.begin(), sc.budgets.end());
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Stop {
+    std::string preset;
+    double stop, lo, hi;
+  };
+  auto bound = [&](const nlohmann::json& x, const char* key, const char* beyond) {
+    if (x.value(beyond, false)) return inf;
+    const double b = num(x, key);
+    return std::isfinite(b) ? b : inf;  // null: the interior pays at the largest budget
+  };
+  auto text = [&](double b) { return std::isinf(b) ? "> " + format_number(top) : format_number(b); };
+  std::vector<Stop> stops;
+  std::vector<std::string> parts;
+  for (const auto& x : t["stop_budget_per_preset"]) {
+    Stop st{x.value("preset", std::string()), bound(x, "stop", "stop_beyond_sweep"), bound(x, "ci_lo", "ci_lo_beyond_sweep"),
+            bound(x, "ci_hi", "ci_hi_beyond_sweep")};
+    stops.push_back(st);
+    parts.push_back(st.preset + " B = " + text(st.stop) + " [" + text(st.lo) + ", " + text(st.hi) + "] (" +
+                    std::to_string(x.value("clusters", 0)) + " clusters)");
+  }
+  v.measured = "stop budget (median A <= 0 from there on), per preset: " + join(parts, "; ") + "; budgets swept " +
+               budgets_text(sc.budgets) + " " + (sc.rate_kind == RateKind::Code ? "code" : "total") + " bits";
+  v.depends_on = common_settings(sc) + "; the swept budgets; the median over each preset's heads";
+  if (stops.size() < 2) {
+    v.standing = ClaimStanding::NotTestable, v.why = "fewer than two presets: no architecture to compare";
+    return;
+  }
+  std::vector<std::string> apart;
+  for (std::size_t i = 0; i < stops.size(); ++i)
+    for (std::size_t j = i + 1; j < stops.size(); ++j) {
+      const Stop &a = stops[i], &b = stops[j];
+      if (a.hi < b.lo || b.hi < a.lo) apart.push_back(a.preset + " vs " + b.preset);
+    }
+  bool all_same = true;
+  for (const Stop& st : stops) all_same = all_same && st.lo == stops[0].stop && st.hi == stops[0].stop;
+  if (!apart.empty()) {
+    v.standing = ClaimStanding::Reproduced;
+    v.why = "the stop budget differs by architecture beyond its intervals: " + join(apart, ", ");
+  } else if (all_same) {
+    v.standing = ClaimStanding::Refuted;
+    v.why = "every preset stops at B = " + text(stops[0].stop) + " in every resample of its clusters";
+  } else {
+    v.standing = ClaimStanding::NotTestable;
+    v.why = "the presets' intervals overlap: the stop budgets may differ but this run cannot tell (more seeds, "
+            "finer budgets)";
+  }
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -521,6 +577,7 @@ ClaimVerdict ClaimVerdict::from_json(const nlohmann::json& j) {
 const std::vector<ClaimMeasure>& claim_measures() {
   static const std::vector<ClaimMeasure> m = {
       {"a", "interior", "rho(dominated share, the primary cell summary) with its cluster-bootstrap interval"},
+      {"b", "interior", "the stop budget per preset (median A <= 0 from there on) with its cluster-resampling interval"},
       {"c", "interior", "E's share of wins and err(E*)/err(M*) from the shortest to the longest context, per preset"},
       {"d", "staleness", "err_stale/err_fresh in the first steps; family kept at the last step, with kappa"},
       {"h", "smoothing", "span truncation rate of M*, raw vs the best smoothed scores, per budget"},
@@ -542,6 +599,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     v.spec = spec;
     v.scenario = sc.file;
     if (spec.id == "a") claim_a(sc, dir, v);
+    else if (spec.id == "b") claim_b(sc, dir, v);
     else if (spec.id == "c") claim_c(sc, cells, v);
     else if (spec.id == "d") claim_d(sc, dir, v);
     else if (spec.id == "h") claim_h(sc, dir, v);
