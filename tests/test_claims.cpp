@@ -156,6 +156,23 @@ TEST_CASE("on tiny inputs, the stop-budget claim (b) produces its verdict row, a
              Catch::Contains("tiny B = ") && Catch::Contains("llama-like B = ") && Catch::Contains("budgets swept 2, 4, 8, 12"));
 }
 
+TEST_CASE("on stories260K, the proxy claim (g) produces its verdict row from the replay ranks") {
+  TempDir dir("claims-g");
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-g\ntraces:\n  model:\n    checkpoint: " + ckpt +
+               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
+               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
+               "methods:\n  - {quantizer: kivi, bits: [2, 4]}\n  - {quantizer: turboquant, bits: 2}\n"
+               "  - {quantizer: quarot, bits: 2, group: 8}\n  - {scorer: snapkv, keep: \"ratio:0.5\"}\n"
+               "  - {family: M, budget: 2}\nproxy:\n  mode: teacher-forced\n"
+               "claim: {id: g, claim: Output distortion ranks methods weakly., source: Q, paper: weak}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "g");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(),
+             Catch::Contains("Spearman(output error, replay KL)") && Catch::Contains("rotated (2 TurboQuant/QuaRot entries)"));
+}
+
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
   TempDir dir("claims-d");
   const nlohmann::json rows = run_rows(

@@ -211,6 +211,63 @@ void claim_b(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   }
 }
 
+// (g) two parts, from proxy.json: (1) how well the recomputed output error ranks the methods
+// against the end-task proxies (Spearman with replay KL and with top-1 disagreement, bootstrap
+// intervals over methods): "weakly" when the interval lies below kWeakRank; (2) whether the
+// output error overstates the cost of rotated quantization noise: the median over TurboQuant and
+// QuaRot entries of (rank by error - rank by KL; rank 1 = best) against the other methods'.
+void claim_g(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "proxy.json", v.spec);
+  double rho_kl = kNaN, lo_kl = kNaN, hi_kl = kNaN, rho_dis = kNaN, lo_dis = kNaN, hi_dis = kNaN;
+  int n_methods = 0;
+  for (const auto& c : t["correlations"]) {
+    if (c.value("x", std::string()) != "error") continue;
+    const std::string y = c.value("y", std::string());
+    if (y == "kl") rho_kl = num(c, "spearman"), lo_kl = num(c, "ci_lo"), hi_kl = num(c, "ci_hi");
+    if (y == "disagreement") rho_dis = num(c, "spearman"), lo_dis = num(c, "ci_lo"), hi_dis = num(c, "ci_hi");
+    n_methods = c.value("methods", 0);
+  }
+  std::vector<double> rotated, others;
+  for (const auto& m : t["methods"]) {
+    const std::string name = m.value("method", std::string());
+    const double shift = num(m, "rank_error") - num(m, "rank_kl");
+    if (!std::isfinite(shift)) continue;
+    const bool rot = name.rfind("turboquant", 0) == 0 || name.rfind("quarot", 0) == 0;
+    (rot ? rotated : others).push_back(shift);
+  }
+  const double med_rot = quantile_or_nan(rotated, 0.5), med_other = quantile_or_nan(others, 0.5);
+  v.measured = "Spearman(output error, replay KL) = " + f2(rho_kl) + " [" + f2(lo_kl) + ", " + f2(hi_kl) +
+               "], (output error, top-1 disagreement) = " + f2(rho_dis) + " [" + f2(lo_dis) + ", " + f2(hi_dis) + "] over " +
+               std::to_string(n_methods) + " methods; rank by error minus rank by KL (1 = best), median: rotated (" +
+               std::to_string(rotated.size()) + " TurboQuant/QuaRot entries) " + f2(med_rot) + ", others " + f2(med_other);
+  v.depends_on = common_settings(sc) + "; replay " + t.value("mode", std::string()) + "; the methods listed; weak = interval below " +
+                 f2(kWeakRank);
+  std::string part1, part2;
+  int holds = 0, fails = 0;
+  if (!std::isfinite(lo_kl) || !std::isfinite(hi_kl)) {
+    part1 = "the ranking's strength has no interval";
+  } else if (hi_kl < kWeakRank) {
+    part1 = "output error ranks methods weakly against replay KL (interval below " + f2(kWeakRank) + ")", ++holds;
+  } else if (lo_kl > kWeakRank) {
+    part1 = "output error ranks methods strongly against replay KL (interval above " + f2(kWeakRank) + "), not weakly", ++fails;
+  } else {
+    part1 = "the interval of Spearman(error, KL) straddles " + f2(kWeakRank);
+  }
+  if (rotated.empty() || others.empty()) {
+    part2 = "no rotated quantizer (TurboQuant, QuaRot) among the methods";
+  } else if (med_rot > 0 && med_rot > med_other) {
+    part2 = "output error ranks the rotated quantizers worse than replay KL does (it overstates their cost; " +
+            std::to_string(rotated.size()) + " entries, no interval)", ++holds;
+  } else {
+    part2 = "output error does not rank the rotated quantizers worse than replay KL does (no overstatement)", ++fails;
+  }
+  v.standing = holds == 2 ? ClaimStanding::Reproduced
+               : holds == 1 ? ClaimStanding::Partly
+               : fails >= 1 ? ClaimStanding::Refuted
+                            : ClaimStanding::NotTestable;
+  v.why = part1 + "; " + part2 + " (end task: replay on the model, the simulated counterpart of task scores)";
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -580,6 +637,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"b", "interior", "the stop budget per preset (median A <= 0 from there on) with its cluster-resampling interval"},
       {"c", "interior", "E's share of wins and err(E*)/err(M*) from the shortest to the longest context, per preset"},
       {"d", "staleness", "err_stale/err_fresh in the first steps; family kept at the last step, with kappa"},
+      {"g", "proxy", "Spearman of output error with replay KL and disagreement; rotated quantizers' rank by error vs by KL"},
       {"h", "smoothing", "span truncation rate of M*, raw vs the best smoothed scores, per budget"},
       {"j", "mismatch", "fitted beta per quantizer (median and quartiles over heads)"},
       {"k", "mismatch", "mismatched allocations vs uniform and vs matched"},
@@ -602,6 +660,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "b") claim_b(sc, dir, v);
     else if (spec.id == "c") claim_c(sc, cells, v);
     else if (spec.id == "d") claim_d(sc, dir, v);
+    else if (spec.id == "g") claim_g(sc, dir, v);
     else if (spec.id == "h") claim_h(sc, dir, v);
     else if (spec.id == "j") claim_j(sc, dir, v);
     else if (spec.id == "k") claim_kl(sc, dir, v, true);
