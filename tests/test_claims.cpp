@@ -84,8 +84,10 @@ TEST_CASE("a claim names an id a to q, the claim in one sentence, its source and
   m = parse_error(kTinyInterior + "claim:\n  id: a\n  claim: x.\n  source: y\n  paper: p\n  papr: q\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:15:") && Catch::Contains("papr"));
   // A claim tierlab does not measure yet, and one whose analysis the file lacks.
-  m = parse_error(kTinyInterior + "claim:\n  id: q\n  claim: x.\n  source: y\n  paper: p\n");
+  m = parse_error(kTinyInterior + "claim:\n  id: p\n  claim: x.\n  source: y\n  paper: p\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("no measurement in tierlab yet"));
+  m = parse_error(kTinyInterior + "claim:\n  id: q\n  claim: x.\n  source: y\n  paper: p\n");
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("add the key 'proxy'"));
   m = parse_error(kTinyInterior + "claim:\n  id: d\n  claim: x.\n  source: y\n  paper: p\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("add the key 'staleness'"));
   m = parse_error(kTinyInterior + "claim: [" + "{id: a, claim: x., source: y, paper: p}, {id: a, claim: x., source: y, paper: p}]\n");
@@ -171,6 +173,24 @@ TEST_CASE("on stories260K, the proxy claim (g) produces its verdict row from the
   check_row(rows[0], "g");
   CHECK_THAT(rows[0]["measured"].get<std::string>(),
              Catch::Contains("Spearman(output error, replay KL)") && Catch::Contains("rotated (2 TurboQuant/QuaRot entries)"));
+}
+
+TEST_CASE("on stories260K, the HeadQ claim (q) produces its verdict row with the removed shares") {
+  TempDir dir("claims-q");
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-q\ntraces:\n  model:\n    checkpoint: " + ckpt +
+               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
+               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
+               "methods:\n  - {quantizer: kivi, bits: [2, 3]}\n  - {quantizer: headq, base: kivi, base.bits: 2, rank: 2}\n"
+               "proxy:\n  mode: teacher-forced\n"
+               "claim: {id: q, claim: The side code removes most of the excess error., source: HeadQ, paper: most}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "q");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(),
+             Catch::Contains("base kivi bits=2") && Catch::Contains("of the base's removed") &&
+                 Catch::Contains("kivi bits=3 at the same 3 code bits"));
+  CHECK(rows[0]["verdict"] != "not testable here");
 }
 
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {

@@ -268,6 +268,55 @@ void claim_g(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   v.why = part1 + "; " + part2 + " (end task: replay on the model, the simulated counterpart of task scores)";
 }
 
+// (q) from proxy.json: the share of the 2-bit base quantizer's output error and replay KL that
+// HeadQ's side code removes (1 - headq / base; an exact cache has error and KL 0), for each headq
+// entry, judged at the largest side-code rank; beside it, a plain quantizer entry at the same key
+// code bits where the run has one (the side code's bits are not free).
+void claim_q(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "proxy.json", v.spec);
+  const nlohmann::json* base = nullptr;
+  std::vector<const nlohmann::json*> side;
+  for (const auto& m : t["methods"]) {
+    const std::string name = m.value("method", std::string());
+    if (m.value("kind", std::string()) != "quantizer") continue;
+    if (name.rfind("headq", 0) == 0) side.push_back(&m);
+    else if (!base && num(m, "code_bits") == 2.0) base = &m;
+  }
+  v.depends_on = common_settings(sc) + "; replay " + t.value("mode", std::string()) + "; the base at 2 code bits; most = share >= " +
+                 f2(kMostRemoved);
+  if (!base || side.empty()) {
+    v.measured = "no 2-bit base quantizer and headq entries among the methods";
+    v.standing = ClaimStanding::NotTestable, v.why = "the run lists no 2-bit base quantizer or no headq entry";
+    return;
+  }
+  const double e0 = num(*base, "error"), k0 = num(*base, "mean_kl");
+  std::vector<std::string> parts;
+  const nlohmann::json* top = side.front();
+  for (const nlohmann::json* m : side) {
+    const double cb = num(*m, "code_bits");
+    std::string same_rate;
+    for (const auto& o : t["methods"])
+      if (o.value("kind", std::string()) == "quantizer" && o.value("method", std::string()).rfind("headq", 0) != 0 &&
+          num(o, "code_bits") == cb)
+        same_rate = "; " + o.value("method", std::string()) + " at the same " + format_number(cb) + " code bits: error " +
+                    f3(num(o, "error")) + ", KL " + f3(num(o, "mean_kl"));
+    parts.push_back((*m).value("method", std::string()) + " (" + format_number(cb) + " code bits): error " +
+                    f3(num(*m, "error")) + " (" + pct(1 - num(*m, "error") / e0) + " of the base's removed), KL " +
+                    f3(num(*m, "mean_kl")) + " (" + pct(1 - num(*m, "mean_kl") / k0) + ")" + same_rate);
+    if (num(*m, "code_bits") > num(*top, "code_bits")) top = m;
+  }
+  v.measured = "base " + (*base).value("method", std::string()) + ": error " + f3(e0) + ", replay KL " + f3(k0) + "; " +
+               join(parts, "; ");
+  const double se = 1 - num(*top, "error") / e0, sk = 1 - num(*top, "mean_kl") / k0;
+  const bool he = se >= kMostRemoved, hk = sk >= kMostRemoved;
+  const std::string at = "at the largest side code (" + (*top).value("method", std::string()) + ")";
+  v.standing = he && hk ? ClaimStanding::Reproduced : (he || hk) ? ClaimStanding::Partly : ClaimStanding::Refuted;
+  v.why = at + " the side code removes " + pct(se) + " of the 2-bit keys' output error and " + pct(sk) +
+          " of their replay KL" + (he && hk ? " (most of both)" : he ? " (most of the error, not of the KL)"
+                                                       : hk ? " (most of the KL, not of the error)"
+                                                            : " (not most of either)");
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -642,6 +691,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"j", "mismatch", "fitted beta per quantizer (median and quartiles over heads)"},
       {"k", "mismatch", "mismatched allocations vs uniform and vs matched"},
       {"l", "mismatch", "matched (calibrated) allocations vs uniform"},
+      {"q", "proxy", "the share of a 2-bit base's output error and replay KL that HeadQ's side code removes"},
       {"m", "interior", "A_model of the joint allocation vs pooled E and Q per budget, cluster-bootstrap interval"},
   };
   return m;
@@ -666,6 +716,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "k") claim_kl(sc, dir, v, true);
     else if (spec.id == "l") claim_kl(sc, dir, v, false);
     else if (spec.id == "m") claim_m(sc, cells, dir, v);
+    else if (spec.id == "q") claim_q(sc, dir, v);
     rows.push_back(v);
   }
   return rows;

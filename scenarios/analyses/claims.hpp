@@ -76,6 +76,7 @@ inline constexpr int kStaleWithinSteps = 8;        // (d) ... at some step s <= 
 inline constexpr double kStableFamilyShare = 0.80; // (d) family stable: same family as after prefill, share >= this
 inline constexpr double kSmoothingRemovesMost = 0.5;  // (h) smoothed truncation <= this x raw
 inline constexpr double kPaperBetaLo = 3.6, kPaperBetaHi = 5.3;  // (j) RateQuant's range of beta
+inline constexpr double kMostRemoved = 0.5;  // (q) "most of the excess error": a removed share >= this
 inline constexpr double kWeakRank = 0.5;  // (g) a ranking is weak when its Spearman interval lies below this
 
 class ClaimAnalysis final : public Analysis {
