@@ -193,6 +193,21 @@ TEST_CASE("on stories260K, the HeadQ claim (q) produces its verdict row with the
   CHECK(rows[0]["verdict"] != "not testable here");
 }
 
+TEST_CASE("on stories260K, the KV-COBRA claim (n) compares the allocation with uniform at equal code bits") {
+  TempDir dir("claims-n");
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-n\ntraces:\n  model:\n    checkpoint: " + ckpt +
+               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
+               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
+               "methods:\n  - {quantizer: kvcobra, params: {budget: [1, 2, 3]}}\n  - {seed: kvcobra, budget: 2}\n"
+               "proxy:\n  mode: teacher-forced\n"
+               "claim: {id: n, claim: Co-optimising dominates uniform., source: KV-COBRA, paper: dominates}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "n");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("vs uniform") && Catch::Contains("(3 uniform entries)"));
+}
+
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
   TempDir dir("claims-d");
   const nlohmann::json rows = run_rows(

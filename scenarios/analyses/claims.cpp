@@ -317,6 +317,69 @@ void claim_q(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
                                                             : " (not most of either)");
 }
 
+// (n) from proxy.json: KV-COBRA's per-head allocation ("kvcobra B=..." seed entries, the released
+// water-filling over heads) against uniform allocation (the kvcobra quantizer at the same code
+// budget on every head, "kvcobra budget=..." entries) AT EQUAL MEASURED CODE BITS: the uniform
+// error at the allocator's code bits by log-linear interpolation between the uniform entries (no
+// extrapolation), and the gain 1 - err(allocator) / err(uniform). "Dominates" when every
+// comparable gain is > 0; "largest at the lowest rates" when the gains fall as the rate grows.
+void claim_n(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "proxy.json", v.spec);
+  std::vector<std::pair<double, double>> uniform;  // (code bits, error)
+  std::vector<std::pair<double, double>> alloc;
+  for (const auto& m : t["methods"]) {
+    const std::string name = m.value("method", std::string());
+    const double cb = num(m, "code_bits"), e = num(m, "error");
+    if (!std::isfinite(cb) || !std::isfinite(e) || e <= 0) continue;
+    if (name.rfind("kvcobra budget=", 0) == 0 && m.value("kind", std::string()) == "quantizer") uniform.push_back({cb, e});
+    if (name.rfind("kvcobra B=", 0) == 0 && m.value("kind", std::string()) == "seed") alloc.push_back({cb, e});
+  }
+  std::sort(uniform.begin(), uniform.end());
+  std::sort(alloc.begin(), alloc.end());
+  v.depends_on = common_settings(sc) + "; replay " + t.value("mode", std::string()) +
+                 "; uniform = the kvcobra quantizer at one code budget on every head; equal measured code bits";
+  auto uniform_at = [&](double c) {
+    for (std::size_t k = 0; k + 1 < uniform.size(); ++k) {
+      const auto& [c0, e0] = uniform[k];
+      const auto& [c1, e1] = uniform[k + 1];
+      if (c >= c0 && c <= c1 && c1 > c0) return std::exp(std::log(e0) + (c - c0) / (c1 - c0) * (std::log(e1) - std::log(e0)));
+    }
+    return kNaN;
+  };
+  std::vector<std::string> parts;
+  std::vector<double> gains;
+  for (const auto& [c, e] : alloc) {
+    const double u = uniform_at(c);
+    if (!std::isfinite(u)) {
+      parts.push_back(format_number(c, 4) + " code bits: error " + f3(e) + " (outside the uniform sweep)");
+      continue;
+    }
+    const double g = 1 - e / u;
+    gains.push_back(g);
+    parts.push_back(format_number(c, 4) + " code bits: error " + f3(e) + " vs uniform " + f3(u) + ", gain " + pct(g));
+  }
+  v.measured = "KV-COBRA's allocation vs uniform at equal code bits: " + (parts.empty() ? std::string("no entries") : join(parts, "; ")) +
+               " (" + std::to_string(uniform.size()) + " uniform entries)";
+  if (gains.empty()) {
+    v.standing = ClaimStanding::NotTestable;
+    v.why = "no allocator entry falls within the uniform entries' code bits";
+    return;
+  }
+  int wins = 0;
+  for (double g : gains) wins += g > 0;
+  bool falling = true;
+  for (std::size_t k = 1; k < gains.size(); ++k) falling = falling && gains[k] <= gains[k - 1];
+  if (wins == static_cast<int>(gains.size())) {
+    v.standing = falling ? ClaimStanding::Reproduced : ClaimStanding::Partly;
+    v.why = "the allocation beats uniform at every comparable rate" +
+            std::string(falling ? ", most at the lowest" : ", but the gain does not fall with the rate");
+  } else {
+    v.standing = wins > 0 ? ClaimStanding::Partly : ClaimStanding::Refuted;
+    v.why = "the allocation beats uniform at " + std::to_string(wins) + " of " + std::to_string(gains.size()) +
+            " comparable rates (no interval: one run of the methods)";
+  }
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -691,6 +754,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"j", "mismatch", "fitted beta per quantizer (median and quartiles over heads)"},
       {"k", "mismatch", "mismatched allocations vs uniform and vs matched"},
       {"l", "mismatch", "matched (calibrated) allocations vs uniform"},
+      {"n", "proxy", "KV-COBRA's per-head allocation vs the uniform kvcobra quantizer at equal measured code bits"},
       {"q", "proxy", "the share of a 2-bit base's output error and replay KL that HeadQ's side code removes"},
       {"m", "interior", "A_model of the joint allocation vs pooled E and Q per budget, cluster-bootstrap interval"},
   };
@@ -716,6 +780,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "k") claim_kl(sc, dir, v, true);
     else if (spec.id == "l") claim_kl(sc, dir, v, false);
     else if (spec.id == "m") claim_m(sc, cells, dir, v);
+    else if (spec.id == "n") claim_n(sc, dir, v);
     else if (spec.id == "q") claim_q(sc, dir, v);
     rows.push_back(v);
   }
