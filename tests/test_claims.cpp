@@ -208,6 +208,21 @@ TEST_CASE("on stories260K, the KV-COBRA claim (n) compares the allocation with u
   CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("vs uniform") && Catch::Contains("(3 uniform entries)"));
 }
 
+TEST_CASE("on tiny inputs, the Hadamard claim (o) measures the channel variances before and after the rotation") {
+  TempDir dir("claims-o");
+  const nlohmann::json rows =
+      run_rows(dir, kTinyInterior + "channel_variance: {}\n"
+                                    "claim: {id: o, claim: The rotation equalises channel variance., source: KV-COBRA, paper: equal}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "o");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("SVD latent") && Catch::Contains("raw keys"));
+  // The decorrelated latent rotated by D H has equal variances exactly (its covariance's diagonal
+  // is the mean eigenvalue everywhere): the table says 1 to rounding.
+  const nlohmann::json t = nlohmann::json::parse(slurp(dir.file("out") + "/tables/channel_variance.json"));
+  CHECK(t["latent_par_after"]["median"].get<double>() == Approx(1.0).epsilon(1e-4));
+  CHECK(t["latent_par_before"]["median"].get<double>() > 1.0);
+}
+
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
   TempDir dir("claims-d");
   const nlohmann::json rows = run_rows(

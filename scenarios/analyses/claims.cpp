@@ -380,6 +380,41 @@ void claim_n(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   }
 }
 
+// (o) from channel_variance.json: the median over heads of the channel variances' peak-to-average
+// ratio (1 = equal) before and after the random-sign Walsh-Hadamard rotation, for KV-COBRA's
+// full-rank SVD latent (what it rotates) and for the raw keys. "Equalised" when the median after
+// is at most kEqualisedPar and below the median before.
+void claim_o(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "channel_variance.json", v.spec);
+  auto med = [&](const char* k) { return t.contains(k) ? num(t[k], "median") : kNaN; };
+  auto quart = [&](const char* k) {
+    return t.contains(k) ? " [" + f2(num(t[k], "q1")) + ", " + f2(num(t[k], "q3")) + "]" : std::string();
+  };
+  const double lb = med("latent_par_before"), la = med("latent_par_after"), kb = med("keys_par_before"),
+               ka = med("keys_par_after");
+  v.measured = "peak-to-average ratio of the channel variances (1 = equal), median [quartiles] over " +
+               std::to_string(t.value("heads", 0)) + " heads: SVD latent " + f2(lb) + quart("latent_par_before") + " -> " +
+               f2(la) + quart("latent_par_after") + " after the rotation; raw keys " + f2(kb) + quart("keys_par_before") +
+               " -> " + f2(ka) + quart("keys_par_after");
+  v.depends_on = common_settings(sc) + "; post-RoPE keys of the prompt; equalised = median ratio <= " + f2(kEqualisedPar);
+  const bool latent = la <= kEqualisedPar && la < lb, keys = ka <= kEqualisedPar && ka < kb;
+  if (!std::isfinite(la) || !std::isfinite(ka)) {
+    v.standing = ClaimStanding::NotTestable, v.why = "no head was measured";
+  } else if (latent && keys) {
+    v.standing = ClaimStanding::Reproduced;
+    v.why = "the rotation equalises the variances of the SVD latent (the coordinates KV-COBRA quantizes; exact by "
+            "construction: a decorrelated latent's covariance Lambda rotated by D H has every diagonal entry mean(Lambda)) "
+            "and, empirically, of the raw keys";
+  } else if (latent || keys) {
+    v.standing = ClaimStanding::Partly;
+    v.why = std::string("the rotation equalises the variances of the ") + (latent ? "SVD latent" : "raw keys") +
+            " but not of the " + (latent ? "raw keys" : "SVD latent") + " (median ratio above " + f2(kEqualisedPar) + ")";
+  } else {
+    v.standing = ClaimStanding::Refuted;
+    v.why = "after the rotation the median ratio stays above " + f2(kEqualisedPar) + " for the latent and the keys";
+  }
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -755,6 +790,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"k", "mismatch", "mismatched allocations vs uniform and vs matched"},
       {"l", "mismatch", "matched (calibrated) allocations vs uniform"},
       {"n", "proxy", "KV-COBRA's per-head allocation vs the uniform kvcobra quantizer at equal measured code bits"},
+      {"o", "channel_variance", "channel variances' peak-to-average ratio before and after the Walsh-Hadamard rotation"},
       {"q", "proxy", "the share of a 2-bit base's output error and replay KL that HeadQ's side code removes"},
       {"m", "interior", "A_model of the joint allocation vs pooled E and Q per budget, cluster-bootstrap interval"},
   };
@@ -781,6 +817,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "l") claim_kl(sc, dir, v, false);
     else if (spec.id == "m") claim_m(sc, cells, dir, v);
     else if (spec.id == "n") claim_n(sc, dir, v);
+    else if (spec.id == "o") claim_o(sc, dir, v);
     else if (spec.id == "q") claim_q(sc, dir, v);
     rows.push_back(v);
   }

@@ -12,7 +12,7 @@
 //
 // After the other analyses have written their tables, ClaimAnalysis computes each claim's
 // verdict row FROM THOSE TABLES (DIR/tables/interior.json, staleness.json, smoothing.json,
-// mismatch.json, mismatch_beta.json, proxy.json; the cells only where an existing verdict helper reads
+// mismatch.json, mismatch_beta.json, proxy.json, channel_variance.json; the cells only where an existing verdict helper reads
 // them, e.g. context_trends): the paper's number as the file states it, tierlab's number with
 // its interval, the verdict and the settings it depends on. The rows go to
 // DIR/tables/claims.json and .csv, DIR/claims.md and a section of DIR/summary.md; `tierlab run`
@@ -65,7 +65,7 @@ struct ClaimVerdict {
 // The claims tierlab measures today and the analysis each needs ("interior" is always there).
 struct ClaimMeasure {
   std::string id;
-  std::string analysis;  // interior | staleness | smoothing | mismatch | proxy
+  std::string analysis;  // interior | staleness | smoothing | mismatch | proxy | channel_variance
   std::string what;      // what is measured, one line
 };
 const std::vector<ClaimMeasure>& claim_measures();
@@ -77,7 +77,8 @@ inline constexpr double kStableFamilyShare = 0.80; // (d) family stable: same fa
 inline constexpr double kSmoothingRemovesMost = 0.5;  // (h) smoothed truncation <= this x raw
 inline constexpr double kPaperBetaLo = 3.6, kPaperBetaHi = 5.3;  // (j) RateQuant's range of beta
 inline constexpr double kMostRemoved = 0.5;  // (q) "most of the excess error": a removed share >= this
-inline constexpr double kWeakRank = 0.5;  // (g) a ranking is weak when its Spearman interval lies below this
+inline constexpr double kWeakRank = 0.5;
+inline constexpr double kEqualisedPar = 1.5;  // (o) equalised: median peak-to-average variance ratio <= this  // (g) a ranking is weak when its Spearman interval lies below this
 
 class ClaimAnalysis final : public Analysis {
  public:

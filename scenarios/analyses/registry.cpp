@@ -1,6 +1,7 @@
 // The analysis registry (scenarios/scenario/analysis.hpp declares it): one line per analysis.
 #include "scenarios/scenario/analysis.hpp"
 
+#include "scenarios/analyses/channel_variance.hpp"
 #include "scenarios/analyses/claims.hpp"
 #include "scenarios/analyses/entropy_phase.hpp"
 #include "scenarios/analyses/interior.hpp"
@@ -25,6 +26,7 @@ const std::vector<AnalysisType>& analysis_types() {
       MismatchAnalysis::type(),      // mismatch
       ProxyAnalysis::type(),         // proxy (with methods)
       RdCurveAnalysis::type(),       // rd_curve
+      ChannelVarianceAnalysis::type(),  // channel_variance
       ClaimAnalysis::type(),         // claim; last: it reads the other analyses' tables
   };
   return types;
