@@ -84,7 +84,7 @@ TEST_CASE("a claim names an id a to q, the claim in one sentence, its source and
   m = parse_error(kTinyInterior + "claim:\n  id: a\n  claim: x.\n  source: y\n  paper: p\n  papr: q\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:15:") && Catch::Contains("papr"));
   // A claim tierlab does not measure yet, and one whose analysis the file lacks.
-  m = parse_error(kTinyInterior + "claim:\n  id: p\n  claim: x.\n  source: y\n  paper: p\n");
+  m = parse_error(kTinyInterior + "claim:\n  id: i\n  claim: x.\n  source: y\n  paper: p\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("no measurement in tierlab yet"));
   m = parse_error(kTinyInterior + "claim:\n  id: q\n  claim: x.\n  source: y\n  paper: p\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("add the key 'proxy'"));
@@ -221,6 +221,20 @@ TEST_CASE("on tiny inputs, the Hadamard claim (o) measures the channel variances
   const nlohmann::json t = nlohmann::json::parse(slurp(dir.file("out") + "/tables/channel_variance.json"));
   CHECK(t["latent_par_after"]["median"].get<double>() == Approx(1.0).epsilon(1e-4));
   CHECK(t["latent_par_before"]["median"].get<double>() > 1.0);
+}
+
+TEST_CASE("on tiny inputs, the HeadQ claim (p) compares score-space error and key MSE as predictors of attention KL") {
+  TempDir dir("claims-p");
+  const nlohmann::json rows = run_rows(
+      dir, kTinyInterior + "score_error:\n  quantizers: [kivi, token]\n  bits: [2, 4]\n"
+                           "claim: {id: p, claim: Score-space error predicts KL better than key MSE., source: HeadQ, paper: far better}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "p");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("within one bit width") && Catch::Contains("key MSE"));
+  // Every (head, quantizer, bits) row: 10 cells x 4 heads x 2 quantizers x 2 bit widths.
+  const nlohmann::json t = nlohmann::json::parse(slurp(dir.file("out") + "/tables/score_error.json"));
+  CHECK(t["rows"].get<int>() == 10 * 4 * 2 * 2);
+  CHECK(t["rho_score_kl"].get<double>() > 0);  // more bits, less of every error
 }
 
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {

@@ -415,6 +415,34 @@ void claim_o(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   }
 }
 
+// (p) from score_error.json: Spearman of the score-space error and of the key MSE with the
+// attention KL within one bit width (across quantizers and heads; the mean over bit widths), and
+// their difference with an interval from resampling heads. "Predicts far better" is judged as better beyond the interval (difference
+// interval above 0); refuted when the interval lies below 0.
+void claim_p(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "score_error.json", v.spec);
+  const double rs = num(t, "within_bits_rho_score_kl"), rm = num(t, "within_bits_rho_mse_kl"),
+               d = num(t, "within_bits_difference"), lo = num(t, "within_bits_ci_lo"), hi = num(t, "within_bits_ci_hi");
+  std::vector<std::string> qs;
+  for (const auto& q : t["quantizers"]) qs.push_back(q.get<std::string>());
+  v.measured = "Spearman with attention KL within one bit width (mean over bit widths): score-space error " + f3(rs) +
+               ", key MSE " + f3(rm) + "; difference " + f3(d) + " [" + f3(lo) + ", " + f3(hi) + "]; pooled over bit widths " +
+               f3(num(t, "rho_score_kl")) + " vs " + f3(num(t, "rho_mse_kl")) + "; " + std::to_string(t.value("rows", 0)) +
+               " rows of " + std::to_string(t.value("heads", 0)) + " heads (quantizers " + join(qs) + ")";
+  v.depends_on = common_settings(sc) + "; decode queries; attention over the prompt tokens; the quantizers and bit widths listed";
+  if (!std::isfinite(lo) || !std::isfinite(hi)) {
+    v.standing = ClaimStanding::NotTestable, v.why = "no interval (too few heads or rows)";
+  } else if (lo > 0) {
+    v.standing = ClaimStanding::Reproduced;
+    v.why = "the score-space error ranks the attention KL better than the key MSE (difference interval above 0); "
+            "how much better is the measured difference";
+  } else if (hi < 0) {
+    v.standing = ClaimStanding::Refuted, v.why = "the key MSE ranks the attention KL better (difference interval below 0)";
+  } else {
+    v.standing = ClaimStanding::NotTestable, v.why = "the difference's interval contains 0";
+  }
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -791,6 +819,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"l", "mismatch", "matched (calibrated) allocations vs uniform"},
       {"n", "proxy", "KV-COBRA's per-head allocation vs the uniform kvcobra quantizer at equal measured code bits"},
       {"o", "channel_variance", "channel variances' peak-to-average ratio before and after the Walsh-Hadamard rotation"},
+      {"p", "score_error", "Spearman of score-space error and of key MSE with attention KL, their difference's interval"},
       {"q", "proxy", "the share of a 2-bit base's output error and replay KL that HeadQ's side code removes"},
       {"m", "interior", "A_model of the joint allocation vs pooled E and Q per budget, cluster-bootstrap interval"},
   };
@@ -818,6 +847,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "m") claim_m(sc, cells, dir, v);
     else if (spec.id == "n") claim_n(sc, dir, v);
     else if (spec.id == "o") claim_o(sc, dir, v);
+    else if (spec.id == "p") claim_p(sc, dir, v);
     else if (spec.id == "q") claim_q(sc, dir, v);
     rows.push_back(v);
   }

@@ -12,7 +12,7 @@
 //
 // After the other analyses have written their tables, ClaimAnalysis computes each claim's
 // verdict row FROM THOSE TABLES (DIR/tables/interior.json, staleness.json, smoothing.json,
-// mismatch.json, mismatch_beta.json, proxy.json, channel_variance.json; the cells only where an existing verdict helper reads
+// mismatch.json, mismatch_beta.json, proxy.json, channel_variance.json, score_error.json; the cells only where an existing verdict helper reads
 // them, e.g. context_trends): the paper's number as the file states it, tierlab's number with
 // its interval, the verdict and the settings it depends on. The rows go to
 // DIR/tables/claims.json and .csv, DIR/claims.md and a section of DIR/summary.md; `tierlab run`
@@ -65,7 +65,7 @@ struct ClaimVerdict {
 // The claims tierlab measures today and the analysis each needs ("interior" is always there).
 struct ClaimMeasure {
   std::string id;
-  std::string analysis;  // interior | staleness | smoothing | mismatch | proxy | channel_variance
+  std::string analysis;  // interior | staleness | smoothing | mismatch | proxy | channel_variance | score_error
   std::string what;      // what is measured, one line
 };
 const std::vector<ClaimMeasure>& claim_measures();

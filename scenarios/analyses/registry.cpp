@@ -9,6 +9,7 @@
 #include "scenarios/analyses/phase_map.hpp"
 #include "scenarios/analyses/proxy.hpp"
 #include "scenarios/analyses/rd_curve.hpp"
+#include "scenarios/analyses/score_error.hpp"
 #include "scenarios/analyses/smoothing.hpp"
 #include "scenarios/analyses/staleness.hpp"
 #include "scenarios/analyses/waterfill.hpp"
@@ -27,6 +28,7 @@ const std::vector<AnalysisType>& analysis_types() {
       ProxyAnalysis::type(),         // proxy (with methods)
       RdCurveAnalysis::type(),       // rd_curve
       ChannelVarianceAnalysis::type(),  // channel_variance
+      ScoreErrorAnalysis::type(),    // score_error
       ClaimAnalysis::type(),         // claim; last: it reads the other analyses' tables
   };
   return types;
