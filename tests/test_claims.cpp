@@ -237,6 +237,23 @@ TEST_CASE("on tiny inputs, the HeadQ claim (p) compares score-space error and ke
   CHECK(t["rho_score_kl"].get<double>() > 0);  // more bits, less of every error
 }
 
+TEST_CASE("on stories260K, the dense-quantization claim (f) compares the best quantizer with M* per model") {
+  TempDir dir("claims-f");
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-f\ntraces:\n  model:\n    checkpoint: " + ckpt +
+               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
+               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
+               "methods:\n  - {quantizer: kivi, bits: 2, residual: 0}\n  - {quantizer: token, bits: 2}\n"
+               "  - {family: M, budget: 2}\nproxy:\n  mode: teacher-forced\n"
+               "claim: {id: f, claim: Dense quantization beats the allocator., source: Q, paper: dense better}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "f");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("stories260K: best dense ") && Catch::Contains(" vs M* "));
+  // One model: the dependence on the model is named as untested.
+  CHECK_THAT(rows[0]["why"].get<std::string>(), Catch::Contains("one model"));
+}
+
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
   TempDir dir("claims-d");
   const nlohmann::json rows = run_rows(

@@ -443,6 +443,71 @@ void claim_p(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   }
 }
 
+// (f) from the cells' proxy results, per model (a cell's preset: the checkpoint's name): the
+// mean over its cells of each method's recomputed output error; the best dense key quantizer at 2
+// code bits against the mixed family's optimum M* at B = 2 ("M* B=2"), and which quantizer is
+// best. Part 1 holds when a dense quantizer beats M* in every model; part 2 when the best
+// quantizer is not the same in every model (needs two models).
+void claim_f(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
+  std::map<std::string, std::map<std::string, std::pair<double, int>>> err;  // model -> label -> (sum, n)
+  std::map<std::string, std::set<std::string>> dense;                         // model -> quantizer labels at 2 bits
+  for (const auto& c : cells) {
+    if (!c.contains("proxy")) continue;
+    const std::string model = c.value("preset", std::string());
+    for (const auto& m : c["proxy"]["methods"]) {
+      const std::string label = m.value("label", std::string());
+      const double e = num(m, "error");
+      if (!std::isfinite(e)) continue;
+      auto& acc = err[model][label];
+      acc.first += e, acc.second += 1;
+      if (m.value("kind", std::string()) == "quantizer" && num(m, "code_bits") == 2.0) dense[model].insert(label);
+    }
+  }
+  v.depends_on = common_settings(sc) + "; 2 key code bits; M* = the mixed family's surrogate optimum per head at B = 2; "
+                 "mean over each model's cells";
+  std::vector<std::string> parts;
+  std::set<std::string> best_names;
+  int dense_wins = 0, models = 0;
+  for (const auto& [model, labels] : err) {
+    const auto mstar = labels.find("M* B=2");
+    if (mstar == labels.end() || dense[model].empty()) continue;
+    ++models;
+    const double em = mstar->second.first / mstar->second.second;
+    std::string best;
+    double eb = std::numeric_limits<double>::infinity();
+    for (const std::string& q : dense[model]) {
+      const auto& a = labels.at(q);
+      if (a.first / a.second < eb) eb = a.first / a.second, best = q;
+    }
+    best_names.insert(best.substr(0, best.find(' ')));
+    dense_wins += eb < em;
+    parts.push_back(model + ": best dense " + best + " " + f3(eb) + " vs M* " + f3(em));
+  }
+  v.measured = "output error at 2 key code bits, mean over each model's cells: " +
+               (parts.empty() ? std::string("no model with both") : join(parts, "; "));
+  if (models == 0) {
+    v.standing = ClaimStanding::NotTestable, v.why = "no model has both dense quantizers at 2 bits and M* at B = 2";
+    return;
+  }
+  const bool part1 = dense_wins == models;
+  const std::string p1 = part1 ? "a dense quantizer beats M* in every model"
+                               : "a dense quantizer beats M* in " + std::to_string(dense_wins) + " of " + std::to_string(models) + " models";
+  std::string p2;
+  bool part2 = false, p2_testable = models >= 2;
+  if (!p2_testable) {
+    p2 = "one model: whether the best quantizer depends on the model is not tested";
+  } else {
+    std::vector<std::string> names(best_names.begin(), best_names.end());
+    part2 = names.size() > 1;
+    p2 = part2 ? "the best quantizer depends on the model (" + join(names) + ")" : "the same quantizer is best in every model (" + join(names) + ")";
+  }
+  v.standing = part1 && part2 ? ClaimStanding::Reproduced
+               : (part1 || part2) ? ClaimStanding::Partly
+               : p2_testable || dense_wins == 0 ? ClaimStanding::Refuted
+                                                : ClaimStanding::NotTestable;
+  v.why = p1 + "; " + p2 + " (no interval: " + std::to_string(cells.size()) + " cells)";
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -812,6 +877,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"b", "interior", "the stop budget per preset (median A <= 0 from there on) with its cluster-resampling interval"},
       {"c", "interior", "E's share of wins and err(E*)/err(M*) from the shortest to the longest context, per preset"},
       {"d", "staleness", "err_stale/err_fresh in the first steps; family kept at the last step, with kappa"},
+      {"f", "proxy", "per model: the best dense quantizer at 2 code bits vs M* at B = 2, and which quantizer is best"},
       {"g", "proxy", "Spearman of output error with replay KL and disagreement; rotated quantizers' rank by error vs by KL"},
       {"h", "smoothing", "span truncation rate of M*, raw vs the best smoothed scores, per budget"},
       {"j", "mismatch", "fitted beta per quantizer (median and quartiles over heads)"},
@@ -839,6 +905,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "b") claim_b(sc, dir, v);
     else if (spec.id == "c") claim_c(sc, cells, v);
     else if (spec.id == "d") claim_d(sc, dir, v);
+    else if (spec.id == "f") claim_f(sc, cells, v);
     else if (spec.id == "g") claim_g(sc, dir, v);
     else if (spec.id == "h") claim_h(sc, dir, v);
     else if (spec.id == "j") claim_j(sc, dir, v);
