@@ -254,6 +254,22 @@ TEST_CASE("on stories260K, the dense-quantization claim (f) compares the best qu
   CHECK_THAT(rows[0]["why"].get<std::string>(), Catch::Contains("one model"));
 }
 
+TEST_CASE("on stories260K, the routing claim (e) compares routed with the eviction scorers and M*") {
+  TempDir dir("claims-e");
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-e\ntraces:\n  model:\n    checkpoint: " + ckpt +
+               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
+               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nprimary_budget: 2\nrate_kind: code\nbootstrap: 100\n"
+               "methods:\n  - {family: routed, budget: 2}\n  - {family: M, budget: 2}\n"
+               "  - {scorer: snapkv, keep: \"ratio:0.125\"}\nproxy:\n  mode: teacher-forced\n"
+               "claim: {id: e, claim: Routed beats every eviction method., source: Q, paper: beats}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "e");
+  CHECK_THAT(rows[0]["measured"].get<std::string>(),
+             Catch::Contains("routed* B=2") && Catch::Contains("snapkv keep=ratio:0.125") && Catch::Contains("heads to Q at B = 2"));
+}
+
 TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
   TempDir dir("claims-d");
   const nlohmann::json rows = run_rows(

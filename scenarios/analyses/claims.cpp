@@ -508,6 +508,67 @@ void claim_f(const Scenario& sc, const std::vector<nlohmann::json>& cells, Claim
   v.why = p1 + "; " + p2 + " (no interval: " + std::to_string(cells.size()) + " cells)";
 }
 
+// (e) three parts, from the cells: (1) the routed allocation ("routed* B=..." of the methods,
+// mean output error over cells) beats every eviction scorer in the methods; (2) the model-wide
+// routed allocation of the interior analysis sends 1-25% of heads to dense quantization (Q) at
+// the primary budget (its routed_to counts, over all cells); (3) the mixed family alone ("M* B=")
+// does worse than routed.
+void claim_e(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
+  std::map<std::string, std::pair<double, int>> err;  // label -> (sum, n)
+  std::map<std::string, std::string> kind;
+  int to_q = 0, heads = 0;
+  const std::size_t bi = budget_index(sc, sc.primary_budget);
+  for (const auto& c : cells) {
+    if (c.contains("budgets") && bi < c["budgets"].size()) {
+      const auto& model = c["budgets"][bi]["model"];
+      if (model.contains("routed_to"))
+        for (const auto& [fam, n] : model["routed_to"].items()) {
+          heads += n.get<int>();
+          if (fam == "Q") to_q += n.get<int>();
+        }
+    }
+    if (!c.contains("proxy")) continue;
+    for (const auto& m : c["proxy"]["methods"]) {
+      const std::string label = m.value("label", std::string());
+      const double e = num(m, "error");
+      if (!std::isfinite(e)) continue;
+      err[label].first += e, err[label].second += 1;
+      kind[label] = m.value("kind", std::string());
+    }
+  }
+  auto mean = [&](const std::string& l) { return err.count(l) ? err[l].first / err[l].second : kNaN; };
+  std::string routed, mixed;
+  for (const auto& [l, k] : kind) {
+    if (l.rfind("routed* B=", 0) == 0) routed = l;
+    if (l.rfind("M* B=", 0) == 0) mixed = l;
+  }
+  std::vector<std::string> scorers, beaten;
+  for (const auto& [l, k] : kind)
+    if (k == "scorer") scorers.push_back(l + " " + f3(mean(l)));
+  const double er = routed.empty() ? kNaN : mean(routed), em = mixed.empty() ? kNaN : mean(mixed);
+  int beats = 0, n_scorers = 0;
+  for (const auto& [l, k] : kind)
+    if (k == "scorer") ++n_scorers, beats += er < mean(l);
+  const double share_q = heads > 0 ? static_cast<double>(to_q) / heads : kNaN;
+  v.measured = "output error, mean over " + std::to_string(cells.size()) + " cells: " + (routed.empty() ? "no routed entry" : routed + " " + f3(er)) +
+               (mixed.empty() ? "" : ", " + mixed + " " + f3(em)) + "; scorers: " + join(scorers, ", ") +
+               "; the interior's model-wide routed allocation sends " + pct(share_q) + " of " + std::to_string(heads) +
+               " heads to Q at B = " + format_number(sc.primary_budget);
+  v.depends_on = common_settings(sc) + "; scorers at the keep ratio of equal code bits (B/16); the end task is not simulated here (output error)";
+  if (routed.empty() || n_scorers == 0) {
+    v.standing = ClaimStanding::NotTestable, v.why = "the methods need a routed family entry and eviction scorers";
+    return;
+  }
+  const bool p1 = beats == n_scorers, p2 = share_q >= 0.01 && share_q <= 0.25, p3 = std::isfinite(em) && em > er;
+  const int held = int(p1) + int(p2) + int(p3);
+  v.standing = held == 3 ? ClaimStanding::Reproduced : held == 0 ? ClaimStanding::Refuted : ClaimStanding::Partly;
+  v.why = std::string(p1 ? "routed beats every eviction scorer" : "routed beats " + std::to_string(beats) + " of " + std::to_string(n_scorers) + " eviction scorers") +
+          "; " + (p2 ? "it sends " + pct(share_q) + " of heads to dense quantization (within 1-25%)"
+                     : "it sends " + pct(share_q) + " of heads to dense quantization (outside 1-25%)") +
+          "; " + (p3 ? "the mixed family alone does worse than routed" : "the mixed family alone does not do worse than routed") +
+          " (no interval)";
+}
+
 // (c) from the shortest to the longest T: the share of heads won by E and err(E*)/err(M*)
 // (interior_verdict's context_trends, per preset).
 void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, ClaimVerdict& v) {
@@ -877,6 +938,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"b", "interior", "the stop budget per preset (median A <= 0 from there on) with its cluster-resampling interval"},
       {"c", "interior", "E's share of wins and err(E*)/err(M*) from the shortest to the longest context, per preset"},
       {"d", "staleness", "err_stale/err_fresh in the first steps; family kept at the last step, with kappa"},
+      {"e", "proxy", "routed vs every eviction scorer and vs M*; the share of heads the model-wide routing sends to Q"},
       {"f", "proxy", "per model: the best dense quantizer at 2 code bits vs M* at B = 2, and which quantizer is best"},
       {"g", "proxy", "Spearman of output error with replay KL and disagreement; rotated quantizers' rank by error vs by KL"},
       {"h", "smoothing", "span truncation rate of M*, raw vs the best smoothed scores, per budget"},
@@ -905,6 +967,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "b") claim_b(sc, dir, v);
     else if (spec.id == "c") claim_c(sc, cells, v);
     else if (spec.id == "d") claim_d(sc, dir, v);
+    else if (spec.id == "e") claim_e(sc, cells, v);
     else if (spec.id == "f") claim_f(sc, cells, v);
     else if (spec.id == "g") claim_g(sc, dir, v);
     else if (spec.id == "h") claim_h(sc, dir, v);
