@@ -1,6 +1,6 @@
 #pragma once
-// Which key error predicts attention damage (scenario key `score_error`, docs/claims.md claim (p),
-// HeadQ): for every KV head of every cell and every listed key quantizer at every listed bit width,
+// Which key error predicts attention damage (docs/model.md section 11; scenario key `score_error`;
+// docs/claims.md claim (p), HeadQ): for every KV head of every cell and every listed key quantizer at every listed bit width,
 // with K the prompt's post-RoPE keys, K^ the quantizer's dequantized keys and the head's decode
 // queries q (each of its g query heads, S steps; attention over the T prompt tokens):
 //   key MSE        ||K^ - K||_F^2 / ||K||_F^2 (relative)
