@@ -1,8 +1,9 @@
 #pragma once
 // Per-channel key variance before and after a random-sign Walsh-Hadamard rotation (docs/model.md
 // section 11; scenario key `channel_variance`; docs/claims.md claim (o): KV-COBRA rotates its
-// latent coordinates so that their variances are equal before quantizing them channel by channel). For every KV head of
-// every cell, over the prompt's keys K (T x d, post-RoPE; d a power of 2):
+// latent coordinates so that their variances are equal before quantizing them channel by
+// channel). For every KV head of every cell, over the prompt's keys K (T x d, post-RoPE; d a power
+// of 2):
 //   keys    the variances s_c^2 of K's d channels (each centred), before and after
 //           K' = K D H_d (D seeded random signs, H_d orthonormal Walsh-Hadamard: the rotation of
 //           model/quantizers/kvcobra.cpp at full rank);
