@@ -60,6 +60,17 @@ nlohmann::json run_rows(const TempDir& dir, const std::string& yaml) {
   return nlohmann::json::parse(slurp(ro.out + "/tables/claims.json"))["rows"];
 }
 
+// A one-prompt stories260K scenario with `methods` (YAML list lines) and the proxy analysis,
+// testing `claim` (a flow mapping); `extra` adds top-level keys.
+std::string stories_proxy(const std::string& name, const std::string& methods, const std::string& claim,
+                          const std::string& extra = "") {
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  return "name: " + name + "\ntraces:\n  model:\n    checkpoint: " + ckpt +
+         "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
+         "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n" + extra +
+         "methods:\n" + methods + "proxy:\n  mode: teacher-forced\nclaim: " + claim + "\n";
+}
+
 void check_row(const nlohmann::json& row, const std::string& id) {
   INFO(row.dump(2));
   CHECK(row["id"] == id);
@@ -160,15 +171,12 @@ TEST_CASE("on tiny inputs, the stop-budget claim (b) produces its verdict row, a
 
 TEST_CASE("on stories260K, the proxy claim (g) produces its verdict row from the replay ranks") {
   TempDir dir("claims-g");
-  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
   const nlohmann::json rows = run_rows(
-      dir, "name: tiny-g\ntraces:\n  model:\n    checkpoint: " + ckpt +
-               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
-               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
-               "methods:\n  - {quantizer: kivi, bits: [2, 4]}\n  - {quantizer: turboquant, bits: 2}\n"
-               "  - {quantizer: quarot, bits: 2, group: 8}\n  - {scorer: snapkv, keep: \"ratio:0.5\"}\n"
-               "  - {family: M, budget: 2}\nproxy:\n  mode: teacher-forced\n"
-               "claim: {id: g, claim: Output distortion ranks methods weakly., source: Q, paper: weak}\n");
+      dir, stories_proxy("tiny-g",
+                         "  - {quantizer: kivi, bits: [2, 4]}\n  - {quantizer: turboquant, bits: 2}\n"
+                         "  - {quantizer: quarot, bits: 2, group: 8}\n  - {scorer: snapkv, keep: \"ratio:0.5\"}\n"
+                         "  - {family: M, budget: 2}\n",
+                         "{id: g, claim: Output distortion ranks methods weakly., source: Q, paper: weak}"));
   REQUIRE(rows.size() == 1);
   check_row(rows[0], "g");
   CHECK_THAT(rows[0]["measured"].get<std::string>(),
@@ -177,14 +185,10 @@ TEST_CASE("on stories260K, the proxy claim (g) produces its verdict row from the
 
 TEST_CASE("on stories260K, the HeadQ claim (q) produces its verdict row with the removed shares") {
   TempDir dir("claims-q");
-  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
   const nlohmann::json rows = run_rows(
-      dir, "name: tiny-q\ntraces:\n  model:\n    checkpoint: " + ckpt +
-               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
-               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
-               "methods:\n  - {quantizer: kivi, bits: [2, 3]}\n  - {quantizer: headq, base: kivi, base.bits: 2, rank: 2}\n"
-               "proxy:\n  mode: teacher-forced\n"
-               "claim: {id: q, claim: The side code removes most of the excess error., source: HeadQ, paper: most}\n");
+      dir, stories_proxy("tiny-q",
+                         "  - {quantizer: kivi, bits: [2, 3]}\n  - {quantizer: headq, base: kivi, base.bits: 2, rank: 2}\n",
+                         "{id: q, claim: The side code removes most of the excess error., source: HeadQ, paper: most}"));
   REQUIRE(rows.size() == 1);
   check_row(rows[0], "q");
   CHECK_THAT(rows[0]["measured"].get<std::string>(),
@@ -195,14 +199,9 @@ TEST_CASE("on stories260K, the HeadQ claim (q) produces its verdict row with the
 
 TEST_CASE("on stories260K, the KV-COBRA claim (n) compares the allocation with uniform at equal code bits") {
   TempDir dir("claims-n");
-  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
   const nlohmann::json rows = run_rows(
-      dir, "name: tiny-n\ntraces:\n  model:\n    checkpoint: " + ckpt +
-               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
-               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
-               "methods:\n  - {quantizer: kvcobra, params: {budget: [1, 2, 3]}}\n  - {seed: kvcobra, budget: 2}\n"
-               "proxy:\n  mode: teacher-forced\n"
-               "claim: {id: n, claim: Co-optimising dominates uniform., source: KV-COBRA, paper: dominates}\n");
+      dir, stories_proxy("tiny-n", "  - {quantizer: kvcobra, params: {budget: [1, 2, 3]}}\n  - {seed: kvcobra, budget: 2}\n",
+                         "{id: n, claim: Co-optimising dominates uniform., source: KV-COBRA, paper: dominates}"));
   REQUIRE(rows.size() == 1);
   check_row(rows[0], "n");
   CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("vs uniform") && Catch::Contains("(3 uniform entries)"));
@@ -239,14 +238,11 @@ TEST_CASE("on tiny inputs, the HeadQ claim (p) compares score-space error and ke
 
 TEST_CASE("on stories260K, the dense-quantization claim (f) compares the best quantizer with M* per model") {
   TempDir dir("claims-f");
-  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
   const nlohmann::json rows = run_rows(
-      dir, "name: tiny-f\ntraces:\n  model:\n    checkpoint: " + ckpt +
-               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
-               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
-               "methods:\n  - {quantizer: kivi, bits: 2, residual: 0}\n  - {quantizer: token, bits: 2}\n"
-               "  - {family: M, budget: 2}\nproxy:\n  mode: teacher-forced\n"
-               "claim: {id: f, claim: Dense quantization beats the allocator., source: Q, paper: dense better}\n");
+      dir, stories_proxy("tiny-f",
+                         "  - {quantizer: kivi, bits: 2, residual: 0}\n  - {quantizer: token, bits: 2}\n"
+                         "  - {family: M, budget: 2}\n",
+                         "{id: f, claim: Dense quantization beats the allocator., source: Q, paper: dense better}"));
   REQUIRE(rows.size() == 1);
   check_row(rows[0], "f");
   CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("stories260K: best dense ") && Catch::Contains(" vs M* "));
@@ -256,14 +252,11 @@ TEST_CASE("on stories260K, the dense-quantization claim (f) compares the best qu
 
 TEST_CASE("on stories260K, the routing claim (e) compares routed with the eviction scorers and M*") {
   TempDir dir("claims-e");
-  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
   const nlohmann::json rows = run_rows(
-      dir, "name: tiny-e\ntraces:\n  model:\n    checkpoint: " + ckpt +
-               "\n    seeds: [0]\n    context_lengths: [48]\n    decode_steps: 8\n"
-               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nprimary_budget: 2\nrate_kind: code\nbootstrap: 100\n"
-               "methods:\n  - {family: routed, budget: 2}\n  - {family: M, budget: 2}\n"
-               "  - {scorer: snapkv, keep: \"ratio:0.125\"}\nproxy:\n  mode: teacher-forced\n"
-               "claim: {id: e, claim: Routed beats every eviction method., source: Q, paper: beats}\n");
+      dir, stories_proxy("tiny-e",
+                         "  - {family: routed, budget: 2}\n  - {family: M, budget: 2}\n"
+                         "  - {scorer: snapkv, keep: \"ratio:0.125\"}\n",
+                         "{id: e, claim: Routed beats every eviction method., source: Q, paper: beats}", "primary_budget: 2\n"));
   REQUIRE(rows.size() == 1);
   check_row(rows[0], "e");
   CHECK_THAT(rows[0]["measured"].get<std::string>(),
