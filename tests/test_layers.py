@@ -40,13 +40,13 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def closure(folder):
-    seen, todo = set(), [folder]
-    while todo:
-        f = todo.pop()
+    seen, pending = set(), [folder]
+    while pending:
+        f = pending.pop()
         for g in ALLOWED[f]:
             if g not in seen:
                 seen.add(g)
-                todo.append(g)
+                pending.append(g)
     return seen | {folder}
 
 

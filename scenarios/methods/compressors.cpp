@@ -74,15 +74,9 @@ void check_seed(const MethodSpec& m) {
   for (const MethodInfo& i : seed_allocator_methods())
     if (i.name == m.name) info = &i;
   if (!info) throw InputError("seed allocator '" + m.name + "' is not a ladder seed allocator (solvers/seed_allocators.hpp)");
-  std::vector<std::string> valid;
-  for (const auto& p : info->params) valid.push_back(p.name);
-  for (const auto& [k, v] : m.params) {
-    bool ok = false;
-    for (const auto& p : valid) ok = ok || p == k;
-    if (!ok)
-      throw InputError("seed allocator '" + m.name + "': unknown parameter '" + k + "'; the valid parameters are " +
-                       (valid.empty() ? std::string("(none)") : join(valid)) + ".");
-  }
+  // The one parameter reader names an unknown parameter and the valid ones (model/base/method_info.hpp);
+  // the values are read when the allocator runs.
+  MethodParamReader("seed allocator '" + m.name + "'", info->params, m.params);
   m.ladder.validate();
 }
 
