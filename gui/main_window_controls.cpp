@@ -10,6 +10,7 @@
 #include "scenarios/analyses/waterfill.hpp"
 #include "model/quantizers/tier_quantizer.hpp"
 #include "solvers/families.hpp"
+#include "solvers/problem.hpp"
 
 #include <QAction>
 #include <QApplication>
@@ -351,6 +352,8 @@ QGroupBox* MainWindow::buildAllocationBox() {
   rate_kind_ = new QComboBox;
   rate_kind_->setObjectName("rate_kind");
   rate_kind_->addItems({"code", "total"});
+  // The problem's default (solvers/problem.hpp kDefaultRateKind), as every front door takes it.
+  rate_kind_->setCurrentText(QString::fromStdString(std::string(to_string(kDefaultRateKind))));
   af->addRow("budget counts", rate_kind_);
   solver_ = new QComboBox;
   solver_->setObjectName("solver");

@@ -318,7 +318,7 @@ TEST_CASE("explorer window: opening a scenario takes its rate kind, ladder and w
                          "    presets: [tiny]\n"
                          "    seeds: [0]\n"
                          "ladder: evict,kivi1,kivi2,kivi4,exact\n"
-                         "rate_kind: total\n"
+                         "rate_kind: code\n"
                          "budgets: [1, 3]\n"
                          "primary_budget: 3\n"
                          "backend: cpu\n"
@@ -326,7 +326,8 @@ TEST_CASE("explorer window: opening a scenario takes its rate kind, ladder and w
                          "  budget: 3\n";
   MainWindow w;
   w.show();
-  REQUIRE(w.settings().rate_kind == RateKind::Code);  // the window's own default
+  REQUIRE(w.settings().rate_kind == kDefaultRateKind);  // the window's own default: the problem's (total)
+  REQUIRE(kDefaultRateKind == RateKind::Total);
   SourceSpec spec = parse_source(yaml);
   spec.run_dir = (dir / "run").string();
   w.openSpec(spec);
@@ -334,10 +335,10 @@ TEST_CASE("explorer window: opening a scenario takes its rate kind, ladder and w
   INFO(w.lastError().toStdString());
   REQUIRE(w.source() != nullptr);
   const Settings s = w.settings();
-  CHECK(s.rate_kind == RateKind::Total);  // the scenario's tables count total bits: so do the live views
+  CHECK(s.rate_kind == RateKind::Code);  // the scenario's tables count code bits: so do the live views
   CHECK(s.ladder == "evict,kivi1,kivi2,kivi4,exact");
   CHECK(s.budget == 3.0);
   CHECK(w.findChild<QComboBox*>("bits")->currentText() == "1,2,4");
   REQUIRE(w.result(WaterfillView) != nullptr);
-  CHECK(w.result(WaterfillView)->info.find("(total)") != std::string::npos);
+  CHECK(w.result(WaterfillView)->info.find("(code)") != std::string::npos);
 }

@@ -92,6 +92,9 @@ TEST_CASE("explorer window: with family E or Q the water-filling view shows no m
   w.show();
   w.openArgument(QString::fromStdString(small_trace()));
   REQUIRE(w.waitIdle());
+  // In code bits, where family Q has its 2-bit option at B = 2 (in total bits it costs more).
+  w.findChild<QComboBox*>("rate_kind")->setCurrentText("code");
+  REQUIRE(w.waitIdle());
   w.setBudget(2.0);
   REQUIRE(w.waitIdle());
   const Figure mixed = w.result(WaterfillView)->figures.at(0);
