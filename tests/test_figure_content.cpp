@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
+#include "model/base/error.hpp"
 #include "scenarios/scenario/analysis.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/analyses/phase_map.hpp"
@@ -372,4 +374,41 @@ TEST_CASE("a figure style is sized in physical units and refuses what it cannot 
   const unsigned w = (static_cast<unsigned char>(png[16]) << 24) | (static_cast<unsigned char>(png[17]) << 16) |
                      (static_cast<unsigned char>(png[18]) << 8) | static_cast<unsigned char>(png[19]);
   CHECK(w == 1050);
+}
+
+TEST_CASE("a table that parses but lacks what tierlab writes is an InputError naming its analysis, for every analysis") {
+  // Every table a figure builder reads (grep read_table_ in scenarios/analyses): each is given
+  // in turn as valid JSON that is not what tierlab writes -- keys missing, values of another
+  // kind, rows without their columns -- beside valid interior tables. The figures must come
+  // back or stop with an InputError, never a crash or another exception (CI's fuzz_tables found
+  // interior.json without "points" reading a missing key).
+  const std::vector<std::string> tables = {"interior.json", "mismatch.json", "mismatch_beta.json", "phase.json",
+                                           "phase_entropy.json", "proxy.json", "rd_curve.json", "smoothing.json",
+                                           "staleness.json", "waterfill.json", "claims.json"};
+  const std::vector<std::string> variants = {
+      "{}", "[]", "\"text\"", "7",
+      R"({"rows":[{}],"points":[{}],"budgets":[{}],"cells":[{}],"methods":[{}],"correlations":[{}],"heads":[{}]})",
+      R"({"rows":[{"family":1,"budget":true,"kernel":"k"}],"points":[{"preset":1,"dominated_share":0.1,"A":0.1}],
+          "budgets":[1],"cells":[{"id":"c","rd_curve":{"heads":1,"scope":"head","rate_kind":"total","queries":"decode",
+          "families":{"Q":{"feasible":[true,true],"rate":[1],"error":[]}}}}],"cell":"c","layer":0,"kv_head":0})"};
+  int refused = 0;
+  for (const std::string& table : tables)
+    for (const std::string& v : variants) {
+      const std::string d = fresh("malformed");
+      write_interior(d, 3);
+      write_file_atomically(d + "/tables/" + table, v);
+      for (const AnalysisType& t : analysis_types()) {
+        INFO(table << " = " << v << ", analysis " << t.name);
+        try {
+          (void)analysis_figures(t, d);
+        } catch (const InputError& e) {
+          ++refused;
+          if (std::string(e.what()).find("do not hold what tierlab writes") != std::string::npos)
+            CHECK_THAT(e.what(), Catch::Contains("'" + t.name + "' analysis"));
+        } catch (const std::exception& e) {
+          FAIL("not an InputError: " << e.what());
+        }
+      }
+    }
+  CHECK(refused >= static_cast<int>(tables.size()));  // each table refused at least once
 }

@@ -11,6 +11,7 @@
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/figures/tables_io.hpp"
 #include "scenarios/pipeline/head.hpp"
+#include "scenarios/run/render_figures.hpp"
 
 namespace tierlab::explorer {
 
@@ -59,7 +60,7 @@ ViewResult Engine::interior(const Settings& s, const Progress& progress, const s
       Figure f;
       for (const AnalysisType& t : analysis_types())
         if (t.name == "interior" && t.figures)
-          for (NamedFigure& nf : t.figures(dir))
+          for (NamedFigure& nf : analysis_figures(t, dir))
             if (nf.name == "interior_vs_dominated") f = std::move(nf.figure), skipped = std::move(nf.skipped);
       if (!skipped.empty()) f.title += " - not drawn by tierlab run (see the text)";
       std::vector<HoverPoint> hv;

@@ -46,7 +46,7 @@ std::vector<NamedFigure> run_figures(const std::string& dir) {
   if (!std::filesystem::is_directory(dir)) throw InputError("run folder " + dir + " does not exist");
   std::vector<NamedFigure> out;
   for (const AnalysisType& t : analysis_types())
-    for (NamedFigure& f : t.figures(dir)) out.push_back(std::move(f));
+    for (NamedFigure& f : analysis_figures(t, dir)) out.push_back(std::move(f));
   return out;
 }
 

@@ -277,10 +277,10 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     const nlohmann::json ph = read_table_json(dir + "/tables/phase_entropy.json");
     Figure f;
     f.title = "Phase map over attention entropy: winning family by exact recomputation";
-    bool xlog = !ph["rows"].empty();
-    for (const auto& r : ph["rows"]) xlog = xlog && double_or_nan(r, "entropy_median") > 0;
+    bool xlog = !ph.at("rows").empty();
+    for (const auto& r : ph.at("rows")) xlog = xlog && double_or_nan(r, "entropy_median") > 0;
     // Entropies crowd near 0 (sharp heads): a log axis when every bin's median is > 0.
-    const PhaseCells cells = phase_cells(ph["rows"], "entropy_median", xlog);
+    const PhaseCells cells = phase_cells(ph.at("rows"), "entropy_median", xlog);
     if (std::isfinite(cells.xlo)) {
       f.xlog = xlog;
       f.xlabel = std::string("median attention entropy of the bin's heads (nats, observation queries") +

@@ -674,7 +674,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
         ev.withheld = "Q is infeasible at B = " + format_label(double_or_nan(in, "primary_budget"));
     {
       std::vector<double> shares;
-      for (const auto& p : in["points"])
+      for (const auto& p : in.at("points"))
         if (const double x = double_or_nan(p, "dominated_share"); std::isfinite(x)) shares.push_back(x);
       ev.share_constant = !shares.empty() && std::all_of(shares.begin(), shares.end(), [&](double x) { return x == shares.front(); });
       ev.share = shares.empty() ? kNaN : shares.front();
@@ -685,10 +685,10 @@ std::vector<NamedFigure> figures(const std::string& dir) {
                " queries)";
     std::map<std::string, Series> by;
     double ylo = INFINITY, yhi = -INFINITY;
-    for (const auto& p : in["points"]) {
+    for (const auto& p : in.at("points")) {
       const double x = double_or_nan(p, "dominated_share"), y = double_or_nan(p, "A");
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
-      Series& s = by[p["preset"].get<std::string>()];
+      Series& s = by[p.at("preset").get<std::string>()];
       s.x.push_back(x), s.y.push_back(y);
       ylo = std::min(ylo, y), yhi = std::max(yhi, y);
     }
@@ -724,7 +724,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
 
 double cell_median_advantage(const nlohmann::json& budget) {
   std::vector<double> v;
-  for (const auto& h : budget["heads"])
+  for (const auto& h : budget.at("heads"))
     if (const double a = double_or_nan(h, "A"); std::isfinite(a)) v.push_back(a);
   return quantile_or_nan(v, 0.5);
 }
@@ -735,7 +735,7 @@ CellAggregates cell_aggregates(const nlohmann::json& budget, double floor) {
   double sq = 0, se = 0, sm = 0, clipped = 0;
   bool q_all = true, e_all = true, m_all = true;
   int n = 0, decided = 0, m_wins = 0;
-  for (const auto& h : budget["heads"]) {
+  for (const auto& h : budget.at("heads")) {
     const double q = double_or_nan(h, "err_Q"), e = double_or_nan(h, "err_E"), m = double_or_nan(h, "err_M");
     q_all = q_all && std::isfinite(q), e_all = e_all && std::isfinite(e), m_all = m_all && std::isfinite(m);
     if (std::isfinite(q)) sq += q;
@@ -745,12 +745,12 @@ CellAggregates cell_aggregates(const nlohmann::json& budget, double floor) {
     const std::string w = h.value("winner", std::string());
     if (!w.empty()) ++decided, m_wins += w == "M" ? 1 : 0;
   }
-  const double heads = static_cast<double>(budget["heads"].size());
+  const double heads = static_cast<double>(budget.at("heads").size());
   if (m_all && heads > 0)
     g.sum = interior_advantage_of(sm, q_all ? sq : kNaN, e_all ? se : kNaN, floor * heads);
   g.wins = decided ? static_cast<double>(m_wins) / decided : kNaN;
   g.clipped_mean = n ? clipped / n : kNaN;
-  if (budget.contains("model")) g.routed = double_or_nan(budget["model"], "A");
+  if (budget.contains("model")) g.routed = double_or_nan(budget.at("model"), "A");
   return g;
 }
 
@@ -855,7 +855,7 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
   // The swept budgets as categories 1..n (evenly spaced, labelled with their value): no
   // empty column for a budget between them that was not swept.
   std::vector<double> budgets;
-  for (const auto& b : interior["budgets"]) budgets.push_back(b["budget"].get<double>());
+  for (const auto& b : interior.at("budgets")) budgets.push_back(b.at("budget").get<double>());
   std::sort(budgets.begin(), budgets.end());
   budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
   auto column = [&](double b) {  // 1-based position of budget b; 0 when b was not swept
@@ -874,7 +874,7 @@ Figure advantage_vs_budget_figure(const nlohmann::json& interior,
   }
   Series median{"median over heads", palette(4), Style::Line, {}, {}, 6};
   median.marker = Marker::Diamond;
-  for (const auto& b : interior["budgets"])
+  for (const auto& b : interior.at("budgets"))
     if (std::isfinite(double_or_nan(b, "median_A_heads")) && column(double_or_nan(b, "budget")) > 0)
       median.x.push_back(column(double_or_nan(b, "budget"))), median.y.push_back(double_or_nan(b, "median_A_heads"));
   // A is unbounded below (err(M*) >> the endpoints): clip the axis at the 5th percentile.

@@ -494,7 +494,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   std::vector<NamedFigure> out;
   const nlohmann::json beta = read_table_json(dir + "/tables/mismatch_beta.json");
   std::vector<std::string> names;
-  for (const auto& r : beta["rows"]) names.push_back(r["quantizer"].get<std::string>());
+  for (const auto& r : beta.at("rows")) names.push_back(r.at("quantizer").get<std::string>());
   {
     Figure f;
     f.title = "Fitted noise model n_h(b) = alpha beta^(-b): beta per head and quantizer";
@@ -503,11 +503,11 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     f.ylabel = "beta (noise divided per added bit)";
     double lo = 4, hi = 4;
     int i = 0;
-    for (const auto& r : beta["rows"]) {
+    for (const auto& r : beta.at("rows")) {
       ++i;
       const Rgb c = palette(i - 1);
       Series pts{"", faded(c, 110), Style::Points, {}, {}, 5};
-      const std::vector<double> bs = r["betas"].get<std::vector<double>>();
+      const std::vector<double> bs = r.at("betas").get<std::vector<double>>();
       for (std::size_t k = 0; k < bs.size(); ++k) {
         // Deterministic spread inside the slot, so that equal betas stay visible.
         const double dx = bs.size() > 1 ? -0.18 + 0.36 * static_cast<double>(k) / static_cast<double>(bs.size() - 1) : 0.0;
@@ -520,7 +520,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       if (std::isfinite(q25) && std::isfinite(q75))
         f.series.push_back({"", c, Style::Line, {double(i), double(i)}, {q25, q75}, 4});
       if (std::isfinite(med))
-        f.series.push_back({r["quantizer"].get<std::string>() + ": median " + format_label(med, "%.2f") + ", IQR [" +
+        f.series.push_back({r.at("quantizer").get<std::string>() + ": median " + format_label(med, "%.2f") + ", IQR [" +
                                 format_label(q25, "%.2f") + ", " + format_label(q75, "%.2f") + "]",
                             c, Style::Squares, {double(i)}, {med}, 13});
     }
@@ -531,7 +531,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     out.push_back({std::string("mismatch_beta"), f});
   }
   const nlohmann::json mm = read_table_json(dir + "/tables/mismatch.json");
-  for (const auto& Bj : mm["budgets"]) {
+  for (const auto& Bj : mm.at("budgets")) {
     const double B = Bj.get<double>();
     std::vector<std::string> models = names;
     models.push_back("measured");
@@ -549,16 +549,16 @@ std::vector<NamedFigure> figures(const std::string& dir) {
                                                    : "noise model of " + models[j],
                            models[j] == "measured" ? Rgb{110, 110, 110} : palette(static_cast<int>(j)),
                            Style::Points, {}, {}, 9});
-    for (const auto& r : mm["rows"]) {
-      if (double_or_nan(r, "budget") != B || r["model"] == "uniform") continue;
+    for (const auto& r : mm.at("rows")) {
+      if (double_or_nan(r, "budget") != B || r.at("model") == "uniform") continue;
       const double y = double_or_nan(r, "ratio_to_uniform");
       if (!(y > 0)) continue;
-      const auto yi = std::find(names.begin(), names.end(), r["actual"].get<std::string>()) - names.begin();
-      const auto mj = std::find(models.begin(), models.end(), r["model"].get<std::string>()) - models.begin();
+      const auto yi = std::find(names.begin(), names.end(), r.at("actual").get<std::string>()) - names.begin();
+      const auto mj = std::find(models.begin(), models.end(), r.at("model").get<std::string>()) - models.begin();
       if (mj >= static_cast<long>(models.size())) continue;
       const double x = static_cast<double>(yi) + 1 + 0.5 * ((static_cast<double>(mj) + 0.5) / static_cast<double>(models.size()) - 0.5);
       per_model[static_cast<std::size_t>(mj)].x.push_back(x), per_model[static_cast<std::size_t>(mj)].y.push_back(y);
-      if (r["matched"].get<bool>()) matched.x.push_back(x), matched.y.push_back(y);
+      if (r.at("matched").get<bool>()) matched.x.push_back(x), matched.y.push_back(y);
       lo = std::min(lo, y), hi = std::max(hi, y);
     }
     f.series.push_back(matched);

@@ -309,9 +309,9 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   std::vector<NamedFigure> out;
   const nlohmann::json p = read_table_json(dir + "/tables/proxy.json");
   std::map<std::string, double> rho;
-  for (const auto& c : p["correlations"])
-    rho[c["x"].get<std::string>() + "/" + c["y"].get<std::string>()] = double_or_nan(c, "spearman");
-  const double n = static_cast<double>(p["methods"].size());
+  for (const auto& c : p.at("correlations"))
+    rho[c.at("x").get<std::string>() + "/" + c.at("y").get<std::string>()] = double_or_nan(c, "spearman");
+  const double n = static_cast<double>(p.at("methods").size());
   {
     Figure f;
     f.title = "Method ranks: surrogate vs recomputed error (rho " + format_label(rho["surrogate/error"], "%.2f") + ")";
@@ -320,7 +320,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     f.ylabel = "rank by the end metric (1 = best)";
     Series e{"rank by recomputed output error", palette(0), Style::Points, {}, {}, 10};
     Series k{"rank by replay mean KL (model)", palette(1), Style::Squares, {}, {}, 8};
-    for (const auto& m : p["methods"]) {
+    for (const auto& m : p.at("methods")) {
       const double x = double_or_nan(m, "rank_surrogate");
       if (std::isfinite(double_or_nan(m, "rank_error"))) {
         e.x.push_back(x), e.y.push_back(double_or_nan(m, "rank_error"));
@@ -341,13 +341,13 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     std::map<std::string, Series> by;
     double lo = INFINITY, hi = 0;
     int unplotted = 0;
-    for (const auto& m : p["methods"]) {
+    for (const auto& m : p.at("methods")) {
       const double x = double_or_nan(m, "surrogate"), y = double_or_nan(m, "error");
       if (!(x > 0) || !(y > 0)) {
         ++unplotted;
         continue;
       }
-      Series& s = by[m["kind"].get<std::string>()];
+      Series& s = by[m.at("kind").get<std::string>()];
       s.x.push_back(x), s.y.push_back(y);
       f.labels.push_back({x, y, m.value("method", std::string())});  // which method
       lo = std::min({lo, x, y}), hi = std::max({hi, x, y});

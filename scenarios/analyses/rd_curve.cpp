@@ -67,15 +67,15 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   std::vector<NamedFigure> out;
   if (!std::filesystem::exists(dir + "/tables/rd_curve.json")) return out;
   const nlohmann::json all = read_table_json(dir + "/tables/rd_curve.json");
-  for (const nlohmann::json& cell : all["cells"]) {
-    const nlohmann::json& c = cell["rd_curve"];
+  for (const nlohmann::json& cell : all.at("cells")) {
+    const nlohmann::json& c = cell.at("rd_curve");
     Figure f;
-    f.title = "Rate-distortion curve, cell " + cell["id"].get<std::string>() + " (" + std::to_string(c["heads"].get<int>()) +
-              " heads, scope " + c["scope"].get<std::string>() + ")";
+    f.title = "Rate-distortion curve, cell " + cell.at("id").get<std::string>() + " (" + std::to_string(c.at("heads").get<int>()) +
+              " heads, scope " + c.at("scope").get<std::string>() + ")";
     f.note = "Solid lines with markers: each family's optimum, recomputed; dashed lines of the same colour: its surrogate "
              "prediction; black dashed: the lower convex hull of the recomputed errors.";
-    f.xlabel = "key rate, " + c["rate_kind"].get<std::string>() + " bits per element (measured)";
-    f.ylabel = "relative output error, recomputed on the " + c["queries"].get<std::string>() + " queries (log)";
+    f.xlabel = "key rate, " + c.at("rate_kind").get<std::string>() + " bits per element (measured)";
+    f.ylabel = "relative output error, recomputed on the " + c.at("queries").get<std::string>() + " queries (log)";
     double lo = INFINITY, hi = 0, xmax = 0;
     auto keep = [&](double x, double y, Series& s) {
       if (!(y > 0) || !std::isfinite(x)) return;
@@ -83,11 +83,11 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     };
     int colour = 0;
     for (const char* fam : kFamilyOrder) {
-      if (!c["families"].contains(fam)) {
+      if (!c.at("families").contains(fam)) {
         ++colour;
         continue;
       }
-      const nlohmann::json& fj = c["families"][fam];
+      const nlohmann::json& fj = c.at("families").at(fam);
       // Routed coincides with one of Q, E, M at each budget: its points only, as squares on
       // the curves, so that the family it picked stays visible under it.
       const bool routed = std::string(fam) == "routed";
@@ -99,36 +99,36 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       if (routed) s.marker = Marker::Diamond;
       Series pts{"", col, Style::Points, {}, {}, 4};
       Series sur{"", col, Style::Dashed, {}, {}, 1};
-      for (std::size_t k = 0; k < fj["feasible"].size(); ++k) {
-        if (!fj["feasible"][k].get<bool>()) continue;
-        keep(jnum(fj["rate"][k]), jnum(fj["error"][k]), s);
-        keep(jnum(fj["rate"][k]), jnum(fj["error"][k]), pts);
-        keep(jnum(fj["rate"][k]), jnum(fj["surrogate"][k]), sur);
+      for (std::size_t k = 0; k < fj.at("feasible").size(); ++k) {
+        if (!fj.at("feasible").at(k).get<bool>()) continue;
+        keep(jnum(fj.at("rate").at(k)), jnum(fj.at("error").at(k)), s);
+        keep(jnum(fj.at("rate").at(k)), jnum(fj.at("error").at(k)), pts);
+        keep(jnum(fj.at("rate").at(k)), jnum(fj.at("surrogate").at(k)), sur);
       }
       f.series.push_back(s);
       if (!routed) f.series.push_back(pts), f.series.push_back(sur);
       ++colour;
     }
     Series hull{"lower convex hull", Rgb{0, 0, 0}, Style::Dashed, {}, {}, 1};
-    for (std::size_t i = 0; i < c["hull"]["rate"].size(); ++i)
-      keep(c["hull"]["rate"][i].get<double>(), jnum(c["hull"]["value"][i]), hull);
+    for (std::size_t i = 0; i < c.at("hull")["rate"].size(); ++i)
+      keep(c.at("hull")["rate"][i].get<double>(), jnum(c.at("hull")["value"][i]), hull);
     f.series.push_back(hull);
     Series on{"ladder tier on the hull", Rgb{0, 0, 0}, Style::Squares, {}, {}, 9};
     Series off{"ladder tier above the hull (dominated)", Rgb{200, 0, 0}, Style::Squares, {}, {}, 9};
-    for (const nlohmann::json& l : c["ladder_points"])
-      keep(l["rate"].get<double>(), jnum(l["error"]), l["above_hull"].get<bool>() ? off : on);
+    for (const nlohmann::json& l : c.at("ladder_points"))
+      keep(l.at("rate").get<double>(), jnum(l.at("error")), l.at("above_hull").get<bool>() ? off : on);
     f.series.push_back(on);
     if (!off.x.empty()) f.series.push_back(off);
-    if (c.contains("methods") && !c["methods"].empty()) {
+    if (c.contains("methods") && !c.at("methods").empty()) {
       Series named{"named methods (tables/rd_curve_methods.csv)", Rgb{90, 90, 90}, Style::Points, {}, {}, 9};
-      for (const nlohmann::json& m : c["methods"]) keep(jnum(m["rate"]), jnum(m["error"]), named);
+      for (const nlohmann::json& m : c.at("methods")) keep(jnum(m.at("rate")), jnum(m.at("error")), named);
       f.series.push_back(named);
     }
     if (!(hi > 0)) continue;  // nothing recomputed above zero: no figure
     f.ylog = true;
     f.ymin = lo / 3, f.ymax = hi * 3;
     f.xmin = 0, f.xmax = std::max(1.0, xmax * 1.05);
-    out.push_back({"rd_curve_" + cell["id"].get<std::string>(), f});
+    out.push_back({"rd_curve_" + cell.at("id").get<std::string>(), f});
   }
   return out;
 }

@@ -458,10 +458,10 @@ std::vector<Series> curves(const nlohmann::json& table, const std::string& famil
                            bool normalize, double& ylo, double& yhi, double& kmax) {
   std::vector<double> budgets;
   std::vector<std::string> pools;
-  for (const auto& r : table["rows"]) {
-    if (r["family"] != family) continue;
-    const double B = r["budget"].get<double>();
-    const std::string pool = r["pool"].get<std::string>();
+  for (const auto& r : table.at("rows")) {
+    if (r.at("family") != family) continue;
+    const double B = r.at("budget").get<double>();
+    const std::string pool = r.at("pool").get<std::string>();
     if (std::find(budgets.begin(), budgets.end(), B) == budgets.end()) budgets.push_back(B);
     if (pool != "none" && std::find(pools.begin(), pools.end(), pool) == pools.end()) pools.push_back(pool);
   }
@@ -476,17 +476,17 @@ std::vector<Series> curves(const nlohmann::json& table, const std::string& famil
       s.color = palette(static_cast<int>(bi));
       s.style = pool == "avg" ? Style::Line : Style::Dashed;
       double raw = 1.0;
-      for (const auto& r : table["rows"])
-        if (normalize && r["family"] == family && r["budget"].get<double>() == budgets[bi] && r["kernel"].get<int>() == 1)
+      for (const auto& r : table.at("rows"))
+        if (normalize && r.at("family") == family && r.at("budget").get<double>() == budgets[bi] && r.at("kernel").get<int>() == 1)
           raw = double_or_nan(r, key);
       if (!(raw > 0)) continue;
-      for (const auto& r : table["rows"]) {
-        if (r["family"] != family || r["budget"].get<double>() != budgets[bi]) continue;
-        const std::string p = r["pool"].get<std::string>();
+      for (const auto& r : table.at("rows")) {
+        if (r.at("family") != family || r.at("budget").get<double>() != budgets[bi]) continue;
+        const std::string p = r.at("pool").get<std::string>();
         if (p != "none" && p != pool) continue;
         const double y = double_or_nan(r, key) * scale / raw;
         if (!std::isfinite(y)) continue;
-        s.x.push_back(r["kernel"].get<int>()), s.y.push_back(y);
+        s.x.push_back(r.at("kernel").get<int>()), s.y.push_back(y);
       }
       for (double y : s.y) ylo = std::min(ylo, y), yhi = std::max(yhi, y);
       for (double x : s.x) kmax = std::max(kmax, x);
@@ -542,13 +542,13 @@ std::vector<NamedFigure> figures(const std::string& dir) {
     const nlohmann::json t = read_table_json(dir + "/tables/smoothing.json");
     const std::string pad = t.value("padding", std::string("reflect")), q = t.value("queries", std::string("decode"));
     std::vector<std::string> families;
-    for (const auto& r : t["rows"])
-      if (std::find(families.begin(), families.end(), r["family"].get<std::string>()) == families.end())
-        families.push_back(r["family"].get<std::string>());
+    for (const auto& r : t.at("rows"))
+      if (std::find(families.begin(), families.end(), r.at("family").get<std::string>()) == families.end())
+        families.push_back(r.at("family").get<std::string>());
     for (const std::string& fam : families) {
       int spans = 0;
-      for (const auto& r : t["rows"])
-        if (r["family"] == fam && r["kernel"].get<int>() == 1) spans = std::max(spans, r["spans"].get<int>());
+      for (const auto& r : t.at("rows"))
+        if (r.at("family") == fam && r.at("kernel").get<int>() == 1) spans = std::max(spans, r.at("spans").get<int>());
       const std::string xlabel = "pooling kernel k (tokens, " + pad + " padding; k = 1: raw scores)";
       {
         double ylo = 0, yhi = 0, kmax = 1;

@@ -71,7 +71,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   Series fam{"share of heads whose recomputed-best family is the one after prefill", palette(4), Style::Line, {}, {}, 6};
   Series better{"share of heads where the fresh allocation beats the stale one (of those where they differ)", palette(1), Style::Dashed, {}, {}, 6};
   double xlo = INFINITY, xhi = 0, rlo = 1, rhi = 1;
-  for (const auto& r : st["rows"]) {
+  for (const auto& r : st.at("rows")) {
     const double x = double_or_nan(r, "step");
     xlo = std::min(xlo, x), xhi = std::max(xhi, x);
     const std::pair<Series*, const char*> cols[7] = {{&ratio, "median_ratio"},

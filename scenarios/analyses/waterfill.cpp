@@ -47,13 +47,13 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   if (!fs::exists(dir + "/tables/waterfill.json")) return out;
   const nlohmann::json w = read_table_json(dir + "/tables/waterfill.json");
   const double theta = double_or_nan(w, "theta"), B = double_or_nan(w, "budget");
-  const std::string head = w["cell"].get<std::string>() + " L" + std::to_string(w["layer"].get<int>()) + ".H" +
-                           std::to_string(w["kv_head"].get<int>());
+  const std::string head = w.at("cell").get<std::string>() + " L" + std::to_string(w.at("layer").get<int>()) + ".H" +
+                           std::to_string(w.at("kv_head").get<int>());
   Series g{"g_t(0) = a_t alpha ln(beta): marginal return per bit at 0 bits", palette(0), Style::Points, {}, {}, 5};
   Series bits{"continuous bits b_t = log_beta(g_t(0) / theta)", palette(0), Style::Line, {}, {}, 4};
   double glo = INFINITY, ghi = 0, bhi = 0;
-  const double n = static_cast<double>(w["rows"].size());
-  for (const auto& r : w["rows"]) {
+  const double n = static_cast<double>(w.at("rows").size());
+  for (const auto& r : w.at("rows")) {
     const double x = double_or_nan(r, "rank"), g0 = double_or_nan(r, "g0"), b = double_or_nan(r, "bits");
     if (g0 > 0) g.x.push_back(x), g.y.push_back(g0), glo = std::min(glo, g0), ghi = std::max(ghi, g0);
     bits.x.push_back(x), bits.y.push_back(b), bhi = std::max(bhi, b);

@@ -2,7 +2,11 @@
 #include "scenarios/run/render_figures.hpp"
 
 #include <filesystem>
+#include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include "model/base/error.hpp"
 #include "scenarios/scenario/analysis.hpp"
 #include "scenarios/figures/figure.hpp"
 
@@ -19,12 +23,26 @@ bool has_points(const Figure& f) {
 
 }  // namespace
 
+std::vector<NamedFigure> analysis_figures(const AnalysisType& t, const std::string& dir) {
+  const auto fault = [&](const char* what) {
+    return InputError("the tables of the '" + t.name + "' analysis under '" + dir + "/tables' do not hold what tierlab writes (" +
+                      what + "); rerun `tierlab run` to rewrite them.");
+  };
+  try {
+    return t.figures(dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw fault(e.what());
+  } catch (const std::out_of_range& e) {
+    throw fault(e.what());
+  }
+}
+
 FiguresWritten render_figures_of_run(const std::string& dir, const FigureStyle& style) {
   style.validate("figure style");
   FiguresWritten out;
   bool created = false;
   for (const AnalysisType& t : analysis_types())
-    for (const NamedFigure& f : t.figures(dir)) {
+    for (const NamedFigure& f : analysis_figures(t, dir)) {
       const std::string why = !f.skipped.empty() ? f.skipped : has_points(f.figure) ? std::string() : "no data points";
       std::error_code ec;
       if (!why.empty()) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "scenarios/figures/figure.hpp"
+#include "scenarios/scenario/analysis.hpp"
 
 namespace tierlab {
 
@@ -25,6 +26,13 @@ struct FiguresWritten {
   // (layout_faults, figure.hpp): empty when every figure is laid out cleanly at its style.
   std::vector<std::string> layout;
 };
+
+// One analysis's figures from the run's tables (AnalysisType::figures). A table that parses
+// but does not hold what tierlab writes (a key missing, a value of another kind, an array
+// shorter than its neighbour) is an InputError naming the analysis, its tables folder and the
+// JSON fault, never a crash: the builders read tables with at() and get<>(), which throw.
+// Every caller (render_figures_of_run, the explorer, Python's run_figures) goes through here.
+std::vector<NamedFigure> analysis_figures(const AnalysisType& t, const std::string& dir);
 
 // Renders every figure whose tables exist and that has content; returns the files written.
 // Throws InputError when DIR/tables/interior.json is missing or unreadable.
