@@ -1,0 +1,212 @@
+// The restricted allocators (solvers/granularity.hpp) against an exhaustive search: on small
+// instances every allocation of every token of every head is enumerated, the ones the
+// restriction admits (a predicate written from the definition, not from the solver) and that
+// meet the budget are kept, and the least objective must equal the solver's.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "model/base/error.hpp"
+#include "solvers/granularity.hpp"
+
+using namespace tierlab;
+
+namespace {
+
+struct Instance {
+  std::vector<MatrixRMd> costs;
+  GranularityProblem p;
+};
+
+Instance random_instance(std::uint64_t seed, int layers, int kv, int T, std::vector<double> rates, double B) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Instance in;
+  const int m = static_cast<int>(rates.size());
+  for (int i = 0; i < layers * kv; ++i) {
+    MatrixRMd c(m, T);
+    for (int t = 0; t < T; ++t) {
+      // Costs falling with the tier, as the surrogate's do, with the exact tier at 0; a few
+      // heads whose middle tier is worse than eviction (dominated), as real heads have.
+      double prev = 1.0 + 3 * u(rng);
+      c(0, t) = prev;
+      for (int j = 1; j < m - 1; ++j) c(j, t) = prev = (u(rng) < 0.15 ? 1.3 : 0.6 * u(rng)) * prev;
+      c(m - 1, t) = 0.0;
+    }
+    in.costs.push_back(c);
+  }
+  in.p.rates = std::move(rates);
+  for (const MatrixRMd& c : in.costs) in.p.costs.push_back(&c);
+  in.p.n_layers = layers, in.p.n_kv_heads = kv;
+  in.p.budget = B;
+  in.p.sink = 1, in.p.recent = 1, in.p.age_steps = 2;
+  return in;
+}
+
+// Whether the restriction admits `a` (a[h][t] = tier), from its definition.
+bool admits(Granularity g, const GranularityProblem& p, const std::vector<std::vector<int>>& a) {
+  const int H = static_cast<int>(a.size()), T = static_cast<int>(a[0].size()), m = static_cast<int>(p.rates.size());
+  const int kv = p.n_kv_heads;
+  auto head_bits = [&](int h) {
+    double s = 0;
+    for (int t = 0; t < T; ++t) s += p.rates[static_cast<std::size_t>(a[h][t])];
+    return s;
+  };
+  auto all_same = [&](const std::function<int(int, int)>& key) {  // tokens with equal key share a tier
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int h2 = 0; h2 < H; ++h2)
+          for (int t2 = 0; t2 < T; ++t2)
+            if (key(h, t) == key(h2, t2) && a[h][t] != a[h2][t2]) return false;
+    return true;
+  };
+  auto keep_or_evict = [&] {
+    for (const auto& row : a)
+      for (int j : row)
+        if (j != 0 && j != m - 1) return false;
+    return true;
+  };
+  auto age_monotone = [&](int h) {  // tier never increases with age
+    for (int t = 0; t < T; ++t)
+      for (int t2 = 0; t2 < T; ++t2)
+        if (t2 < t && a[h][t2] > a[h][t]) return false;  // t2 older than t
+    return true;
+  };
+  switch (g) {
+    case Granularity::Uniform:
+      return all_same([](int, int) { return 0; }) && a[0][0] != 0;
+    case Granularity::Layer: return all_same([&](int h, int) { return h / kv; });
+    case Granularity::Head: return all_same([&](int h, int) { return h; });
+    case Granularity::Bands: return all_same([&](int, int t) { return position_band(t, T, p.sink, p.recent); });
+    case Granularity::BandsHead: return all_same([&](int h, int t) { return h * 3 + position_band(t, T, p.sink, p.recent); });
+    case Granularity::Age:
+      return all_same([&](int, int t) { return age_band(t, T, p.age_steps); }) && age_monotone(0);
+    case Granularity::AgeHead: {
+      if (!all_same([&](int h, int t) { return h * 100 + age_band(t, T, p.age_steps); })) return false;
+      for (int h = 0; h < H; ++h)
+        if (!age_monotone(h)) return false;
+      return true;
+    }
+    case Granularity::EvictShared: return keep_or_evict() && all_same([&](int h, int t) { return (h / kv) * 1000 + t; });
+    case Granularity::EvictHead:
+      if (!keep_or_evict()) return false;
+      for (int h = 0; h < H; ++h)
+        if (head_bits(h) > p.budget * T + 1e-9) return false;
+      return true;
+    case Granularity::EvictLayer:
+      if (!keep_or_evict()) return false;
+      for (int l = 0; l < H / kv; ++l) {
+        double s = 0;
+        for (int h = l * kv; h < (l + 1) * kv; ++h) s += head_bits(h);
+        if (s > p.budget * T * kv + 1e-9) return false;
+      }
+      return true;
+    case Granularity::TokenHead:
+      for (int h = 0; h < H; ++h)
+        if (head_bits(h) > p.budget * T + 1e-9) return false;
+      return true;
+    case Granularity::Token: return true;
+  }
+  return false;
+}
+
+// The least objective over every allocation the restriction admits within the budget (+inf
+// when none).
+double exhaustive(Granularity g, const Instance& in) {
+  const GranularityProblem& p = in.p;
+  const int H = static_cast<int>(p.costs.size()), T = p.tokens(), m = static_cast<int>(p.rates.size());
+  std::vector<std::vector<int>> a(static_cast<std::size_t>(H), std::vector<int>(static_cast<std::size_t>(T), 0));
+  const long long n = static_cast<long long>(std::pow(m, H * T));
+  double best = std::numeric_limits<double>::infinity();
+  for (long long code = 0; code < n; ++code) {
+    long long c = code;
+    double bits = 0, obj = 0;
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t) {
+        a[h][t] = static_cast<int>(c % m), c /= m;
+        bits += p.rates[static_cast<std::size_t>(a[h][t])];
+        obj += (*p.costs[static_cast<std::size_t>(h)])(a[h][t], t);
+      }
+    if (bits > p.budget * H * T + 1e-9 || obj >= best) continue;
+    if (admits(g, p, a)) best = obj;
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("every restricted allocator equals an exhaustive search over the allocations its restriction admits") {
+  // 2 layers x 2 KV heads x 3 tokens over evict, a 3-bit tier and exact: 3^12 allocations.
+  int checked = 0, infeasible = 0;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed)
+    for (double B : {1.5, 3.0, 6.0, 10.0}) {
+      const Instance in = random_instance(seed, 2, 2, 3, {0.0, 3.0, 16.0}, B);
+      for (Granularity g : all_granularities()) {
+        INFO("seed " << seed << ", B = " << B << ", " << to_string(g));
+        const GranularAllocation a = solve_granularity(in.p, g);
+        const double oracle = exhaustive(g, in);
+        if (!std::isfinite(oracle)) {
+          CHECK_FALSE(a.feasible());
+          ++infeasible;
+          continue;
+        }
+        REQUIRE(a.status == SolveStatus::Optimal);
+        CHECK(a.objective == Approx(oracle).epsilon(1e-12).margin(1e-12));
+        CHECK(a.rate <= B + 1e-9);
+        ++checked;
+      }
+    }
+  CHECK(checked > 100);
+  CHECK(infeasible > 0);  // uniform at B = 1.5: no tier but eviction fits
+}
+
+TEST_CASE("with a four-tier ladder and four age bands the band and age restrictions still match the exhaustive search") {
+  // 1 layer x 2 heads x 4 tokens over 4 tiers: 4^8 allocations; bands of 1 + 2 + 1 tokens.
+  for (std::uint64_t seed = 10; seed <= 12; ++seed) {
+    Instance in = random_instance(seed, 1, 2, 4, {0.0, 2.0, 5.0, 16.0}, 5.5);
+    in.p.age_steps = 4;
+    for (Granularity g : {Granularity::Bands, Granularity::BandsHead, Granularity::Age, Granularity::AgeHead,
+                          Granularity::Head, Granularity::Token}) {
+      INFO("seed " << seed << ", " << to_string(g));
+      const GranularAllocation a = solve_granularity(in.p, g);
+      REQUIRE(a.feasible());
+      CHECK(a.objective == Approx(exhaustive(g, in)).epsilon(1e-12).margin(1e-12));
+    }
+  }
+}
+
+TEST_CASE("the full per-token allocation is never worse than any restriction under the surrogate, on larger instances") {
+  for (std::uint64_t seed = 20; seed <= 24; ++seed) {
+    Instance in = random_instance(seed, 3, 4, 200, {0.0, 3.0, 5.0, 9.0, 16.0}, 4.0);
+    in.p.sink = 4, in.p.recent = 32, in.p.age_steps = 4;
+    const GranularAllocation full = solve_granularity(in.p, Granularity::Token);
+    REQUIRE(full.status == SolveStatus::Optimal);
+    for (Granularity g : all_granularities()) {
+      INFO("seed " << seed << ", " << to_string(g));
+      const GranularAllocation a = solve_granularity(in.p, g);
+      REQUIRE(a.feasible());
+      CHECK(a.rate <= 4.0 + 1e-9);
+      CHECK(full.objective <= a.objective * (1 + 1e-12) + 1e-12);
+      // Each head's tiers as the restriction says: one tier per head for `head`.
+      if (g == Granularity::Head)
+        for (const auto& row : a.tiers) CHECK(std::all_of(row.begin(), row.end(), [&](auto j) { return j == row[0]; }));
+    }
+  }
+}
+
+TEST_CASE("a granularity problem names the field and value it refuses") {
+  Instance in = random_instance(1, 1, 2, 3, {0.0, 3.0, 16.0}, 4);
+  in.p.rates = {1.0, 3.0, 16.0};
+  CHECK_THROWS_WITH(solve_granularity(in.p, Granularity::Head), Catch::Contains("rates[0] = 1"));
+  in.p.rates = {0.0, 3.0, 16.0};
+  in.p.age_steps = 0;
+  CHECK_THROWS_WITH(solve_granularity(in.p, Granularity::Age), Catch::Contains("age_steps = 0"));
+  in.p.age_steps = 2;
+  in.p.n_kv_heads = 3;
+  CHECK_THROWS_WITH(solve_granularity(in.p, Granularity::Head), Catch::Contains("must be n_layers x n_kv_heads"));
+  CHECK_THROWS_WITH(parse_granularity("per-token"), Catch::Contains("known: uniform, layer, head"));
+}
