@@ -4,6 +4,7 @@
 #include "scenarios/analyses/channel_variance.hpp"
 #include "scenarios/analyses/claims.hpp"
 #include "scenarios/analyses/entropy_phase.hpp"
+#include "scenarios/analyses/granularity.hpp"
 #include "scenarios/analyses/interior.hpp"
 #include "scenarios/analyses/mismatch.hpp"
 #include "scenarios/analyses/phase_map.hpp"
@@ -29,6 +30,7 @@ const std::vector<AnalysisType>& analysis_types() {
       RdCurveAnalysis::type(),       // rd_curve
       ChannelVarianceAnalysis::type(),  // channel_variance
       ScoreErrorAnalysis::type(),    // score_error
+      GranularityAnalysis::type(),   // granularity
       ClaimAnalysis::type(),         // claim; last: it reads the other analyses' tables
   };
   return types;
