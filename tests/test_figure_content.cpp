@@ -384,7 +384,7 @@ TEST_CASE("a table that parses but lacks what tierlab writes is an InputError na
   // interior.json without "points" reading a missing key).
   const std::vector<std::string> tables = {"interior.json", "mismatch.json", "mismatch_beta.json", "phase.json",
                                            "phase_entropy.json", "proxy.json", "rd_curve.json", "smoothing.json",
-                                           "staleness.json", "waterfill.json", "claims.json"};
+                                           "staleness.json", "waterfill.json", "claims.json", "granularity.json"};
   const std::vector<std::string> variants = {
       "{}", "[]", "\"text\"", "7",
       R"({"rows":[{}],"points":[{}],"budgets":[{}],"cells":[{}],"methods":[{}],"correlations":[{}],"heads":[{}]})",

@@ -2,16 +2,25 @@
 // instances every allocation of every token of every head is enumerated, the ones the
 // restriction admits (a predicate written from the definition, not from the solver) and that
 // meet the budget are kept, and the least objective must equal the solver's.
+// Then the granularity analysis of a scenario run (scenarios/analyses/granularity.hpp).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "model/base/error.hpp"
+#include <nlohmann/json.hpp>
+
+#include "scenarios/run/runner.hpp"
+#include "scenarios/scenario/scenario.hpp"
 #include "solvers/granularity.hpp"
+#include "support.hpp"
 
 using namespace tierlab;
 
@@ -209,4 +218,62 @@ TEST_CASE("a granularity problem names the field and value it refuses") {
   in.p.n_kv_heads = 3;
   CHECK_THROWS_WITH(solve_granularity(in.p, Granularity::Head), Catch::Contains("must be n_layers x n_kv_heads"));
   CHECK_THROWS_WITH(parse_granularity("per-token"), Catch::Contains("known: uniform, layer, head"));
+}
+
+// ---- the granularity analysis of a scenario run ------------------------------------------
+
+namespace {
+
+nlohmann::json run_granularity(const tierlab::testing::TempDir& dir, const std::string& extra) {
+  const std::string file = dir.file("g.yaml");
+  std::ofstream(file) << "name: tiny-granularity\n"
+                         "traces:\n  synthetic:\n    presets: [tiny]\n    seeds: [0, 1]\n    context_lengths: [64]\n"
+                         "    overrides: {n_layers: 2, n_kv_heads: 2, head_dim: 16, obs_window: 8, decode_steps: 8}\n"
+                         "ladder: evict,kivi2,kivi4,exact\nbudgets: [3, 6]\nbootstrap: 200\n"
+                      << extra;
+  const Scenario sc = load_scenario(file);
+  RunOptions ro;
+  ro.out = dir.file("out");
+  ro.backend = Backend::Cpu;
+  ro.progress = false;
+  REQUIRE(run_scenario(sc, ro).tables_written);
+  return nlohmann::json::parse(tierlab::testing::slurp(ro.out + "/tables/granularity.json"));
+}
+
+}  // namespace
+
+TEST_CASE("a granularity run reports every restriction's captured share: M* one, uniform zero, none above M* under the surrogate") {
+  const tierlab::testing::TempDir dir("granularity-run");
+  const nlohmann::json t = run_granularity(dir, "granularity: {sink: 2, recent: 8, age_steps: 2}\n");
+  int rows = 0;
+  for (const auto& r : t.at("rows")) {
+    INFO(r.dump());
+    const std::string g = r.at("restriction").get<std::string>();
+    const double share = r.at("share").is_number() ? r.at("share").get<double>() : NAN;
+    if (g == "token") CHECK(share == Approx(1.0));
+    if (g == "uniform") CHECK(share == Approx(0.0).margin(1e-12));
+    if (r.at("surrogate_share_median").is_number()) CHECK(r.at("surrogate_share_median").get<double>() <= 1 + 1e-9);
+    ++rows;
+  }
+  CHECK(rows == 2 * static_cast<int>(all_granularities().size()));  // one preset, two budgets
+  const std::string summary = tierlab::testing::slurp(dir.file("out") + "/summary.md");
+  CHECK_THAT(summary, Catch::Contains("## What each engine granularity captures"));
+  CHECK_THAT(summary, Catch::Contains("the engine axis that captures most is"));
+  // The allocations in an engine's terms: per layer a tier name, per band its tier.
+  const nlohmann::json a = nlohmann::json::parse(tierlab::testing::slurp(dir.file("out") + "/tables/granularity_allocations.json"));
+  const nlohmann::json& cell = a.at("tiny-s0-T64").at("6");
+  CHECK(cell.at("layer").at("layers").size() == 2);
+  CHECK(cell.at("bands").at("bands").contains("sink"));
+  CHECK(cell.at("age_head").at("heads").at(0).at(0).size() == 2);
+}
+
+TEST_CASE("a granularity section names the key and value it refuses") {
+  const auto err = [](const std::string& g) {
+    return tierlab::testing::error_of<InputError>([&] {
+      parse_scenario("name: x\ntraces:\n  synthetic:\n    presets: [tiny]\nbudgets: [3]\n" + g, "g.yaml");
+    });
+  };
+  CHECK_THAT(err("granularity: {restrictions: [per-token]}\n"), Catch::Contains("unknown granularity 'per-token'"));
+  CHECK_THAT(err("granularity: {age_steps: 0}\n"), Catch::Contains("granularity.age_steps"));
+  CHECK_THAT(err("granularity: {window: 3}\n"), Catch::Contains("window"));
 }
