@@ -436,8 +436,8 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
       s << "| " << (n == "token" ? "token (M*)" : n) << " |";
       for (auto& [B, m] : res) {
         const Pooled& p = m[n];
-        s << " " << format_or_nan(p.share, "%.2f");
-        if (std::isfinite(p.lo)) s << " [" << format_or_nan(p.lo, "%.2f") << ", " << format_or_nan(p.hi, "%.2f") << "]";
+        s << " " << format_label(p.share, "%.2f");
+        if (std::isfinite(p.lo)) s << " [" << format_label(p.lo, "%.2f") << ", " << format_label(p.hi, "%.2f") << "]";
         s << " |";
       }
       s << "\n";
@@ -452,8 +452,8 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
         continue;
       }
       if (!std::isfinite(t.share)) {
-        s << "M* does not beat the best uniform quantizer on the recomputed error (" << format_or_nan(t.err, "%.3g")
-          << " vs " << format_or_nan(u.err, "%.3g") << "): no share is defined.\n";
+        s << "M* does not beat the best uniform quantizer on the recomputed error (" << format_label(t.err)
+          << " vs " << format_label(u.err) << "): no share is defined.\n";
         continue;
       }
       std::string best;
@@ -461,17 +461,22 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
       for (const auto& n : names)
         if (is_engine_axis(parse_granularity(n)) && n != "uniform" && std::isfinite(m[n].share) && m[n].share > bs)
           bs = m[n].share, best = n;
-      s << "error " << format_or_nan(u.err, "%.3g") << " uniform, " << format_or_nan(t.err, "%.3g")
-        << " M*; the engine axis that captures most is **" << best << "** (" << format_or_nan(bs, "%.2f");
-      if (std::isfinite(m[best].lo)) s << " [" << format_or_nan(m[best].lo, "%.2f") << ", " << format_or_nan(m[best].hi, "%.2f") << "]";
-      s << "); the per-token interior adds the remaining " << format_or_nan(1 - bs, "%.2f") << " of the gain.\n";
+      s << "error " << format_label(u.err) << " uniform, " << format_label(t.err) << " M*; ";
+      if (best.empty() || !(bs > 0)) {
+        s << "no engine axis beats the uniform quantizer (best share " << format_label(bs, "%.2f")
+          << "): the per-token interior holds all of the gain.\n";
+        continue;
+      }
+      s << "the engine axis that captures most is **" << best << "** (" << format_label(bs, "%.2f");
+      if (std::isfinite(m[best].lo)) s << " [" << format_label(m[best].lo, "%.2f") << ", " << format_label(m[best].hi, "%.2f") << "]";
+      s << "); the per-token interior adds the remaining " << format_label(1 - bs, "%.2f") << " of the gain.\n";
     }
   }
   // Under the surrogate every restriction captures at most M*'s gain (exact solves, nested sets).
   double worst = -INFINITY;
   for (const auto& r : rows) worst = std::max(worst, double_or_nan(r, "surrogate_share_median"));
   s << "\nUnder the surrogate no restriction exceeds M* (largest median surrogate share "
-    << format_or_nan(worst, "%.3f") << "; M*'s is 1 by construction).";
+    << format_label(worst, "%.3f") << "; M*'s is 1 by construction).";
   int negative = 0, negative_surrogate_positive = 0;
   for (const auto& r : rows)
     if (double_or_nan(r, "share") < 0) {
