@@ -198,6 +198,10 @@ def main():
     if find_shared() is None:
         print("run_all: ../shared/bench (the peer baselines) not found beside the repository: nothing to compare with")
         return 77
+    # The benchmarks are not in the default build (bench/CMakeLists.txt): build them here.
+    built = subprocess.run(["cmake", "--build", build, "--target", "benches"], capture_output=True, text=True)
+    if built.returncode != 0:
+        raise SystemExit(f"run_all: `cmake --build {build} --target benches` failed:\n{built.stdout[-2000:]}{built.stderr[-2000:]}")
     for exe in ("bench_recompute_cpu", "bench_solver", "bench_capture"):
         if not os.path.exists(os.path.join(build, "bench", exe)):
             raise SystemExit(f"run_all: {build}/bench/{exe} missing: build with -DTIERLAB_BENCH=ON first")

@@ -15,6 +15,7 @@ for cand in "$REPO/../shared" "$REPO/shared" /work/shared; do
   if [[ -f "$cand/bench/numpy_recompute_ref.py" ]]; then SHARED="$(cd "$cand" && pwd)"; break; fi
 done
 [[ -n "$SHARED" ]] || { echo "run_python.sh: cannot find shared/bench/numpy_recompute_ref.py" >&2; exit 1; }
+cmake --build "$BUILD" --target bench_recompute_cpu >&2  # not in the default build; a no-op when up to date
 [[ -x "$BUILD/bench/bench_recompute_cpu" ]] || { echo "run_python.sh: build bench_recompute_cpu first" >&2; exit 1; }
 [[ -f "$BUILD/python/tierlab/__init__.py" ]] || { echo "run_python.sh: build the Python package first (target _tierlab)" >&2; exit 1; }
 # Passive waiting, as bench/run_recompute_cpu.sh: spinning threads hold a core a loaded peer needs.

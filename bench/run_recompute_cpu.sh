@@ -43,6 +43,7 @@ while [[ $# -gt 0 ]]; do
 done
 BENCH="$BUILD/bench/bench_recompute_cpu"
 REF="$SHARED/bench/numpy_recompute_ref.py"
+cmake --build "$BUILD" --target bench_recompute_cpu >&2  # not in the default build; a no-op when up to date
 [[ -x "$BENCH" ]] || { echo "run_recompute_cpu.sh: $BENCH not found; build the target bench_recompute_cpu (-DTIERLAB_BENCH=ON)" >&2; exit 1; }
 [[ -n "$SHARED" && -f "$REF" ]] || { echo "run_recompute_cpu.sh: shared/bench/numpy_recompute_ref.py not found (shared/ must sit beside the repository)" >&2; exit 1; }
 

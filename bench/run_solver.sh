@@ -23,7 +23,8 @@ for cand in "$root/../shared" "$root/shared" /work/shared; do
   if [ -f "$cand/bench/numpy_lagrangian_ref.py" ]; then shared="$(cd "$cand" && pwd)"; break; fi
 done
 [ -n "$shared" ] || { echo "run_solver.sh: cannot find shared/bench/numpy_lagrangian_ref.py" >&2; exit 1; }
-[ -x "$bin" ] || { echo "run_solver.sh: build bench_solver first ($bin missing; cmake -DTIERLAB_BENCH=ON)" >&2; exit 1; }
+cmake --build "$build" --target bench_solver >&2  # not in the default build; a no-op when up to date
+[ -x "$bin" ] || { echo "run_solver.sh: $bin missing after building bench_solver (cmake -DTIERLAB_BENCH=ON)" >&2; exit 1; }
 command -v cbc >/dev/null || { echo "run_solver.sh: cbc not found (apt-get install coinor-cbc); CBC part skipped" >&2; CBC_ITEMS=0; }
 
 # The NumPy baseline's BLAS (bench/blas_probe.py; the bisection is elementwise, so it matters

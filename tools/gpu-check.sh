@@ -91,7 +91,7 @@ step configure 120 "$OUT/configure.log" cmake -S "$REPO" -B "$BUILD" -G "$GEN" -
   -DCMAKE_CUDA_COMPILER="$NVCC" -DPython3_EXECUTABLE="$(command -v "$PYTHON")" \
   "${CMAKE_DEPS[@]}" ${TIERLAB_CMAKE_ARGS:-} || finish
 grep -q "CUDA backend ON" "$OUT/configure.log" || { log "configure did not enable the CUDA backend"; FAILED=1; finish; }
-step build 240 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" || finish
+step build 240 "$OUT/build.log" cmake --build "$BUILD" -j"$JOBS" --target all benches || finish
 grep -E "Compiling entry|registers|spill" "$OUT/build.log" > "$OUT/ptxas.txt" || true
 
 # ---- 3. tests ------------------------------------------------------------------------------
