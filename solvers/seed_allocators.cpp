@@ -1,5 +1,6 @@
 #include "solvers/seed_allocators.hpp"
 
+
 #include "model/base/text.hpp"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "model/quantizers/key_quantizer.hpp"
 #include "model/quantizers/tier_quantizer.hpp"
 #include "solvers/families.hpp"
+#include "solvers/granularity.hpp"
 #include "solvers/smoothing.hpp"
 #include "solvers/waterfill.hpp"
 
@@ -230,6 +232,34 @@ SeedAllocation rdkv(const SeedProblem& pr, const MethodParams& p) {
   return out;
 }
 
+SeedAllocation granularity(const SeedProblem& pr, const MethodParams& p) {
+  SeedAllocation out;
+  out.method = method_name("granularity", p);
+  const Granularity g = parse_granularity(p.at("restriction"));
+  auto count = [&](const char* key) {
+    const double v = to_double("granularity", key, p.at(key));
+    if (v != std::floor(v) || v < 0 || v > (1 << 30))
+      throw InputError("granularity: parameter " + std::string(key) + " = '" + p.at(key) + "' is not a whole number >= 0");
+    return static_cast<int>(v);
+  };
+  GranularityProblem gp;
+  gp.rates = ladder_rates(pr);
+  for (const SurrogateCosts* c : pr.heads) gp.costs.push_back(&c->cost);
+  const int H = static_cast<int>(pr.heads.size());
+  gp.n_kv_heads = pr.n_kv_heads > 0 ? pr.n_kv_heads : H;
+  gp.n_layers = H / gp.n_kv_heads;
+  gp.budget = pr.budget;
+  gp.sink = count("sink"), gp.recent = count("recent"), gp.age_steps = count("age_steps");
+  const GranularAllocation a = solve_granularity(gp, g);
+  out.status = a.status;
+  out.feasible_reason = a.status == SolveStatus::Feasible ? FeasibleReason::Limit : FeasibleReason::None;  // the exact solver stopped before its proof
+  out.message = a.feasible() ? "exact under the restriction " + std::string(to_string(g)) : a.message;
+  if (!a.feasible()) return out;
+  out.tiers = a.tiers;
+  account(out, pr, gp.rates);
+  return out;
+}
+
 SeedAllocation routed(const SeedProblem& pr, const MethodParams& p) {
   SeedAllocation out;
   out.method = method_name("routed", p);
@@ -270,6 +300,9 @@ void SeedProblem::validate() const {
   ladder.validate();
   if (heads.empty()) throw InputError("SeedProblem.heads is empty; give at least one head's costs");
   if (head_dim <= 0) throw InputError("SeedProblem.head_dim = " + std::to_string(head_dim) + " must be positive");
+  if (n_kv_heads < 0 || (n_kv_heads > 0 && heads.size() % static_cast<std::size_t>(n_kv_heads) != 0))
+    throw InputError("SeedProblem.n_kv_heads = " + std::to_string(n_kv_heads) + " must be 0 or divide the " +
+                     std::to_string(heads.size()) + " heads");
   check_budget(budget, "SeedProblem.budget");
   for (std::size_t h = 0; h < heads.size(); ++h) {
     if (!heads[h]) throw InputError("SeedProblem.heads[" + std::to_string(h) + "] is null");
@@ -315,7 +348,17 @@ const std::vector<SeedAllocatorEntry>& seed_registry() {
         {{"scope", "head", "head (own budget per head) | model (heads pool the budget)"},
         {"solver", "exact", "exact | greedy | greedy-raw | waterfill"},
         {"route_tolerance", "0", "keep an endpoint family within (1 + tol) of the mixed objective"}}},
-       routed}};
+       routed},
+      {{"granularity", "seed allocator",
+        "the exact surrogate optimum under one engine granularity: a tier per layer, per head, per position band, an age "
+        "schedule, keep/evict masks shared or per head, or per token (docs/model.md section 9)",
+        "tierlab (solvers/granularity.hpp)",
+        {{"restriction", "head", "uniform | layer | head | bands | bands_head | age | age_head | evict_shared | evict_head | "
+                                 "evict_layer | token_head | token"},
+         {"sink", "4", "bands: tokens in the first band"},
+         {"recent", "64", "bands: tokens in the last band"},
+         {"age_steps", "4", "age: equal bands by age, the tier never rising with age"}}},
+       granularity}};
   return r;
 }
 

@@ -29,6 +29,11 @@
 //              is the per-token variant.
 //   routed     docs/model.md section 6 (solvers/families.hpp): each head picks the family
 //              Q, E or M; scope head (own budget B T_h, default) or model (pooled).
+//   granularity  docs/model.md section 9, "Restricted granularities" (solvers/granularity.hpp):
+//              the exact surrogate optimum under one engine granularity (restriction = uniform,
+//              layer, head, bands, bands_head, age, age_head, evict_shared, evict_head,
+//              evict_layer, token_head, token) over the heads given, trading B across them
+//              unless the restriction fixes a head's or layer's share.
 //   (kvcobra, KV-COBRA's per-head (rank, bits), is not a tier allocation on a ladder: it
 //   lives in solvers/kvcobra_allocator.hpp; allocate_seed("kvcobra") says so.)
 #include <cstdint>
@@ -50,6 +55,9 @@ struct SeedProblem {
   double budget = 0.0;                        // B, bits per key element
   RateKind rate_kind = kDefaultRateKind;
   int head_dim = 0;                           // d, for the tiers' nominal rates
+  // KV heads per layer when `heads` are a whole model's, layer-major (the `granularity`
+  // allocator's per-layer restrictions read it); 0: the heads are taken as one layer.
+  int n_kv_heads = 0;
   void validate() const;                      // InputError naming the field
 };
 

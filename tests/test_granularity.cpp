@@ -19,7 +19,10 @@
 
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
+#include "model/surrogate.hpp"
+#include "model/synthetic/synthetic.hpp"
 #include "solvers/granularity.hpp"
+#include "solvers/seed_allocators.hpp"
 #include "support.hpp"
 
 using namespace tierlab;
@@ -276,4 +279,38 @@ TEST_CASE("a granularity section names the key and value it refuses") {
   CHECK_THAT(err("granularity: {restrictions: [per-token]}\n"), Catch::Contains("unknown granularity 'per-token'"));
   CHECK_THAT(err("granularity: {age_steps: 0}\n"), Catch::Contains("granularity.age_steps"));
   CHECK_THAT(err("granularity: {window: 3}\n"), Catch::Contains("window"));
+}
+
+TEST_CASE("the granularity seed allocator is the restricted solver, reached by name like every seed allocator") {
+  // Surrogate costs of 2 layers x 2 heads of a tiny synthetic trace, through allocate_seed.
+  SynthParams sp = synth_preset("tiny");
+  sp.n_layers = 2, sp.n_kv_heads = 2, sp.head_dim = 16, sp.prompt_len = 64, sp.obs_window = 8, sp.decode_steps = 1;
+  const TraceMeta meta = synth_meta(sp);
+  const RateLadder ladder = RateLadder::parse("evict,kivi2,kivi4,exact");
+  std::vector<SurrogateCosts> costs;
+  for (int l = 0; l < 2; ++l)
+    for (int h = 0; h < 2; ++h) {
+      const HeadData head = synth_head(sp, l, h);
+      costs.push_back(surrogate_costs(head, meta.rope, observation_queries(head), ladder));
+    }
+  SeedProblem sp2;
+  sp2.ladder = ladder;
+  for (const auto& c : costs) sp2.heads.push_back(&c);
+  sp2.budget = 4, sp2.head_dim = 16, sp2.n_kv_heads = 2;
+  GranularityProblem gp;
+  gp.rates = ladder_rates(sp2);
+  for (const auto& c : costs) gp.costs.push_back(&c.cost);
+  gp.n_layers = 2, gp.n_kv_heads = 2, gp.budget = 4;
+  for (const char* r : {"layer", "bands_head", "age", "evict_shared", "token"}) {
+    INFO(r);
+    const SeedAllocation a = allocate_seed("granularity", {{"restriction", r}}, sp2);
+    const GranularAllocation g = solve_granularity(gp, parse_granularity(r));
+    REQUIRE(a.status == SolveStatus::Optimal);
+    CHECK(a.tiers == g.tiers);
+    CHECK(a.objective == Approx(g.objective).epsilon(1e-12));
+    CHECK(a.mean_rate() <= 4 + 1e-9);
+  }
+  CHECK_THROWS_WITH(allocate_seed("granularity", {{"restriction", "per-token"}}, sp2), Catch::Contains("unknown granularity"));
+  sp2.n_kv_heads = 3;
+  CHECK_THROWS_WITH(allocate_seed("granularity", {{"restriction", "layer"}}, sp2), Catch::Contains("SeedProblem.n_kv_heads = 3"));
 }

@@ -45,13 +45,14 @@ SeedProblem problem_of(const RateLadder& ladder, const std::vector<SurrogateCost
 }  // namespace
 
 TEST_CASE("Seed allocator registry", "[seed]") {
-  CHECK(seed_allocator_methods().size() == 3);
+  CHECK(seed_allocator_methods().size() == 4);  // ratequant, rdkv, routed, granularity
   const RateLadder ladder = RateLadder::parse("evict,token2,token4,token8,exact");
   const auto heads = random_heads(ladder, 2, 16, 8);
   const SeedProblem p = problem_of(ladder, heads, 4.0, 8);
   const std::string e = testing::error_of<InputError>([&] { allocate_seed("rate-quant", {}, p); });
   CHECK(e.find("ratequant") != std::string::npos);
   CHECK(e.find("rdkv") != std::string::npos);
+  CHECK(e.find("granularity") != std::string::npos);
   const std::string q = testing::error_of<InputError>([&] { allocate_seed("rdkv", {{"kernal", "5"}}, p); });
   CHECK(q.find("kernel") != std::string::npos);
   const std::string k = testing::error_of<InputError>([&] { allocate_seed("kvcobra", {}, p); });

@@ -136,13 +136,13 @@ void add_eval(CLI::App& app) {
                                  "Published eviction scorer (see `tierlab methods --kind scorer`), with --keep");
   cmd->add_option("--keep", args->keep, "Eviction budget for --scorer: ratio:R or count:N")->capture_default_str();
   auto* seed = cmd->add_option("--seed", args->seed,
-                               "Seed allocator at --budget: ratequant, rdkv, routed (tiers on --ladder) or kvcobra "
+                               "Seed allocator at --budget: ratequant, rdkv, routed, granularity (tiers on --ladder) or kvcobra "
                                "(per-head rank x bits); see `tierlab methods --kind allocator`");
   cmd->add_option("--budget", args->budget, "Budget B for --seed, bits per key element");
-  cmd->add_option("--ladder", args->ladder, "Rate ladder for --seed ratequant/rdkv/routed")->capture_default_str();
-  cmd->add_option("--scope", args->scope, "Budget scope for --seed ratequant/rdkv/routed: head, layer, model")
+  cmd->add_option("--ladder", args->ladder, "Rate ladder for a ladder seed allocator")->capture_default_str();
+  cmd->add_option("--scope", args->scope, "Budget scope for a ladder seed allocator: head, layer, model")
       ->capture_default_str();
-  cmd->add_option("--rate", args->rate_kind, "What --budget counts for ratequant/rdkv/routed: code, total (as solve --rate)")
+  cmd->add_option("--rate", args->rate_kind, "What --budget counts for a ladder seed allocator: code, total (as solve --rate)")
       ->capture_default_str();
   cmd->add_option("--param", args->params,
                   "Method parameter NAME=VALUE for --quantizer/--scorer/--seed (repeatable)");

@@ -93,6 +93,7 @@ ModelCompressor make_seed(const MethodSpec& m, const MethodContext& ctx) {
     p.budget = m.budget;
     p.rate_kind = kind;
     p.head_dim = heads.empty() || heads.front().empty() ? 0 : static_cast<int>(heads.front().front().keys.cols());
+    p.n_kv_heads = heads.empty() ? 0 : static_cast<int>(heads.front().size());
     const SeedAllocation a = allocate_seed(m.name, m.params, p);
     if (a.status == SolveStatus::Infeasible)
       throw InputError("the seed allocator found no allocation at B = " + format_number(m.budget) + ": " + a.message);
@@ -177,6 +178,7 @@ SeedEvaluation evaluate_seed(const TraceReader& trace, const SeedRequest& r, Rec
     p.budget = r.budget;
     p.rate_kind = kind;
     p.head_dim = meta.head_dim;
+    p.n_kv_heads = scope == Scope::Head ? 1 : meta.n_kv_heads;
     for (std::size_t i = g0; i < std::min(H, g0 + per_group); ++i) p.heads.push_back(&costs[i]);
     const SeedAllocation a = allocate_seed(r.name, r.params, p);
     method = a.method;
