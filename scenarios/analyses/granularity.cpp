@@ -18,6 +18,7 @@
 #include "scenarios/io/csv.hpp"
 #include "scenarios/io/table_numbers.hpp"
 #include "scenarios/io/yaml_reader.hpp"
+#include "scenarios/pipeline/budget_repair.hpp"
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "solvers/granularity.hpp"
@@ -289,40 +290,80 @@ void GranularityAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& c
                         {"n_layers", m.n_layers}, {"n_kv_heads", m.n_kv_heads}, {"sink", spec_.sink},
                         {"recent", spec_.recent}, {"age_steps", spec_.age_steps}, {"ladder", sc.ladder.name()},
                         {"budgets", nlohmann::json::array()}};
+  // The mean measured rate over the heads (the closed form; the heads' data only for tiers
+  // whose rate depends on it).
+  auto measured_rate = [&](const GranularAllocation& a) {
+    double sum = 0;
+    for (int l = 0, i = 0; l < m.n_layers; ++l)
+      for (int h = 0; h < m.n_kv_heads; ++h, ++i) {
+        const std::vector<std::uint8_t>& tiers = a.tiers[static_cast<std::size_t>(i)];
+        sum += rate_of(needs_head ? allocation_rate(ctx.trace.head(l, h), m.rope, sc.ladder, tiers)
+                                  : allocation_rate(m.prompt_len, m.head_dim, sc.ladder, tiers),
+                       sc.rate_kind);
+      }
+    return sum / m.n_heads();
+  };
   const std::vector<double> budgets = budgets_of(spec_, sc);
   const Progress progress = ctx.step("granularity");
   int done = 0;
   for (double B : budgets) {
     p.budget = B;
     nlohmann::json rows = nlohmann::json::array();
+    std::vector<std::pair<std::string, std::pair<GranularAllocation, double>>> kept;  // earlier rows meeting B
     for (Granularity g : gs) {
       ctx.check_stop();
-      const GranularAllocation a = solve_granularity(p, g);
-      nlohmann::json row = {{"restriction", std::string(to_string(g))}, {"status", std::string(to_string(a.status))}};
-      if (!a.feasible()) {
-        row["message"] = a.message;
+      // At equal memory (docs/model.md section 6): the nominal optimum's tier-local partial
+      // groups can measure over B; then re-solved at B' < B, keeping the least objective of
+      // every allocation tried whose measured mean rate meets B (budget_repair.hpp).
+      struct Tried {
+        GranularAllocation a;
+        double measured = kNaN;
+      };
+      const RepairedSolution<Tried> rep = repair_to_measured_budget<Tried>(
+          B,
+          [&](double b) {
+            p.budget = b;
+            Tried t{solve_granularity(p, g)};
+            if (t.a.feasible()) t.measured = measured_rate(t.a);
+            return t;
+          },
+          [](const Tried& t) { return t.a.feasible(); }, [](const Tried& t) { return t.measured; },
+          [](const Tried& t) { return t.a.objective; });
+      p.budget = B;
+      nlohmann::json row = {{"restriction", std::string(to_string(g))}};
+      if (!rep.best) {
+        row["status"] = "infeasible";
+        row["message"] = rep.first_infeasible ? "no " + std::string(to_string(g)) + " allocation fits B = " + format_number(B)
+                                              : "no allocation tried measures within B = " + format_number(B) + " (equal-memory repair)";
         rows.push_back(row);
         continue;
       }
+      GranularAllocation a = rep.best->a;
+      double measured = rep.best->measured;
+      // Nested at equal memory: every restriction's allocation that meets B is an allocation of
+      // token (M*), so M* takes the least objective of them all (solved last; after the repair
+      // the nominal optimum at a smaller B' can lose to one of them).
+      if (g == Granularity::Token)
+        for (const auto& [name, other] : kept)
+          if (other.first.objective < a.objective) a = other.first, measured = other.second, row["taken_from"] = name;
+      row["status"] = std::string(to_string(a.status));
+      row["repaired"] = rep.repaired;
+      row["solved_budget"] = rep.solved_budget;
       nlohmann::json errs = nlohmann::json::array();
-      double measured = 0;
       for (int l = 0, i = 0; l < m.n_layers; ++l)
         for (int h = 0; h < m.n_kv_heads; ++h, ++i) {
           const HeadData head = ctx.trace.head(l, h);
-          const std::vector<std::uint8_t>& tiers = a.tiers[static_cast<std::size_t>(i)];
-          const MaterializedKeys mk = materialize(head, m.rope, sc.ladder, tiers);
+          const MaterializedKeys mk = materialize(head, m.rope, sc.ladder, a.tiers[static_cast<std::size_t>(i)]);
           errs.push_back(finite_or_null(decode ? evaluate_decode_steps(head, mk.keys, mk.kept, ctx.backend).rel_error
                                                : evaluate_obs_queries(head, mk.keys, mk.kept, ctx.backend).rel_error));
-          const Rate r = needs_head ? allocation_rate(head, m.rope, sc.ladder, tiers)
-                                    : allocation_rate(m.prompt_len, m.head_dim, sc.ladder, tiers);
-          measured += rate_of(r, sc.rate_kind);
         }
       row["objective"] = a.objective;
       row["rate_nominal"] = a.rate;
-      row["rate_measured"] = measured / m.n_heads();
+      row["rate_measured"] = measured;
       row["err_heads"] = errs;
       row["allocation"] = engine_form(a, p, sc.ladder);
       rows.push_back(row);
+      kept.emplace_back(std::string(to_string(g)), std::make_pair(std::move(a), measured));
       if (progress) progress(++done, static_cast<int>(budgets.size() * gs.size()));
     }
     out["budgets"].push_back({{"budget", B}, {"rows", rows}});
@@ -383,7 +424,8 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
   s << "\n## What each engine granularity captures\n\n"
     << "Each restriction is the exact surrogate optimum under what an engine can express (docs/model.md section 9), at "
        "one model-wide budget of "
-    << rate_kind << " bits per key element; its error is recomputed on the " << queries
+    << rate_kind << " bits per key element, at equal memory (an allocation whose tier-local groups measure over B is "
+       "re-solved at a smaller B'); its error is recomputed on the " << queries
     << " queries. Share = the fraction of M*'s gain over the best uniform quantizer that the restriction captures "
        "((err_uniform - err) / (err_uniform - err_M*), heads pooled per preset, 95% cluster-bootstrap interval over "
        "(cell, layer)). M* (`token`) is 1 by definition; `token_head` is the per-token optimum with every head at B "
@@ -469,7 +511,14 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
       }
       s << "the engine axis that captures most is **" << best << "** (" << format_label(bs, "%.2f");
       if (std::isfinite(m[best].lo)) s << " [" << format_label(m[best].lo, "%.2f") << ", " << format_label(m[best].hi, "%.2f") << "]";
-      s << "); the per-token interior adds the remaining " << format_label(1 - bs, "%.2f") << " of the gain.\n";
+      s << ")";
+      std::string close;  // the axes whose interval reaches the best one's: not told apart
+      for (const auto& n : names)
+        if (n != best && n != "uniform" && is_engine_axis(parse_granularity(n)) && std::isfinite(m[n].hi) &&
+            std::isfinite(m[best].lo) && m[n].hi >= m[best].lo)
+          close += std::string(close.empty() ? "" : ", ") + n + " " + format_label(m[n].share, "%.2f");
+      if (!close.empty()) s << ", not told apart from " << close << " (intervals overlap)";
+      s << "; the per-token interior adds the remaining " << format_label(1 - bs, "%.2f") << " of the gain.\n";
     }
   }
   // Under the surrogate every restriction captures at most M*'s gain (exact solves, nested sets).
