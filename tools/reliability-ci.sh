@@ -136,10 +136,12 @@ staleness: {steps: [1, 2, 4], budget: 2}
 smoothing: {kernels: [1, 3], budgets: [1]}
 mismatch: {quantizers: [kivi, token], bits: [2, 4], budgets: [4]}
 rd_curve: {budgets: "0:4:1"}
+granularity: {sink: 2, recent: 8, age_steps: 2}
 methods:
   - {quantizer: kivi, bits: 2}
   - {scorer: snapkv, keep: "ratio:0.5", window: 8}
   - {seed: ratequant, budget: 6}
+  - {seed: granularity, restriction: bands, budget: 4}
   - {policy: "evict:0.5"}
   - {family: M, budget: 2}
 proxy: {}
