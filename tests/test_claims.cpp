@@ -298,6 +298,33 @@ TEST_CASE("on tiny inputs, the RateQuant claims (j), (k), (l) produce their verd
   check_row(rows[2], "l");
 }
 
+TEST_CASE("on stories260K, the variance claim (i) decomposes its verdict over baselines, timing and prompts") {
+  TempDir dir("claims-i");
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-i\ntraces:\n  model:\n    checkpoint: " + ckpt +
+               "\n    seeds: [0, 1, 2]\n    context_lengths: [48]\n    decode_steps: 8\n"
+               "ladder: evict,kivi2,kivi4,kivi8,exact\nbudgets: [2]\nrate_kind: code\nbootstrap: 100\n"
+               "methods:\n  - {family: M, budget: 2, label: M}\n  - {scorer: h2o, keep: 'ratio:0.125', label: h2o}\n"
+               "  - {quantizer: kivi, bits: 2, residual: 0, label: kivi2}\n"
+               "variance: {allocator: M, baselines: {eviction: [h2o], quantizers: [kivi2]}, defer: 4}\n"
+               "claim: {id: i, claim: Baselines and timing move verdicts more than prompts., source: Q, paper: decomposition}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "i");
+  const nlohmann::json t = nlohmann::json::parse(slurp(dir.file("out") + "/tables/variance.json"));
+  double total = 0;
+  for (const auto& f : t.at("factors")) total += f.at("share").get<double>();
+  CHECK(total == Approx(1.0));  // the main effects and the interactions partition the variance
+  CHECK(t.at("cells") == 3);
+}
+
+TEST_CASE("a variance section names the label it cannot find") {
+  const std::string e = parse_error(kTinyInterior + "methods:\n  - {family: M, budget: 2, label: M}\n"
+                                                    "variance: {allocator: M, baselines: {a: [h2o], b: [M]}}\n");
+  CHECK_THAT(e, Catch::Contains("variance.baselines.a"));
+  CHECK_THAT(e, Catch::Contains("'h2o', not a label of the scenario's methods"));
+}
+
 TEST_CASE("the claims table gathers rows sorted by id, one line of settings each") {
   ClaimVerdict a, b;
   a.spec.id = "m", a.spec.claim = "joint | beats", a.standing = ClaimStanding::Refuted, a.depends_on = "x";

@@ -2,6 +2,7 @@
 #include "scenarios/analyses/claims.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -412,6 +413,55 @@ void claim_o(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   } else {
     v.standing = ClaimStanding::Refuted;
     v.why = "after the rotation the median ratio stays above " + f2(kEqualisedPar) + " for the latent and the keys";
+  }
+}
+
+// (i) from variance.json: the verdict's variance shares (variance.hpp) and the differences
+// baselines - prompts and timing - prompts with intervals from resampling cells. Reproduced when
+// both intervals lie above 0, partly when one does (the factor named), refuted when both lie
+// below 0 (prompt sampling moves the verdict more than either), not testable when no interval
+// excludes 0.
+void claim_i(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
+  const nlohmann::json t = read_table(dir, "variance.json", v.spec);
+  std::map<std::string, std::array<double, 3>> f;
+  if (t.contains("factors"))
+    for (const auto& x : t["factors"]) f[x.value("factor", std::string())] = {num(x, "share"), num(x, "lo"), num(x, "hi")};
+  auto share = [&](const char* k) {
+    const auto it = f.find(k);
+    return it == f.end() ? std::string("-") : f2(it->second[0]) + " [" + f2(it->second[1]) + ", " + f2(it->second[2]) + "]";
+  };
+  auto diff = [&](const char* k) -> std::array<double, 3> {
+    return t.contains(k) ? std::array<double, 3>{num(t[k], "value"), num(t[k], "lo"), num(t[k], "hi")}
+                         : std::array<double, 3>{kNaN, kNaN, kNaN};
+  };
+  const auto db = diff("baselines_minus_prompts"), dt = diff("timing_minus_prompts");
+  v.measured = "share of the variance of ln(err(" + t.value("allocator", std::string("allocator")) +
+               ") / err(best baseline)) over " + std::to_string(t.value("cells", 0)) + " cells: baselines " +
+               share("baselines") + ", timing " + share("timing") + ", prompts " + share("prompts") + ", interactions " +
+               share("interactions") + "; baselines - prompts " + f2(db[0]) + " [" + f2(db[1]) + ", " + f2(db[2]) +
+               "], timing - prompts " + f2(dt[0]) + " [" + f2(dt[1]) + ", " + f2(dt[2]) + "]";
+  v.depends_on = common_settings(sc) + "; timing = the compression decided at the end of prefill or " +
+                 std::to_string(t.value("defer", 0)) + " decode steps later (same memory); baseline sets " +
+                 (t.contains("baseline_sets") ? t["baseline_sets"].dump() : std::string("-")) +
+                 "; 95% intervals from resampling cells";
+  const bool b_more = db[1] > 0, t_more = dt[1] > 0, b_less = db[2] < 0, t_less = dt[2] < 0;
+  if (!std::isfinite(db[1]) || !std::isfinite(dt[1])) {
+    v.standing = ClaimStanding::NotTestable, v.why = "no interval (fewer than 2 cells with every verdict defined)";
+  } else if (b_more && t_more) {
+    v.standing = ClaimStanding::Reproduced;
+    v.why = "both the baseline set and the compression timing explain more of the verdict's variance than the prompts "
+            "(both difference intervals above 0)";
+  } else if (b_more || t_more) {
+    v.standing = ClaimStanding::Partly;
+    v.why = std::string("the ") + (b_more ? "baseline set" : "compression timing") +
+            " moves the verdict more than prompt sampling; the " + (b_more ? "compression timing" : "baseline set") +
+            ((b_more ? t_less : b_less) ? " moves it less" : " is not told apart from it");
+  } else if (b_less && t_less) {
+    v.standing = ClaimStanding::Refuted;
+    v.why = "prompt sampling explains more of the verdict's variance than either the baseline set or the timing";
+  } else {
+    v.standing = ClaimStanding::NotTestable;
+    v.why = "neither difference's interval excludes 0 at this number of prompts";
   }
 }
 
@@ -949,6 +999,7 @@ const std::vector<ClaimMeasure>& claim_measures() {
       {"o", "channel_variance", "channel variances' peak-to-average ratio before and after the Walsh-Hadamard rotation"},
       {"p", "score_error", "Spearman of score-space error and of key MSE with attention KL, their difference's interval"},
       {"q", "proxy", "the share of a 2-bit base's output error and replay KL that HeadQ's side code removes"},
+      {"i", "variance", "shares of the verdict's variance by baseline set, compression timing and prompt, with intervals"},
       {"m", "interior", "A_model of the joint allocation vs pooled E and Q per budget, cluster-bootstrap interval"},
   };
   return m;
@@ -979,6 +1030,7 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
     else if (spec.id == "o") claim_o(sc, dir, v);
     else if (spec.id == "p") claim_p(sc, dir, v);
     else if (spec.id == "q") claim_q(sc, dir, v);
+    else if (spec.id == "i") claim_i(sc, dir, v);
     rows.push_back(v);
   }
   return rows;

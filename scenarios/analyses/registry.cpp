@@ -13,6 +13,7 @@
 #include "scenarios/analyses/score_error.hpp"
 #include "scenarios/analyses/smoothing.hpp"
 #include "scenarios/analyses/staleness.hpp"
+#include "scenarios/analyses/variance.hpp"
 #include "scenarios/analyses/waterfill.hpp"
 
 namespace tierlab {
@@ -31,6 +32,7 @@ const std::vector<AnalysisType>& analysis_types() {
       ChannelVarianceAnalysis::type(),  // channel_variance
       ScoreErrorAnalysis::type(),    // score_error
       GranularityAnalysis::type(),   // granularity
+      VarianceAnalysis::type(),      // variance (with methods)
       ClaimAnalysis::type(),         // claim; last: it reads the other analyses' tables
   };
   return types;
