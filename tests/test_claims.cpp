@@ -94,9 +94,9 @@ TEST_CASE("a claim names an id a to q, the claim in one sentence, its source and
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("claim.claim") && Catch::Contains("one sentence"));
   m = parse_error(kTinyInterior + "claim:\n  id: a\n  claim: x.\n  source: y\n  paper: p\n  papr: q\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:15:") && Catch::Contains("papr"));
-  // A claim tierlab does not measure yet, and one whose analysis the file lacks.
+  // Claims whose analysis the file lacks (every claim, a to q, is measured now).
   m = parse_error(kTinyInterior + "claim:\n  id: i\n  claim: x.\n  source: y\n  paper: p\n");
-  CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("no measurement in tierlab yet"));
+  CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("add the key 'variance'"));
   m = parse_error(kTinyInterior + "claim:\n  id: q\n  claim: x.\n  source: y\n  paper: p\n");
   CHECK_THAT(m, Catch::StartsWith("bad.yaml:11:") && Catch::Contains("add the key 'proxy'"));
   m = parse_error(kTinyInterior + "claim:\n  id: d\n  claim: x.\n  source: y\n  paper: p\n");
