@@ -23,7 +23,7 @@ constexpr int kPrepareRowBlock = 64;     // query rows per tile in prepare_head
 constexpr int kPrepareTokenBlock = 256;  // tokens per tile in prepare_head
 constexpr int kOutputRowBlock = 16;      // query rows per task of the exact output o = p V
 constexpr int kEvaluateRowBlock = 64;    // most query rows in one delta GEMM
-constexpr int kMinEvaluateTasks = 16;    // row blocks x selections wanted per chunk (enough for 8 threads)
+constexpr int kMinEvaluateTasks = 16;    // row blocks wanted per query set (enough tasks for 8 threads)
 constexpr int kFusedVariants = 4;        // up to this many variants are gathered in one pass
 constexpr int kSumBlock = 512;           // tv: float partial sums (16 lanes x 32 terms), then double
 constexpr double kMaxFastLogitRise = 30.0;  // nats; above, expm1 products leave float's comfort zone
@@ -750,9 +750,13 @@ class CpuRecomputer final : public Recomputer {
 
     // Query rows in chunks so that the prepared head (p and one u per variant) stays bounded.
     const double bytes_per_row = double(1 + nv) * T * sizeof(float) + double(T) * sizeof(double);
-    const int chunk = std::clamp(static_cast<int>(kPreparedBytesBudget / bytes_per_row) / kEvaluateRowBlock *
-                                     kEvaluateRowBlock,
-                                 kEvaluateRowBlock, kMaxChunkRows);
+    // Row blocks of rpb rows depend on the number of query rows only -- not on the selections
+    // or variants in the batch, nor on the thread count -- and chunks hold whole blocks: each
+    // selection's sums are added in the same order whether it is evaluated alone or in a batch,
+    // so batching changes no digit (and OMP_NUM_THREADS none either).
+    const int rpb = std::clamp((nq + kMinEvaluateTasks - 1) / kMinEvaluateTasks, 8, kEvaluateRowBlock);
+    const int chunk = std::max(rpb, std::clamp(static_cast<int>(kPreparedBytesBudget / bytes_per_row), kEvaluateRowBlock,
+                                               kMaxChunkRows) / rpb * rpb);
     std::vector<RowSums> acc(nsel);
     std::vector<double> logit(nsel, 0.0);
     std::vector<double> kept(nsel, 0.0);  // (row, kept token it sees) pairs
@@ -761,14 +765,10 @@ class CpuRecomputer final : public Recomputer {
       const int c1 = std::min(nq, c0 + chunk);
       const PreparedHead ph = cpu::prepare_head(hp, c0, c1);  // threads inside unless in a parallel region
       const int rows = c1 - c0;
-      // Split rows into blocks so that there are enough tasks for the threads. The split (and
-      // so the order of the sums) does not depend on the number of threads: results are
-      // bit-identical whatever OMP_NUM_THREADS is (an MPI rank on a share of a node's cores
-      // computes the same cell as a whole-node process).
-      int nblk = (rows + kEvaluateRowBlock - 1) / kEvaluateRowBlock;
-      if (nsel * nblk < kMinEvaluateTasks) nblk = std::min((rows + 7) / 8, (kMinEvaluateTasks + nsel - 1) / nsel);
-      nblk = std::max(nblk, 1);
-      const int rpb = (rows + nblk - 1) / nblk;
+      // The chunk's blocks (above): results are bit-identical whatever OMP_NUM_THREADS is (an
+      // MPI rank on a share of a node's cores computes the same cell as a whole-node process)
+      // and however many selections share the batch.
+      const int nblk = (rows + rpb - 1) / rpb;
       std::vector<RowSums> part(std::size_t(nsel) * nblk);
       if (threads_inside) {
         for (auto& w : all) reserve(w, T, d, rpb);  // no allocation inside the parallel loop

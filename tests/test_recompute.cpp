@@ -5,6 +5,7 @@
 // is not available is skipped with its reason.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -241,6 +242,30 @@ TEST_CASE("recomputation matches a slow double-precision reference on random hea
       }
     }
   });
+}
+
+TEST_CASE("on the CPU reference a selection gives the same bits alone as in a batch with others", "[recompute]") {
+  // The row blocks depend on the query rows only (gpu/cpu_recompute.cpp), so batching several
+  // allocations of one head -- what the interior pass and the granularity analysis do to prepare
+  // the head once -- changes no digit of any of them.
+  const auto rc = make_recomputer(Backend::Cpu);
+  std::mt19937 rng(20261204);
+  for (const auto& [nq, T, d] : std::vector<std::array<int, 3>>{{64, 600, 32}, {5, 40, 8}, {300, 257, 16}}) {
+    const Head head = random_head(rng, nq, T, d, {0.4f, 0.05f, 1e-4f}, 2.0f);
+    HeadBatch all{head.problem(true), {}};
+    const int nv = int(all.problem.variants.size());
+    for (double evict : {0.0, 0.3, 0.9}) all.selections.push_back(random_selection(rng, T, nv, evict));
+    all.selections.push_back(Selection(T, std::uint8_t(2)));
+    const EvalResult batched = evaluate_ok(*rc, {all});
+    for (std::size_t s = 0; s < all.selections.size(); ++s) {
+      INFO("nq " << nq << ", T " << T << ", selection " << s);
+      const EvalResult one = evaluate_ok(*rc, {HeadBatch{all.problem, {all.selections[s]}}});
+      CHECK(one.errors[0][0].rel_error == batched.errors[0][s].rel_error);
+      CHECK(one.errors[0][0].abs_error == batched.errors[0][s].abs_error);
+      CHECK(one.errors[0][0].attn_tv == batched.errors[0][s].attn_tv);
+      CHECK(one.errors[0][0].logit_error == batched.errors[0][s].logit_error);
+    }
+  }
 }
 
 TEST_CASE("recomputation stays exact where float32 shortcuts would fail", "[recompute]") {

@@ -349,23 +349,32 @@ void GranularityAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& c
       row["status"] = std::string(to_string(a.status));
       row["repaired"] = rep.repaired;
       row["solved_budget"] = rep.solved_budget;
-      nlohmann::json errs = nlohmann::json::array();
-      for (int l = 0, i = 0; l < m.n_layers; ++l)
-        for (int h = 0; h < m.n_kv_heads; ++h, ++i) {
-          const HeadData head = ctx.trace.head(l, h);
-          const MaterializedKeys mk = materialize(head, m.rope, sc.ladder, a.tiers[static_cast<std::size_t>(i)]);
-          errs.push_back(finite_or_null(decode ? evaluate_decode_steps(head, mk.keys, mk.kept, ctx.backend).rel_error
-                                               : evaluate_obs_queries(head, mk.keys, mk.kept, ctx.backend).rel_error));
-        }
       row["objective"] = a.objective;
       row["rate_nominal"] = a.rate;
       row["rate_measured"] = measured;
-      row["err_heads"] = errs;
       row["allocation"] = engine_form(a, p, sc.ladder);
       rows.push_back(row);
       kept.emplace_back(std::string(to_string(g)), std::make_pair(std::move(a), measured));
       if (progress) progress(++done, static_cast<int>(budgets.size() * gs.size()));
     }
+    // Every feasible restriction's allocation recomputed head by head, one batch per head (its
+    // exact attention prepared once for all of them).
+    std::vector<std::size_t> feasible_rows;
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      if (rows[r].contains("objective")) feasible_rows.push_back(r);
+    std::vector<nlohmann::json> errs(feasible_rows.size(), nlohmann::json::array());
+    for (int l = 0, i = 0; l < m.n_layers; ++l)
+      for (int h = 0; h < m.n_kv_heads; ++h, ++i) {
+        ctx.check_stop();
+        const HeadData head = ctx.trace.head(l, h);
+        std::vector<MaterializedKeys> mats;
+        for (std::size_t k = 0; k < feasible_rows.size(); ++k)
+          mats.push_back(materialize(head, m.rope, sc.ladder, kept[k].second.first.tiers[static_cast<std::size_t>(i)]));
+        const std::vector<ErrorMetrics> e =
+            decode ? evaluate_decode_steps(head, mats, ctx.backend) : evaluate_obs_queries(head, mats, ctx.backend);
+        for (std::size_t k = 0; k < feasible_rows.size(); ++k) errs[k].push_back(finite_or_null(e.at(k).rel_error));
+      }
+    for (std::size_t k = 0; k < feasible_rows.size(); ++k) rows[feasible_rows[k]]["err_heads"] = errs[k];
     out["budgets"].push_back({{"budget", B}, {"rows", rows}});
   }
   cell["granularity"] = out;

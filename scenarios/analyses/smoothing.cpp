@@ -127,8 +127,7 @@ SmoothingHead smoothing_head(const HeadData& head, const SmoothingStudyOptions& 
   const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
   const bool has_decode = head.decode_keys.rows() > 0 && head.decode_queries.rows() > 0;
   std::vector<ErrorMetrics> dec(mats.size(), ErrorMetrics{kNaN, kNaN, kNaN, kNaN});
-  if (has_decode)
-    for (std::size_t k = 0; k < mats.size(); ++k) dec[k] = evaluate_decode_steps(head, mats[k].keys, mats[k].kept, backend);
+  if (has_decode) dec = evaluate_decode_steps(head, mats, backend);  // one batch: the head prepared once
   std::size_t next = 0;
   for (SmoothingOutcome& o : out.outcomes) {
     if (!o.feasible) continue;

@@ -60,6 +60,61 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
   return single(backend, std::move(b));
 }
 
+namespace {
+
+// A Selection names a variant in a byte (0 = evicted): at most 255 variants in one batch.
+constexpr std::size_t kMaxVariants = 255;
+
+template <class Evaluate>
+std::vector<ErrorMetrics> in_batches_of_variants(const std::vector<MaterializedKeys>& mats, Evaluate evaluate) {
+  std::vector<ErrorMetrics> out;
+  for (std::size_t i = 0; i < mats.size(); i += kMaxVariants) {
+    const std::vector<MaterializedKeys> part(mats.begin() + static_cast<std::ptrdiff_t>(i),
+                                             mats.begin() + static_cast<std::ptrdiff_t>(std::min(mats.size(), i + kMaxVariants)));
+    const std::vector<ErrorMetrics> e = evaluate(part);
+    out.insert(out.end(), e.begin(), e.end());
+  }
+  return out;
+}
+
+std::vector<ErrorMetrics> decode_batch(const HeadData& head, const std::vector<MaterializedKeys>& mats, Recomputer& backend) {
+  const int S = static_cast<int>(head.decode_keys.rows());
+  const int T = static_cast<int>(head.keys.rows());
+  const int d = static_cast<int>(head.keys.cols());
+  if (mats.empty()) return {};
+  if (S == 0 || head.decode_queries.rows() == 0) return std::vector<ErrorMetrics>(mats.size());
+  // One problem over the T + S tokens, the exact softmax prepared once for every variant.
+  MatrixRM exact(T + S, d), values(T + S, d);
+  exact.topRows(T) = head.keys;
+  exact.bottomRows(S) = head.decode_keys;
+  values.topRows(T) = head.values;
+  values.bottomRows(S) = head.decode_values;
+  std::vector<MatrixRM> approx(mats.size(), MatrixRM(T + S, d));
+  HeadBatch b;
+  b.problem.queries = &head.decode_queries;
+  b.problem.exact_keys = &exact;
+  b.problem.values = &values;
+  b.problem.visible = decode_query_set(head).visible();
+  for (std::size_t k = 0; k < mats.size(); ++k) {
+    approx[k].topRows(T) = mats[k].keys;
+    approx[k].bottomRows(S) = head.decode_keys;
+    b.problem.variants.push_back(&approx[k]);
+    Selection sel(static_cast<std::size_t>(T + S), static_cast<std::uint8_t>(k + 1));  // appended tokens kept, exact
+    for (int t = 0; t < T; ++t) sel[static_cast<std::size_t>(t)] = mats[k].kept[static_cast<std::size_t>(t)] ? static_cast<std::uint8_t>(k + 1) : 0;
+    b.selections.push_back(std::move(sel));
+  }
+  std::vector<HeadBatch> batches{std::move(b)};
+  return recompute(backend, batches).at(0);
+}
+
+}  // namespace
+
+std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, const std::vector<MaterializedKeys>& mats,
+                                                Recomputer& backend) {
+  if (mats.size() <= kMaxVariants) return decode_batch(head, mats, backend);
+  return in_batches_of_variants(mats, [&](const std::vector<MaterializedKeys>& part) { return decode_batch(head, part, backend); });
+}
+
 MethodMeasure measure_compressed(const std::vector<std::vector<HeadData>>& heads,
                                  const std::vector<std::vector<CompressedHead>>& compressed,
                                  const std::function<ErrorMetrics(const HeadData&, const CompressedHead&)>& recompute) {
@@ -130,6 +185,8 @@ ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, co
 std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::vector<MaterializedKeys>& mats,
                                                Recomputer& backend) {
   if (mats.empty()) return {};
+  if (mats.size() > kMaxVariants)
+    return in_batches_of_variants(mats, [&](const std::vector<MaterializedKeys>& part) { return evaluate_obs_queries(head, part, backend); });
   HeadBatch obs;
   obs.problem.queries = &head.obs_queries;
   obs.problem.visible = observation_queries(head).visible;

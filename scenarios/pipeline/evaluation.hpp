@@ -109,6 +109,11 @@ std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::
 // Recomputed errors of one head's allocation on its decode steps (see above).
 ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocated_keys,
                                    const std::vector<std::uint8_t>& kept, Recomputer& backend);
+// The same for several allocations of one head (mats[k]: its keys and kept mask), the head's
+// exact attention prepared once; element k of the result is mats[k]'s errors (the numbers of
+// the one-allocation call). Empty when mats is empty.
+std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, const std::vector<MaterializedKeys>& mats,
+                                                Recomputer& backend);
 // The same on one decode step s (1 <= s <= S): its g query rows over the T + s tokens they
 // see (the s appended decode keys exact and kept). InputError when s is out of range.
 ErrorMetrics evaluate_decode_step(const HeadData& head, const MatrixRM& allocated_keys,

@@ -162,8 +162,8 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
   if (!mats.empty()) {  // observation queries: one batch, one variant and one selection per family
     const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
     for (std::size_t k = 0; k < mats.size(); ++k) outcomes[which[k]]->obs = obs.at(k);
-    for (std::size_t k = 0; k < mats.size(); ++k)
-      outcomes[which[k]]->decode = evaluate_decode_steps(head, mats[k].keys, mats[k].kept, backend);
+    const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, mats, backend);
+    for (std::size_t k = 0; k < mats.size(); ++k) outcomes[which[k]]->decode = dec.at(k);
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   auto err = [nan](const FamilyOutcome& o, bool decode) {
