@@ -28,6 +28,7 @@ namespace tierlab {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr long long kMaxInlineTokens = 1 << 16;  // head-tokens of a per-token form written into the cell
 
 std::vector<double> budgets_of(const GranularitySpec& s, const Scenario& sc) { return s.budgets.empty() ? sc.budgets : s.budgets; }
 
@@ -352,7 +353,17 @@ void GranularityAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& c
       row["objective"] = a.objective;
       row["rate_nominal"] = a.rate;
       row["rate_measured"] = measured;
-      row["allocation"] = engine_form(a, p, sc.ladder);
+      // Per-token forms (keep masks, token tiers) inline only up to kMaxInlineTokens head-tokens:
+      // a paper-scale cell's would be hundreds of MB of JSON in the cell file.
+      const bool per_token = a.granularity == Granularity::EvictShared || a.granularity == Granularity::EvictHead ||
+                             a.granularity == Granularity::EvictLayer || a.granularity == Granularity::TokenHead ||
+                             a.granularity == Granularity::Token;
+      const long long head_tokens = static_cast<long long>(m.n_heads()) * m.prompt_len;
+      if (per_token && head_tokens > kMaxInlineTokens)
+        row["allocation"] = {{"omitted", "a per-token allocation of " + std::to_string(head_tokens) + " head-tokens (more than " +
+                                             std::to_string(kMaxInlineTokens) + " are not written inline)"}};
+      else
+        row["allocation"] = engine_form(a, p, sc.ladder);
       rows.push_back(row);
       kept.emplace_back(std::string(to_string(g)), std::make_pair(std::move(a), measured));
       if (progress) progress(++done, static_cast<int>(budgets.size() * gs.size()));
