@@ -325,6 +325,37 @@ TEST_CASE("a variance section names the label it cannot find") {
   CHECK_THAT(e, Catch::Contains("'h2o', not a label of the scenario's methods"));
 }
 
+TEST_CASE("a claim's robustness variations are the scenario with its keys replaced, and fold into its row") {
+  TempDir dir("claims-vary");
+  const std::string file = dir.file("v.yaml");
+  std::ofstream(file) << kTinyInterior + "rate_kind: total\nclaim:\n  id: a\n  claim: x.\n  source: y\n  paper: p\n"
+                                         "  vary: [{rate_kind: code}, {ladder: 'evict,kivi2,kivi4,exact'}]\n";
+  const Scenario sc = load_scenario(file);
+  const std::vector<Scenario> vs = claim_variations(sc);
+  REQUIRE(vs.size() == 2);
+  CHECK(vs[0].name == "tiny-claims-vary1");
+  CHECK(vs[0].rate_kind == RateKind::Code);
+  CHECK(vs[1].ladder.name() == "evict,kivi2,kivi4,exact");
+  const ClaimAnalysis* a = vs[0].find<ClaimAnalysis>();
+  REQUIRE(a);
+  CHECK(a->claims.at(0).variant == "rate_kind=code");
+  CHECK(a->variations.empty());  // a variation has none of its own
+  // Folding: a reproduced claim that one variation does not reproduce is partly, the variation named.
+  ClaimVerdict base;
+  base.spec.id = "a", base.scenario = file, base.standing = ClaimStanding::Reproduced, base.why = "holds";
+  ClaimVerdict code = base, ladder = base;
+  code.spec.variant = "rate_kind=code", code.standing = ClaimStanding::Refuted;
+  ladder.spec.variant = "ladder=evict,kivi2,kivi4,exact";
+  const std::string t = claims_table({base, code, ladder});
+  CHECK_THAT(t, Catch::Contains("**partly**: reproduced under the file's settings, not under every variation "
+                                "(rate_kind=code: refuted; ladder=evict,kivi2,kivi4,exact: reproduced)"));
+  CHECK(t.find("| (a)") == t.rfind("| (a)"));  // one row
+  const std::string same = claims_table({base, ladder});
+  CHECK_THAT(same, Catch::Contains("**reproduced**: holds; the same under ladder=evict,kivi2,kivi4,exact: reproduced"));
+  CHECK_THAT(parse_error(kTinyInterior + "claim: {id: a, claim: x., source: y, paper: p, vary: [{nmae: 3}]}\n"),
+             Catch::Contains("'nmae' is not a top-level key of this scenario"));
+}
+
 TEST_CASE("the claims table gathers rows sorted by id, one line of settings each") {
   ClaimVerdict a, b;
   a.spec.id = "m", a.spec.claim = "joint | beats", a.standing = ClaimStanding::Refuted, a.depends_on = "x";

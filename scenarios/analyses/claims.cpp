@@ -905,10 +905,11 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
     maps.push_back(node);
   }
   std::vector<ClaimSpec> out;
+  std::vector<ClaimVariation> variations;
   std::set<std::string> seen;
   for (const YAML::Node& m : maps) {
     if (!m.IsMap()) c.fail(m, "key 'claim' must be a mapping of id, claim, source and paper (or a list of them).");
-    c.keys(m, "claim", {"id", "claim", "source", "paper"});
+    c.keys(m, "claim", {"id", "claim", "source", "paper", "vary", "variant"});
     ClaimSpec spec;
     spec.where = c.at(m);
     for (const char* k : {"id", "claim", "source", "paper"})
@@ -938,9 +939,31 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
         std::none_of(s.analyses.begin(), s.analyses.end(), [&](const auto& a) { return a->name() == it->analysis; }))
       c.fail(m["id"], "key 'claim.id': claim '" + spec.id + "' is measured by the " + it->analysis +
                           " analysis; add the key '" + it->analysis + "' to the scenario.");
+    if (m["variant"]) spec.variant = c.str(m["variant"], "claim.variant");
+    if (m["vary"]) {
+      if (!m["vary"].IsSequence()) c.fail(m["vary"], "key 'claim.vary' must be a list of mappings of top-level scenario keys.");
+      for (const auto& v : m["vary"]) {
+        if (!v.IsMap() || v.size() == 0)
+          c.fail(v, "key 'claim.vary': each entry is a mapping of top-level scenario keys and their replacements.");
+        ClaimVariation cv;
+        YAML::Emitter flow;
+        flow << YAML::Flow << v;
+        cv.mapping = flow.c_str();
+        for (const auto& kv : v) {
+          const std::string key = kv.first.as<std::string>();
+          if (key == "name" || key == "claim" || key == "description" || (!root[key] && key != "rate_kind" && key != "ladder"))
+            c.fail(kv.first, "key 'claim.vary': '" + key + "' is not a top-level key of this scenario that a variation may "
+                             "replace (rate_kind, ladder, or a key the file gives).");
+          YAML::Emitter e;
+          e << YAML::Flow << kv.second;
+          cv.label += std::string(cv.label.empty() ? "" : ", ") + key + "=" + e.c_str();
+        }
+        variations.push_back(cv);
+      }
+    }
     out.push_back(spec);
   }
-  return std::make_shared<ClaimAnalysis>(std::move(out));
+  return std::make_shared<ClaimAnalysis>(std::move(out), std::move(variations));
 }
 
 std::vector<NamedFigure> no_figures(const std::string&) { return {}; }
@@ -968,14 +991,14 @@ nlohmann::json ClaimVerdict::to_json() const {
   return {{"id", spec.id},         {"claim", spec.claim},     {"source", spec.source},
           {"paper", spec.paper},   {"scenario", scenario},    {"measured", measured},
           {"verdict", std::string(to_string(standing))},      {"why", why},
-          {"depends_on", depends_on}};
+          {"depends_on", depends_on}, {"variant", spec.variant}};
 }
 
 ClaimVerdict ClaimVerdict::from_json(const nlohmann::json& j) {
   ClaimVerdict v;
   v.spec.id = j.value("id", ""), v.spec.claim = j.value("claim", ""), v.spec.source = j.value("source", "");
   v.spec.paper = j.value("paper", ""), v.scenario = j.value("scenario", ""), v.measured = j.value("measured", "");
-  v.why = j.value("why", ""), v.depends_on = j.value("depends_on", "");
+  v.why = j.value("why", ""), v.depends_on = j.value("depends_on", ""), v.spec.variant = j.value("variant", "");
   const std::string w = j.value("verdict", "");
   for (ClaimStanding s : {ClaimStanding::Reproduced, ClaimStanding::Partly, ClaimStanding::Refuted, ClaimStanding::NotTestable})
     if (to_string(s) == w) v.standing = s;
@@ -1036,7 +1059,29 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario& sc, const std::vector<
   return rows;
 }
 
-std::string claims_table(std::vector<ClaimVerdict> rows) {
+std::string claims_table(std::vector<ClaimVerdict> all) {
+  // The rows measured under the files' own settings, each with its variations' verdicts.
+  std::vector<ClaimVerdict> rows;
+  for (const auto& v : all)
+    if (v.spec.variant.empty()) rows.push_back(v);
+  for (ClaimVerdict& v : rows) {
+    std::vector<std::string> under;
+    bool changed = false;
+    for (const auto& x : all)
+      if (!x.spec.variant.empty() && x.spec.id == v.spec.id && x.scenario == v.scenario) {
+        under.push_back(x.spec.variant + ": " + std::string(to_string(x.standing)));
+        changed = changed || x.standing != v.standing;
+      }
+    if (under.empty()) continue;
+    const std::string base = std::string(to_string(v.standing));
+    if (changed && (v.standing == ClaimStanding::Reproduced || v.standing == ClaimStanding::Refuted)) {
+      v.why = base + " under the file's settings, not under every variation (" + join(under, "; ") + "): " + v.why;
+      v.standing = ClaimStanding::Partly;
+    } else {
+      v.why += std::string(changed ? "; under the variations: " : "; the same under ") + join(under, "; ");
+    }
+    v.depends_on += "; robustness: " + join(under, "; ");
+  }
   std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.spec.id < y.spec.id; });
   std::ostringstream s;
   s << "| claim | the paper | tierlab | verdict | scenario |\n|---|---|---|---|---|\n";
@@ -1047,6 +1092,36 @@ std::string claims_table(std::vector<ClaimVerdict> rows) {
   s << "\nWhat each verdict depends on:\n\n";
   for (const auto& v : rows) s << "- (" << v.spec.id << ") " << v.depends_on << ".\n";
   return s.str();
+}
+
+std::vector<Scenario> claim_variations(const Scenario& sc) {
+  std::vector<Scenario> out;
+  const ClaimAnalysis* a = sc.find<ClaimAnalysis>();
+  if (!a || a->variations.empty()) return out;
+  const YAML::Node file = YAML::LoadFile(sc.file);
+  for (std::size_t k = 0; k < a->variations.size(); ++k) {
+    const ClaimVariation& v = a->variations[k];
+    YAML::Node root = YAML::Clone(file);
+    for (const auto& kv : YAML::Load(v.mapping)) root[kv.first.as<std::string>()] = kv.second;
+    root["name"] = root["name"].as<std::string>() + "-vary" + std::to_string(k + 1);
+    YAML::Node claims = root["claim"];
+    auto mark = [&](YAML::Node m) {
+      m.remove("vary");
+      m["variant"] = v.label;
+    };
+    if (claims.IsSequence())
+      for (std::size_t i = 0; i < claims.size(); ++i) mark(claims[i]);
+    else
+      mark(claims);
+    YAML::Emitter e;
+    e << root;
+    try {
+      out.push_back(parse_scenario(e.c_str(), sc.file));
+    } catch (const InputError& err) {
+      throw InputError(sc.file + ": the claim variation '" + v.label + "' does not make a valid scenario: " + err.what());
+    }
+  }
+  return out;
 }
 
 std::vector<ClaimVerdict> read_claim_rows(const std::string& run_dir) {

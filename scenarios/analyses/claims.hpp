@@ -46,6 +46,15 @@ struct ClaimSpec {
   std::string source;  // the paper (and where in it)
   std::string paper;   // the paper's number, as the file states it
   std::string where;   // "FILE:LINE" of the mapping
+  // The robustness variation this row was measured under ("rate_kind=code"); empty for the
+  // file's own settings. Set on the variation scenarios claim_variations() makes.
+  std::string variant;
+};
+
+// A robustness variation of a claim scenario (`claim.vary`): top-level scenario keys replaced.
+struct ClaimVariation {
+  std::string label;     // "rate_kind=code, ladder=evict,kivi2,exact"
+  std::string mapping;   // the replacements, as a YAML flow mapping
 };
 
 enum class ClaimStanding { Reproduced, Partly, Refuted, NotTestable };
@@ -82,14 +91,22 @@ inline constexpr double kEqualisedPar = 1.5;  // (o) equalised: median peak-to-a
 
 class ClaimAnalysis final : public Analysis {
  public:
-  explicit ClaimAnalysis(std::vector<ClaimSpec> c) : claims(std::move(c)) {}
+  explicit ClaimAnalysis(std::vector<ClaimSpec> c, std::vector<ClaimVariation> v = {})
+      : claims(std::move(c)), variations(std::move(v)) {}
   std::string name() const override { return "claims"; }
   std::string write_tables(const Scenario&, const std::vector<nlohmann::json>& cells,
                            const std::string& dir) const override;
   static AnalysisType type();
 
   std::vector<ClaimSpec> claims;
+  std::vector<ClaimVariation> variations;  // `vary` of its claims, in order (none on a variation)
 };
+
+// The robustness variations of a claim scenario (docs/claims.md, "Robustness"): for every
+// `claim.vary` entry, the scenario file with those top-level keys replaced, named
+// "<name>-vary<k>", its claims marked with the variation's label. `tierlab run` runs them
+// after the scenario, and claims_table() folds their verdicts into the scenario's rows.
+std::vector<Scenario> claim_variations(const Scenario&);
 
 // The verdict rows of one claim scenario's run, from its tables (tables_dir = DIR/tables) and
 // cells. Throws InputError when a table the claim needs is missing.
@@ -97,7 +114,10 @@ std::vector<ClaimVerdict> evaluate_claims(const Scenario&, const std::vector<nlo
                                           const std::string& tables_dir);
 // The rows of a run folder (DIR/tables/claims.json), empty when it has none.
 std::vector<ClaimVerdict> read_claim_rows(const std::string& run_dir);
-// One markdown table of rows (sorted by claim id), with a line per row's settings beneath.
+// One markdown table of rows (sorted by claim id), with a line per row's settings beneath. A
+// row measured under a variation is folded into its claim's row: the verdict names each
+// variation's verdict, and a reproduced or refuted claim whose verdict a variation changes is
+// "partly", with the variation named.
 std::string claims_table(std::vector<ClaimVerdict> rows);
 
 }  // namespace tierlab

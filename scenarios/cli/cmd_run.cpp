@@ -97,7 +97,11 @@ std::vector<Scenario> load_all(const std::vector<std::string>& files, const MpiS
   std::vector<Scenario> scenarios;
   std::exception_ptr error;
   try {
-    for (const auto& f : files) scenarios.push_back(load_scenario(f));
+    for (const auto& f : files) {
+      scenarios.push_back(load_scenario(f));
+      // A claim scenario's robustness variations run right after it (analyses/claims.hpp).
+      for (Scenario& v : claim_variations(scenarios.back())) scenarios.push_back(std::move(v));
+    }
   } catch (...) {
     if (!mpi) throw;
     error = std::current_exception();
@@ -137,8 +141,9 @@ void run_command(const RunArgs& args) {
   if (args.complete && args.shard.empty()) throw InputError("run: --complete goes with --shard I/N; without --shard every cell is computed anyway.");
   if (args.scheduler_only && !mpi) throw InputError("run: --scheduler-only applies under mpirun only (this process was not started by an MPI launcher).");
   const std::vector<std::string> files = args.scenarios.empty() ? default_scenarios() : expand_folders(args.scenarios);
-  const bool set = args.scenarios.size() != 1 || files.size() != 1;
   const std::vector<Scenario> scenarios = load_all(files, mpi);
+  // More than one scenario (a claim file's robustness variations count): one folder each under --out.
+  const bool set = args.scenarios.size() != 1 || scenarios.size() != 1;
   const std::string parent = args.out.empty() ? "out" : args.out;
   std::string index = "# tierlab: summary of " + std::to_string(scenarios.size()) + " scenarios\n\n";
   bool all_tables = true;
