@@ -1064,7 +1064,13 @@ std::string claims_table(std::vector<ClaimVerdict> all) {
   std::vector<ClaimVerdict> rows;
   for (const auto& v : all)
     if (v.spec.variant.empty()) rows.push_back(v);
+  if (rows.empty())  // a variation's own run: its rows, each saying which variation it is
+    for (ClaimVerdict v : all) {
+      v.why += " (under the variation " + v.spec.variant + ")";
+      rows.push_back(std::move(v));
+    }
   for (ClaimVerdict& v : rows) {
+    if (!v.spec.variant.empty()) continue;
     std::vector<std::string> under;
     bool changed = false;
     for (const auto& x : all)
