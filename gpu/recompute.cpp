@@ -8,6 +8,7 @@
 #include "gpu/cpu_recompute.hpp"
 #include "model/base/enum_names.hpp"
 #include "model/base/error.hpp"
+#include "model/base/phases.hpp"
 #ifdef TIERLAB_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
 #endif
@@ -110,6 +111,15 @@ std::string use_cuda_device(int local_rank, std::string* reason) {
 }
 
 std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches) {
+  const PhaseScope phase(Phase::Recompute);
+  // Dense work (phases.hpp): the exact logits, each variant's logit change and each selection's
+  // output change D = delta V, 2 nq T d flops each; the keys, values and variants read.
+  for (const HeadBatch& b : batches) {
+    const double nq = static_cast<double>(b.problem.queries->rows()), T = static_cast<double>(b.problem.exact_keys->rows()),
+                 d = static_cast<double>(b.problem.exact_keys->cols()), nv = static_cast<double>(b.problem.variants.size()),
+                 ns = static_cast<double>(b.selections.size());
+    add_phase_work(Phase::Recompute, 2 * nq * T * d * (1 + nv + ns), 4 * T * d * (2 + nv) + 4 * nq * d + T * ns);
+  }
   EvalResult r = backend.evaluate(batches);
   if (!r.ok) throw RecomputeError("recomputation failed on backend " + backend.description() + ": " + r.message);
   for (std::size_t b = 0; b < r.errors.size(); ++b)

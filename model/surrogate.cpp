@@ -21,6 +21,7 @@
 
 #include "model/base/cancel.hpp"
 #include "model/base/error.hpp"
+#include "model/base/phases.hpp"
 #include "model/quantizers/quantizer.hpp"
 #include "model/base/text.hpp"
 #include "model/quantizers/quantizer.hpp"
@@ -290,13 +291,30 @@ SurrogateCosts costs_of(const TierInput& in, const MatrixRM& values, const Causa
 
 }  // namespace
 
+namespace {
+
+// The surrogate's dense work for phases.hpp: the exact logits and, per finite tier, the logit
+// noise q.(k^ - k): 2 nq T d flops each; reading the keys, values and each tier's keys.
+void count_surrogate_work(const MatrixRM& keys, const CausalQueries& queries, const RateLadder& ladder) {
+  const double nq = static_cast<double>(queries.queries().rows()), T = static_cast<double>(keys.rows()),
+               d = static_cast<double>(keys.cols());
+  const double tiers = static_cast<double>(std::max(0, ladder.size() - 2));
+  add_phase_work(Phase::Surrogate, 2 * nq * T * d * (1 + tiers), 4 * T * d * (2 + tiers) + 4 * nq * d);
+}
+
+}  // namespace
+
 SurrogateCosts surrogate_costs(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& queries,
                                const RateLadder& ladder) {
+  const PhaseScope phase(Phase::Surrogate);
+  count_surrogate_work(keys, queries, ladder);
   return costs_of(TierInput::keys_only(keys), values, queries, ladder);
 }
 
 SurrogateCosts surrogate_costs(const HeadData& head, const RopeParams& rope, const CausalQueries& queries,
                                const RateLadder& ladder) {
+  const PhaseScope phase(Phase::Surrogate);
+  count_surrogate_work(head.keys, queries, ladder);
   return costs_of(TierInput::of_head(head, rope), head.values, queries, ladder);
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "model/base/phases.hpp"
 #include "model/base/error.hpp"
 #include "solvers/exact_detail.hpp"
 
@@ -243,6 +244,7 @@ void ExactOptions::validate() const {
 }
 
 MckpResult solve_exact(const MckpInstance& inst, const ExactOptions& opt) {
+  const PhaseScope phase(Phase::Solve);
   const auto t0 = Clock::now();
   inst.validate();
   opt.validate();

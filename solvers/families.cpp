@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/base/phases.hpp"
 #include "model/base/enum_names.hpp"
 #include "model/base/error.hpp"
 #include "solvers/greedy.hpp"
@@ -345,6 +346,7 @@ double budget_tolerance(double budget_bits) { return 1e-9 * std::max(1.0, std::f
 
 FamilyResult solve_families_per_head(const FamilyProblem& p, const std::vector<TierOption>& options,
                                      const FamilyOptions& opt) {
+  const PhaseScope phase(Phase::Solve);
   const auto t0 = std::chrono::steady_clock::now();
   opt.validate();
   p.validate(opt.solver);
@@ -673,6 +675,7 @@ void group_split(const FamilyProblem& p, const std::vector<TierOption>& options,
 
 FamilyResult solve_families_pooled(const FamilyProblem& p, const std::vector<TierOption>& options,
                                    const FamilyOptions& opt) {
+  const PhaseScope phase(Phase::Solve);
   const auto t0 = std::chrono::steady_clock::now();
   opt.validate();
   p.validate(opt.solver);

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 
+#include "model/base/phases.hpp"
 #include "model/base/error.hpp"
 
 namespace tierlab {
@@ -389,6 +390,7 @@ int age_band(int t, int T, int age_steps) {
 }
 
 GranularAllocation solve_granularity(const GranularityProblem& p, Granularity g) {
+  const PhaseScope phase(Phase::Solve);
   p.validate();
   return Solver(p).solve(g);
 }

@@ -25,6 +25,7 @@
 #include <numbers>
 #include <sstream>
 
+#include "model/base/phases.hpp"
 #include "model/base/error.hpp"
 #include "model/synthetic/synthetic_parts.hpp"
 
@@ -410,12 +411,18 @@ TraceMeta synth_meta(const SynthParams& p) {
 
 // ---- whole trace ------------------------------------------------------------------
 void write_synthetic_trace(const SynthParams& p, const std::string& path, const Progress& progress) {
+  const PhaseScope phase(Phase::Generate);
   TraceWriter writer(path, synth_meta(p));
   const int total = p.n_layers * p.n_kv_heads;
   int done = 0;
   for (int l = 0; l < p.n_layers; ++l)
     for (int h = 0; h < p.n_kv_heads; ++h) {
-      writer.write_head(synth_head(p, l, h));
+      const HeadData head = synth_head(p, l, h);
+      add_phase_work(Phase::Generate, 0,
+                     4.0 * static_cast<double>(head.keys.size() + head.keys_pre_rope.size() + head.values.size() +
+                                               head.obs_queries.size() + head.decode_queries.size() +
+                                               head.decode_keys.size() + head.decode_values.size()));
+      writer.write_head(head);
       ++done;
       if (progress) progress(done, total);
     }

@@ -24,6 +24,7 @@
 #include "model/llama2c/capture.hpp"
 #include "model/llama2c/llama2c.hpp"
 #include "model/base/error.hpp"
+#include "model/base/phases.hpp"
 #include "model/io/safetensors.hpp"
 #include "model/synthetic/synthetic.hpp"
 #include "scenarios/scenario/analysis.hpp"
@@ -502,6 +503,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
                             const std::string& work_dir, const std::atomic<bool>* stop,
                             const std::function<void(const std::string&, int, int)>& on_step) {
   const auto t0 = std::chrono::steady_clock::now();
+  reset_phase_totals();  // this cell's phases (a cell runs on one thread)
   std::string trace_path = cell.path;
   bool temporary = false;
   if (cell.source == "synthetic") {
@@ -564,6 +566,18 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
     a->compute_cell(ctx, j);
   }
   j["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Where the cell's time went (model/base/phases.hpp; docs/performance.md): per phase its
+  // seconds, floating-point operations of the dense products and bytes; the rest of the
+  // cell's seconds is everything else (materialising allocations, measuring rates, I/O).
+  const PhaseTotals& pt = phase_totals();
+  nlohmann::json phases = nlohmann::json::object();
+  for (int k = 0; k < kPhases; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    if (pt.seconds[i] > 0 || pt.flops[i] > 0 || pt.bytes[i] > 0)  // the tables are written after the cells
+      phases[std::string(to_string(static_cast<Phase>(k)))] = {
+          {"seconds", pt.seconds[i]}, {"flops", pt.flops[i]}, {"bytes", pt.bytes[i]}};
+  }
+  j["phases"] = phases;
   return j;
 }
 
@@ -921,6 +935,7 @@ SigintScope::~SigintScope() {
 }
 
 void write_run_tables(const Scenario& sc, const std::string& out, const std::map<std::string, std::string>& hashes) {
+  const PhaseScope phase(Phase::Tables);
   std::vector<nlohmann::json> cells;
   for (const auto& c : sc.cells) {
     CellFile f = read_cell_file(cell_path(out, c));
