@@ -113,12 +113,14 @@ std::string use_cuda_device(int local_rank, std::string* reason) {
 std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches) {
   const PhaseScope phase(Phase::Recompute);
   // Dense work (phases.hpp): the exact logits, each variant's logit change and each selection's
-  // output change D = delta V, 2 nq T d flops each; the keys, values and variants read.
+  // output change D = delta V, 2 nq T d flops each; bytes: the keys, values and variants read,
+  // the prepared p and each variant's u (nq x T floats) written once and read by every selection.
   for (const HeadBatch& b : batches) {
     const double nq = static_cast<double>(b.problem.queries->rows()), T = static_cast<double>(b.problem.exact_keys->rows()),
                  d = static_cast<double>(b.problem.exact_keys->cols()), nv = static_cast<double>(b.problem.variants.size()),
                  ns = static_cast<double>(b.selections.size());
-    add_phase_work(Phase::Recompute, 2 * nq * T * d * (1 + nv + ns), 4 * T * d * (2 + nv) + 4 * nq * d + T * ns);
+    add_phase_work(Phase::Recompute, 2 * nq * T * d * (1 + nv + ns),
+                   4 * T * d * (2 + nv) + 4 * nq * d + T * ns + 4 * nq * T * (1 + nv) + 8 * nq * T * ns);
   }
   EvalResult r = backend.evaluate(batches);
   if (!r.ok) throw RecomputeError("recomputation failed on backend " + backend.description() + ": " + r.message);

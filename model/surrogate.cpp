@@ -294,12 +294,13 @@ SurrogateCosts costs_of(const TierInput& in, const MatrixRM& values, const Causa
 namespace {
 
 // The surrogate's dense work for phases.hpp: the exact logits and, per finite tier, the logit
-// noise q.(k^ - k): 2 nq T d flops each; reading the keys, values and each tier's keys.
+// noise q.(k^ - k): 2 nq T d flops each; reading the keys, values and each tier's keys, and the
+// nq x T logits and noise products of each.
 void count_surrogate_work(const MatrixRM& keys, const CausalQueries& queries, const RateLadder& ladder) {
   const double nq = static_cast<double>(queries.queries().rows()), T = static_cast<double>(keys.rows()),
                d = static_cast<double>(keys.cols());
   const double tiers = static_cast<double>(std::max(0, ladder.size() - 2));
-  add_phase_work(Phase::Surrogate, 2 * nq * T * d * (1 + tiers), 4 * T * d * (2 + tiers) + 4 * nq * d);
+  add_phase_work(Phase::Surrogate, 2 * nq * T * d * (1 + tiers), 4 * T * d * (2 + tiers) + 4 * nq * d + 8 * nq * T * (1 + tiers));
 }
 
 }  // namespace
