@@ -145,6 +145,7 @@ methods:
   - {policy: "evict:0.5"}
   - {family: M, budget: 2}
 proxy: {}
+variance: {allocator: "M* B=2", baselines: {quant: ["ratequant B=6", "granularity restriction=bands B=4"], evict: ["evict:0.5"]}, defer: 4}
 YAML
 ok run tiny.yaml --out run --jobs 2
 ok run tiny.yaml --out run  # every cell finished: read back, validated, tables and figures rewritten
