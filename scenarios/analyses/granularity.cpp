@@ -205,8 +205,10 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   if (!std::filesystem::exists(dir + "/tables/granularity.json")) return out;
   const nlohmann::json t = read_table_json(dir + "/tables/granularity.json");
   std::map<std::string, std::map<std::string, Series>> by;  // preset -> restriction -> series
+  std::map<std::string, std::map<double, bool>> defined;  // preset -> budget -> some share defined
   for (const auto& r : t.at("rows")) {
     const std::string preset = r.at("preset").get<std::string>(), g = r.at("restriction").get<std::string>();
+    defined[preset][double_or_nan(r, "budget")] |= std::isfinite(double_or_nan(r, "share"));
     const double y = double_or_nan(r, "share"), x = double_or_nan(r, "budget");
     Series& s = by[preset][g];
     if (std::isfinite(x) && std::isfinite(y)) s.x.push_back(x), s.y.push_back(y);
@@ -246,6 +248,11 @@ std::vector<NamedFigure> figures(const std::string& dir) {
       for (double v : s.x) xlo = std::min(xlo, v), xhi = std::max(xhi, v);
       f.series.push_back(s);
     }
+    std::string undefined;
+    for (const auto& [B, any] : defined[preset])
+      if (!any && std::isfinite(B)) undefined += std::string(undefined.empty() ? "" : ", ") + format_label(B, "%g");
+    if (!undefined.empty())
+      f.note += " No share at B = " + undefined + " (no uniform tier fits, or M* does not beat uniform once recomputed).";
     if (clipped > 0)
       f.note += " " + std::to_string(clipped) + " point" + (clipped > 1 ? "s" : "") +
                 " below -1 (worse than uniform by more than M*'s gain) drawn at -1; the table has the values.";
