@@ -406,6 +406,7 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
   std::map<std::string, std::map<double, std::vector<HeadErrors>>> pooled;
   std::map<std::string, std::map<double, std::map<std::string, std::vector<double>>>> surrogate;  // per cell values
   std::vector<std::string> names;
+  std::map<std::string, int> unrepaired;  // "preset, restriction at B = b" -> cells where no repair step met B
   std::string rate_kind, queries;
   nlohmann::json allocations = nlohmann::json::object();
   for (const auto& c : cells) {
@@ -422,6 +423,9 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
       for (const auto& r : b.at("rows")) {
         const std::string n = r.at("restriction").get<std::string>();
         if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+        if (r.at("status").get<std::string>() == "infeasible" && r.contains("message") &&
+            r.at("message").get<std::string>().find("equal-memory repair") != std::string::npos)
+          unrepaired[preset + ", " + n + " at B = " + format_label(B, "%g")] += 1;
         obj[n] = double_or_nan(r, "objective");
         std::vector<double> e;
         if (r.contains("err_heads"))
@@ -545,8 +549,19 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
             std::isfinite(m[best].lo) && m[n].hi >= m[best].lo)
           close += std::string(close.empty() ? "" : ", ") + n + " " + format_label(m[n].share, "%.2f");
       if (!close.empty()) s << ", not told apart from " << close << " (intervals overlap)";
-      s << "; the per-token interior adds the remaining " << format_label(1 - bs, "%.2f") << " of the gain.\n";
+      if (bs >= 1)
+        s << "; the per-token interior adds nothing beyond it here.\n";
+      else
+        s << "; the per-token interior adds the remaining " << format_label(1 - bs, "%.2f") << " of the gain.\n";
     }
+  }
+  if (!unrepaired.empty()) {
+    s << "\nNo allocation met the measured budget (the equal-memory repair's steps all measured over B), so the share "
+         "is n/a for: ";
+    bool first = true;
+    for (const auto& [what, n] : unrepaired)
+      s << (first ? "" : "; ") << what << " (" << n << (n == 1 ? " cell" : " cells") << ")", first = false;
+    s << ".\n";
   }
   // Under the surrogate every restriction captures at most M*'s gain (exact solves, nested sets).
   double worst = -INFINITY;
