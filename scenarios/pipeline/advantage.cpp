@@ -86,27 +86,41 @@ ModelSolution solve_model_family(const TraceReader& trace, const InteriorOptions
   return out;
 }
 
-// The solved allocation recomputed head by head.
-ModelFamily recompute_model_family(const TraceReader& trace, const InteriorOptions& opt, const ModelSolution& s,
-                                   Recomputer& backend) {
-  ModelFamily out;
-  if (!s.feasible) return out;
+// The solved allocations recomputed head by head: each head read once, the feasible families'
+// allocations evaluated in one batch per query set (the head prepared once; the numbers of one
+// evaluation per family, gpu/cpu_recompute.cpp's batch-independent row blocks).
+std::vector<ModelFamily> recompute_model_families(const TraceReader& trace, const InteriorOptions& opt,
+                                                  const std::vector<const ModelSolution*>& sols, Recomputer& backend) {
   const TraceMeta& meta = trace.meta();
-  out.feasible = true;
-  out.rate = s.rate;
-  out.repaired = s.repaired;
-  out.surrogate = s.objective;
-  double ed = 0, eo = 0;
+  std::vector<ModelFamily> out(sols.size());
+  std::vector<std::size_t> live;
+  for (std::size_t k = 0; k < sols.size(); ++k) {
+    if (!sols[k]->feasible) continue;
+    out[k].feasible = true;
+    out[k].rate = sols[k]->rate;
+    out[k].repaired = sols[k]->repaired;
+    out[k].surrogate = sols[k]->objective;
+    live.push_back(k);
+  }
+  if (live.empty()) return out;
+  std::vector<double> ed(sols.size(), 0.0), eo(sols.size(), 0.0);
   for (int l = 0, i = 0; l < meta.n_layers; ++l)
     for (int h = 0; h < meta.n_kv_heads; ++h, ++i) {
       const HeadData head = trace.head(l, h);
-      const MaterializedKeys mk =
-          materialize(head, meta.rope, opt.ladder, s.result.heads[static_cast<std::size_t>(i)].tiers);
-      eo += evaluate_obs_queries(head, mk.keys, mk.kept, backend).rel_error;
-      if (meta.decode_steps > 0) ed += evaluate_decode_steps(head, mk.keys, mk.kept, backend).rel_error;
+      std::vector<MaterializedKeys> mats;
+      for (std::size_t k : live)
+        mats.push_back(materialize(head, meta.rope, opt.ladder, sols[k]->result.heads[static_cast<std::size_t>(i)].tiers));
+      const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
+      for (std::size_t j = 0; j < live.size(); ++j) eo[live[j]] += obs.at(j).rel_error;
+      if (meta.decode_steps > 0) {
+        const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, mats, backend);
+        for (std::size_t j = 0; j < live.size(); ++j) ed[live[j]] += dec.at(j).rel_error;
+      }
     }
-  out.err_obs = eo / meta.n_heads();
-  out.err_decode = meta.decode_steps > 0 ? ed / meta.n_heads() : std::numeric_limits<double>::quiet_NaN();
+  for (std::size_t k : live) {
+    out[k].err_obs = eo[k] / meta.n_heads();
+    out[k].err_decode = meta.decode_steps > 0 ? ed[k] / meta.n_heads() : std::numeric_limits<double>::quiet_NaN();
+  }
   return out;
 }
 
@@ -133,11 +147,14 @@ ModelScopeReport model_scope_report(const TraceReader& trace, const InteriorOpti
       (f == Family::Quantize ? m.routed_Q : f == Family::Evict ? m.routed_E : m.routed_M) += 1;
     }
   }
-  m.Q = recompute_model_family(trace, opt, q, backend);
-  m.E = recompute_model_family(trace, opt, e, backend);
-  m.routed = m.routed_is_endpoint == "Q"   ? m.Q  // the same allocation: recomputed once
-             : m.routed_is_endpoint == "E" ? m.E
-                                           : recompute_model_family(trace, opt, routed, backend);
+  // The routed allocation is one of the endpoints' when routed_is_endpoint says so: recomputed once.
+  const bool routed_own = m.routed_is_endpoint.empty();
+  std::vector<const ModelSolution*> sols = {&q, &e};
+  if (routed_own) sols.push_back(&routed);
+  const std::vector<ModelFamily> fams = recompute_model_families(trace, opt, sols, backend);
+  m.Q = fams[0];
+  m.E = fams[1];
+  m.routed = !routed_own ? (m.routed_is_endpoint == "Q" ? m.Q : m.E) : fams[2];
   auto err = [nan](const ModelFamily& f, bool decode) { return f.feasible ? (decode ? f.err_decode : f.err_obs) : nan; };
   m.advantage_decode = interior_advantage_of(err(m.routed, true), err(m.Q, true), err(m.E, true), opt.error_floor);
   m.advantage_obs = interior_advantage_of(err(m.routed, false), err(m.Q, false), err(m.E, false), opt.error_floor);
