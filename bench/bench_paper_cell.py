@@ -52,8 +52,9 @@ def probes():
     return probe["sgemm_gflops"] * 1e9, bandwidth, probe["blas"]
 
 
-def run_cell(build, tokens, layers, work):
-    yaml = f"""name: paper-cell-T{tokens}
+def cell_scenario(tokens, layers):
+    """The reduced paper/01 cell as a scenario file (also bench/profile_paper_cell.sh's, via --print-scenario)."""
+    return f"""name: paper-cell-T{tokens}
 traces:
   synthetic:
     presets: [llama-3.1-8b]
@@ -72,6 +73,10 @@ backend: cpu
 seed: 0
 bootstrap: 2000
 """
+
+
+def run_cell(build, tokens, layers, work):
+    yaml = cell_scenario(tokens, layers)
     path = os.path.join(work, f"cell-{tokens}.yaml")
     with open(path, "w") as f:
         f.write(yaml)
@@ -95,7 +100,11 @@ def main():
     ap.add_argument("--tokens", default="4096,16384")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--json")
+    ap.add_argument("--print-scenario", action="store_true", help="print the first --tokens cell's scenario and stop")
     a = ap.parse_args()
+    if a.print_scenario:
+        print(cell_scenario(int(a.tokens.split(",")[0]), a.layers), end="")
+        return
     build = os.path.abspath(a.build)
     if not os.path.exists(os.path.join(build, "tierlab")):
         raise SystemExit(f"bench_paper_cell: {build}/tierlab missing: bash setup.sh first")

@@ -20,26 +20,8 @@ while [[ $# -gt 0 ]]; do
 done
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tierlab_cell.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
-cat > "$WORK/cell.yaml" <<YAML
-name: paper-cell
-traces:
-  synthetic:
-    presets: [llama-3.1-8b]
-    seeds: [0]
-    context_lengths: [$T]
-    overrides:
-      decode_steps: 16
-      n_layers: $LAYERS
-ladder: evict,kivi2,kivi4,kivi8,exact
-rate_kind: total
-budgets: [1, 2, 3, 4]
-primary_budget: 2
-primary_aggregation: routed
-queries: decode
-backend: cpu
-seed: 0
-bootstrap: 200
-YAML
+# The cell bench/bench_paper_cell.py times by phase (one definition of it).
+/usr/bin/python3 "$REPO/bench/bench_paper_cell.py" --print-scenario --tokens "$T" --layers "$LAYERS" > "$WORK/cell.yaml"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 run=("$BUILD/tierlab" run "$WORK/cell.yaml" --out "$WORK/out")
 if command -v perf > /dev/null && perf record -q -F 199 -o "$WORK/perf.data" -- true 2> /dev/null; then

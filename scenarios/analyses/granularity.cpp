@@ -67,6 +67,35 @@ nlohmann::json engine_form(const GranularAllocation& a, const GranularityProblem
   auto name = [&](int j) { return ladder.tiers[static_cast<std::size_t>(j)].name(); };
   const int T = p.tokens(), kv = p.n_kv_heads;
   auto tier = [&](int head, int t) { return static_cast<int>(a.tiers[static_cast<std::size_t>(head)][static_cast<std::size_t>(t)]); };
+  // Per layer, per KV head: of_head(head index), the form every per-head restriction uses.
+  auto by_layer_and_head = [&](const auto& of_head) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (int l = 0; l < p.n_layers; ++l) {
+      nlohmann::json row = nlohmann::json::array();
+      for (int h = 0; h < kv; ++h) row.push_back(of_head(l * kv + h));
+      layers.push_back(row);
+    }
+    return layers;
+  };
+  auto bands_of = [&](int head) {
+    const char* band[] = {"sink", "middle", "recent"};
+    nlohmann::json b = nlohmann::json::object();
+    for (int t = 0; t < T; ++t) b[band[position_band(t, T, p.sink, p.recent)]] = name(tier(head, t));
+    return b;
+  };
+  auto schedule_of = [&](int head) {
+    std::vector<std::string> s(static_cast<std::size_t>(p.age_steps), "");
+    for (int t = 0; t < T; ++t) s[static_cast<std::size_t>(age_band(t, T, p.age_steps))] = name(tier(head, t));
+    return nlohmann::json(s);  // newest band first
+  };
+  auto ranges_of = [&](int head) {  // the token ranges of each tier but evict
+    nlohmann::json by = nlohmann::json::object();
+    for (int jt = 1; jt < static_cast<int>(p.rates.size()); ++jt) {
+      nlohmann::json r = ranges(T, [&](int t) { return tier(head, t) == jt; });
+      if (!r.empty()) by[name(jt)] = r;
+    }
+    return by;
+  };
   nlohmann::json j;
   switch (a.granularity) {
     case Granularity::Uniform: j["tier"] = name(tier(0, 0)); break;
@@ -74,77 +103,16 @@ nlohmann::json engine_form(const GranularAllocation& a, const GranularityProblem
       j["layers"] = nlohmann::json::array();
       for (int l = 0; l < p.n_layers; ++l) j["layers"].push_back(name(tier(l * kv, 0)));
       break;
-    case Granularity::Head:
-      j["heads"] = nlohmann::json::array();
-      for (int l = 0; l < p.n_layers; ++l) {
-        nlohmann::json row = nlohmann::json::array();
-        for (int h = 0; h < kv; ++h) row.push_back(name(tier(l * kv + h, 0)));
-        j["heads"].push_back(row);
-      }
-      break;
-    case Granularity::Bands:
-    case Granularity::BandsHead: {
-      j["sink"] = p.sink, j["recent"] = p.recent;
-      auto of_head = [&](int head) {
-        nlohmann::json b = nlohmann::json::object();
-        for (int t = 0; t < T; ++t) {
-          const char* band[] = {"sink", "middle", "recent"};
-          b[band[position_band(t, T, p.sink, p.recent)]] = name(tier(head, t));
-        }
-        return b;
-      };
-      if (a.granularity == Granularity::Bands) j["bands"] = of_head(0);
-      else {
-        j["heads"] = nlohmann::json::array();
-        for (int l = 0; l < p.n_layers; ++l) {
-          nlohmann::json row = nlohmann::json::array();
-          for (int h = 0; h < kv; ++h) row.push_back(of_head(l * kv + h));
-          j["heads"].push_back(row);
-        }
-      }
-      break;
-    }
-    case Granularity::Age:
-    case Granularity::AgeHead: {
-      j["age_steps"] = p.age_steps;
-      auto of_head = [&](int head) {
-        std::vector<std::string> s(static_cast<std::size_t>(p.age_steps), "");
-        for (int t = 0; t < T; ++t) s[static_cast<std::size_t>(age_band(t, T, p.age_steps))] = name(tier(head, t));
-        return nlohmann::json(s);  // newest band first
-      };
-      if (a.granularity == Granularity::Age) j["schedule"] = of_head(0);
-      else {
-        j["heads"] = nlohmann::json::array();
-        for (int l = 0; l < p.n_layers; ++l) {
-          nlohmann::json row = nlohmann::json::array();
-          for (int h = 0; h < kv; ++h) row.push_back(of_head(l * kv + h));
-          j["heads"].push_back(row);
-        }
-      }
-      break;
-    }
+    case Granularity::Head: j["heads"] = by_layer_and_head([&](int head) { return name(tier(head, 0)); }); break;
+    case Granularity::Bands: j["sink"] = p.sink, j["recent"] = p.recent, j["bands"] = bands_of(0); break;
+    case Granularity::BandsHead: j["sink"] = p.sink, j["recent"] = p.recent, j["heads"] = by_layer_and_head(bands_of); break;
+    case Granularity::Age: j["age_steps"] = p.age_steps, j["schedule"] = schedule_of(0); break;
+    case Granularity::AgeHead: j["age_steps"] = p.age_steps, j["heads"] = by_layer_and_head(schedule_of); break;
     case Granularity::EvictShared:
     case Granularity::EvictHead:
     case Granularity::EvictLayer:
     case Granularity::TokenHead:
-    case Granularity::Token: {
-      // Per head, the token ranges of each tier used ("keep" masks for the keep-or-evict modes).
-      j["heads"] = nlohmann::json::array();
-      for (int l = 0; l < p.n_layers; ++l) {
-        nlohmann::json row = nlohmann::json::array();
-        for (int h = 0; h < kv; ++h) {
-          const int head = l * kv + h;
-          nlohmann::json by = nlohmann::json::object();
-          for (int jt = 1; jt < static_cast<int>(p.rates.size()); ++jt) {
-            nlohmann::json r = ranges(T, [&](int t) { return tier(head, t) == jt; });
-            if (!r.empty()) by[name(jt)] = r;
-          }
-          row.push_back(by);
-        }
-        j["heads"].push_back(row);
-      }
-      break;
-    }
+    case Granularity::Token: j["heads"] = by_layer_and_head(ranges_of); break;
   }
   return j;
 }
