@@ -168,6 +168,29 @@ std::map<std::string, double> shares_of(const std::vector<HeadErrors>& all, cons
   return share;
 }
 
+// From an allocation's engine form (cells written before heads_evicted_whole): whether some
+// head keeps no token -- a layer or head at "evict", a head whose every band or age band is
+// "evict", or a head with no token range.
+bool evicts_a_head_whole(const nlohmann::json& form) {
+  auto all_evict = [](const nlohmann::json& x) {
+    if (x.is_string()) return x.get<std::string>() == "evict";
+    if (x.is_object() || x.is_array()) {
+      for (const auto& v : x)
+        if (!v.is_string() || v.get<std::string>() != "evict") return false;
+      return true;  // an empty set of ranges: nothing kept
+    }
+    return false;
+  };
+  if (form.contains("layers"))
+    for (const auto& l : form.at("layers"))
+      if (all_evict(l)) return true;
+  if (form.contains("heads"))
+    for (const auto& layer : form.at("heads"))
+      for (const auto& h : layer)
+        if (all_evict(h)) return true;
+  return false;
+}
+
 std::vector<NamedFigure> figures(const std::string& dir) {
   std::vector<NamedFigure> out;
   if (!std::filesystem::exists(dir + "/tables/granularity.json")) return out;
@@ -325,6 +348,9 @@ void GranularityAnalysis::compute_cell(const CellContext& ctx, nlohmann::json& c
       row["status"] = std::string(to_string(a.status));
       row["repaired"] = rep.repaired;
       row["solved_budget"] = rep.solved_budget;
+      int whole = 0;  // heads with every token evicted (a layer or head evicted whole)
+      for (const auto& h : a.tiers) whole += std::all_of(h.begin(), h.end(), [](std::uint8_t j) { return j == 0; });
+      row["heads_evicted_whole"] = whole;
       row["objective"] = a.objective;
       row["rate_nominal"] = a.rate;
       row["rate_measured"] = measured;
@@ -375,6 +401,7 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
   std::map<std::string, std::map<double, std::map<std::string, std::vector<double>>>> surrogate;  // per cell values
   std::vector<std::string> names;
   std::map<std::string, int> unrepaired;  // "preset, restriction at B = b" -> cells where no repair step met B
+  std::set<std::string> evicted_whole;     // "preset|B|restriction" whose allocation evicts some head whole
   std::string rate_kind, queries;
   nlohmann::json allocations = nlohmann::json::object();
   for (const auto& c : cells) {
@@ -401,6 +428,9 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
         for (std::size_t i = 0; i < e.size() && i < heads.size(); ++i) heads[i].err[n] = e[i];
         err[n] = e.size() == heads.size() ? mean_or_nan(e) : kNaN;
         if (r.contains("allocation")) allocations[id][format_label(B, "%g")][n] = r.at("allocation");
+        if ((r.contains("heads_evicted_whole") && r.at("heads_evicted_whole").get<int>() > 0) ||
+            (!r.contains("heads_evicted_whole") && r.contains("allocation") && evicts_a_head_whole(r.at("allocation"))))
+          evicted_whole.insert(preset + "|" + format_label(B, "%g") + "|" + n);
       }
       const double du = err["uniform"] - err["token"], su = obj["uniform"] - obj["token"];
       for (const auto& r : b.at("rows")) {
@@ -536,17 +566,21 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
   for (const auto& r : rows) worst = std::max(worst, double_or_nan(r, "surrogate_share_median"));
   s << "\nUnder the surrogate no restriction exceeds M* (largest median surrogate share "
     << format_label(worst, "%.3f") << "; M*'s is 1 by construction).";
-  int negative = 0, negative_surrogate_positive = 0;
+  int negative = 0, negative_surrogate_positive = 0, negative_whole = 0;
   for (const auto& r : rows)
     if (double_or_nan(r, "share") < 0) {
       ++negative;
       if (double_or_nan(r, "surrogate_share_median") > 0) ++negative_surrogate_positive;
+      if (evicted_whole.count(r.at("preset").get<std::string>() + "|" + format_label(double_or_nan(r, "budget"), "%g") + "|" +
+                              r.at("restriction").get<std::string>()))
+        ++negative_whole;
     }
   if (negative > 0)
     s << " " << negative << " of " << rows.size() << " shares are negative: the restriction's allocation, optimal under "
       << "the surrogate, is worse than the uniform quantizer once recomputed (" << negative_surrogate_positive
-      << " of them with a positive median surrogate share: the first-order surrogate understates the error of the tier "
-         "the restriction leans on).";
+      << " of them with a positive median surrogate share); " << negative_whole << " of them evict some KV head whole "
+      << "(a tier per layer or head that is eviction): the surrogate sums token-eviction costs as if independent, while a "
+         "head with no token left loses its whole output.";
   s << "\n";
   nlohmann::json t = {{"rate_kind", rate_kind}, {"queries", queries}, {"rows", rows}};
   write_file_atomically(dir + "/granularity.csv", csv.text());
