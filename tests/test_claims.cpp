@@ -12,6 +12,7 @@
 
 #include "model/base/error.hpp"
 #include "scenarios/analyses/claims.hpp"
+#include "scenarios/analyses/interior_verdict.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 #include "support.hpp"
@@ -273,6 +274,22 @@ TEST_CASE("on tiny inputs, the staleness claim (d) produces its verdict row") {
   CHECK_THAT(rows[0]["measured"].get<std::string>(), Catch::Contains("kappa"));
 }
 
+TEST_CASE("the staleness claim (d) says for every decision window whether the allocation goes stale") {
+  TempDir dir("claims-d-windows");
+  const nlohmann::json rows = run_rows(
+      dir, "name: tiny-dw\ntraces:\n  synthetic:\n    presets: [tiny]\n    overrides: {decode_steps: 16}\n"
+           "staleness:\n  steps: [1, 2, 4, 8, 16]\n  windows: [2, 8]\n"
+           "claim: {id: d, claim: The family is stable while the allocation goes stale., source: Q, paper: 4096 steps}\n");
+  REQUIRE(rows.size() == 1);
+  check_row(rows[0], "d");
+  const std::string m = rows[0]["measured"].get<std::string>();
+  CHECK_THAT(m, Catch::Contains("by decision window") && Catch::Contains("W = 2: ") && Catch::Contains("W = 8: "));
+  CHECK_THAT(rows[0]["why"].get<std::string>(), Catch::Contains("decision window"));
+  // The row reads the windows' JSON table, the same numbers as the CSV.
+  const nlohmann::json w = nlohmann::json::parse(slurp(dir.file("out") + "/tables/staleness_windows.json"));
+  CHECK(w.at("rows").size() == 10);  // 2 windows x 5 steps
+}
+
 TEST_CASE("on tiny inputs, the smoothing claim (h) produces its verdict row") {
   TempDir dir("claims-h");
   const nlohmann::json rows = run_rows(
@@ -354,6 +371,73 @@ TEST_CASE("a claim's robustness variations are the scenario with its keys replac
   CHECK_THAT(same, Catch::Contains("**reproduced**: holds; the same under ladder=evict,kivi2,kivi4,exact: reproduced"));
   CHECK_THAT(parse_error(kTinyInterior + "claim: {id: a, claim: x., source: y, paper: p, vary: [{nmae: 3}]}\n"),
              Catch::Contains("'nmae' is not a top-level key of this scenario"));
+}
+
+TEST_CASE("a claim's dose-response runs one preset with one generator setting swept, and its numbers join the row") {
+  TempDir dir("claims-dose");
+  const std::string file = dir.file("d.yaml");
+  std::ofstream(file) << "name: dose\ntraces:\n  synthetic:\n    presets: [tiny]\n    seeds: [0, 1]\n"
+                         "    context_lengths: [48]\nladder: evict,kivi1,kivi2,kivi4,exact\nbudgets: [2, 4]\nbootstrap: 100\n"
+                         "claim:\n  id: b\n  claim: x.\n  source: y\n  paper: p\n"
+                         "  dose: {preset: tiny, seeds: [0, 1, 2], logit_scales: [2, 8]}\n";
+  const Scenario sc = load_scenario(file);
+  const std::vector<Scenario> vs = claim_variations(sc);
+  REQUIRE(vs.size() == 1);
+  REQUIRE(vs[0].cells.size() == 6);  // 1 preset x 3 seeds x 2 doses
+  for (const auto& c : vs[0].cells) {
+    CHECK(c.synth.preset == "tiny");
+    CHECK((c.logit_scale == 2 || c.logit_scale == 8));
+  }
+  const ClaimAnalysis* a = vs[0].find<ClaimAnalysis>();
+  REQUIRE(a);
+  CHECK(a->claims.at(0).variant == "dose-response of logit_scale [2, 8] within tiny");
+  // A sweep key instead of logit_scales.
+  std::ofstream(file) << "name: dose\ntraces:\n  synthetic:\n    presets: [tiny]\n    context_lengths: [48]\n"
+                         "claim: {id: b, claim: x., source: y, paper: p, dose: {preset: tiny, outlier_token_rate: [0, 0.03]}}\n";
+  const std::vector<Scenario> sw = claim_variations(load_scenario(file));
+  REQUIRE(sw.size() == 1);
+  REQUIRE(sw[0].cells.size() == 2);
+  CHECK(sw[0].cells[0].sweep_key == "outlier_token_rate");
+  // The per-model verdicts group the cells by preset AND dose.
+  const nlohmann::json c1 = {{"preset", "tiny"}, {"logit_scale", 2.0}}, c2 = {{"preset", "tiny"}, {"logit_scale", nullptr}},
+                       c3 = {{"preset", "tiny"}, {"sweep_key", "outlier_token_rate"}, {"sweep_value", 0.03}};
+  CHECK(model_group_of(c1) == "tiny logit_scale=2");
+  CHECK(model_group_of(c2) == "tiny");
+  CHECK(model_group_of(c3) == "tiny outlier_token_rate=0.03");
+  // Folding: the dose-response's numbers go beside the file's.
+  ClaimVerdict base, dose;
+  base.spec.id = dose.spec.id = "b", base.scenario = dose.scenario = file;
+  base.measured = "stop per preset", dose.measured = "stop per dose";
+  dose.spec.variant = "dose-response of logit_scale [2, 8] within tiny";
+  CHECK_THAT(claims_table({base, dose}), Catch::Contains("stop per preset; dose-response of logit_scale [2, 8] within tiny: stop per dose"));
+  // Refusals name the key.
+  CHECK_THAT(parse_error(kTinyInterior + "claim: {id: b, claim: x., source: y, paper: p, dose: {preset: qwen-like, logit_scales: [1, 2]}}\n"),
+             Catch::Contains("'qwen-like' is not one of this scenario's traces.synthetic.presets"));
+  CHECK_THAT(parse_error(kTinyInterior + "claim: {id: b, claim: x., source: y, paper: p, dose: {preset: tiny, logit_scales: [1, 2], "
+                                         "outlier_token_rate: [0]}}\n"),
+             Catch::Contains("ONE generator setting"));
+  CHECK_THAT(parse_error(kTinyInterior + "claim: {id: b, claim: x., source: y, paper: p, dose: {preset: tiny, logit_scales: [1]}}\n"),
+             Catch::Contains("at least two values"));
+}
+
+TEST_CASE("a variation onto trained models is named by the models, and its numbers join the row") {
+  TempDir dir("claims-trained");
+  const std::string file = dir.file("t.yaml");
+  const std::string ckpt = std::string(TIERLAB_SOURCE_DIR) + "/data/stories260K/stories260K.bin";
+  std::ofstream(file) << kTinyInterior + "claim:\n  id: a\n  claim: x.\n  source: y\n  paper: p\n"
+                                         "  vary: [{traces: {model: [{checkpoint: " + ckpt +
+                                         ", seeds: [0], context_lengths: [48], decode_steps: 4}]}}]\n";
+  const std::vector<Scenario> vs = claim_variations(load_scenario(file));
+  REQUIRE(vs.size() == 1);
+  CHECK(vs[0].cells.size() == 1);
+  CHECK(vs[0].find<ClaimAnalysis>()->claims.at(0).variant == "on trained models stories260K");
+  ClaimVerdict base, trained;
+  base.spec.id = trained.spec.id = "a", base.scenario = trained.scenario = file;
+  base.measured = "rho synthetic", trained.measured = "rho trained", trained.standing = ClaimStanding::Refuted;
+  trained.spec.variant = "on trained models stories260K";
+  const std::string t = claims_table({base, trained});
+  CHECK_THAT(t, Catch::Contains("rho synthetic; on trained models stories260K: rho trained"));
+  CHECK_THAT(t, Catch::Contains("on trained models stories260K: refuted"));
 }
 
 TEST_CASE("the claims table gathers rows sorted by id, one line of settings each") {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "scenarios/analyses/claims.hpp"
 #include "scenarios/run/runner.hpp"
 #include "scenarios/scenario/scenario.hpp"
 
@@ -26,6 +27,15 @@ TEST_CASE("the shipped scenario files are valid and their names are unique") {
     CHECK(!s.cells.empty());
     CHECK(!s.description.empty());
     CHECK(names.insert(s.name).second);  // out/<name> must not collide
+    // A claim scenario's variations (robustness, dose-responses, trained models) are valid too.
+    std::vector<Scenario> variations;
+    REQUIRE_NOTHROW(variations = claim_variations(s));
+    for (const Scenario& v : variations) {
+      CHECK(!v.cells.empty());
+      CHECK(names.insert(v.name).second);
+      for (const auto& c : v.cells)
+        if (c.source == "model") CHECK(fs::exists(c.checkpoint));
+    }
     // Model cells point at the checkpoint shipped in data/.
     for (const auto& c : s.cells)
       if (c.source == "model") CHECK(fs::exists(c.checkpoint));

@@ -133,8 +133,11 @@ void claim_a(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   e.share_constant = shares.size() == 1;
   if (e.share_constant) e.share = *shares.begin();
   const double within = num(t, "rho_within_model"), seed_level = num(t, "rho_seed_level");
-  v.measured = "rho = " + f2(e.rho) + " [" + f2(e.lo) + ", " + f2(e.hi) + "] (" + std::to_string(e.cells) + " cells, " +
-               std::to_string(e.clusters) + " clusters); within-model " + f2(within) + ", seed-level " + f2(seed_level);
+  v.measured = e.share_constant
+                   ? "rho not defined: the dominated share is " + format_number(e.share) + " in every one of the " +
+                         std::to_string(e.cells) + " cells (" + std::to_string(e.clusters) + " clusters)"
+                   : "rho = " + f2(e.rho) + " [" + f2(e.lo) + ", " + f2(e.hi) + "] (" + std::to_string(e.cells) + " cells, " +
+                         std::to_string(e.clusters) + " clusters); within-model " + f2(within) + ", seed-level " + f2(seed_level);
   v.depends_on = common_settings(sc) + "; B = " + format_number(B) + "; cell summary " +
                  t.value("primary_aggregation", std::string()) + "; queries " + t.value("queries", std::string()) +
                  "; the sensitivity rows of this run's tables/sensitivity.csv";
@@ -758,6 +761,36 @@ void claim_d(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
                                   " of heads at s = " + std::to_string(S) + ", " + chance;
   v.why = stale_text + "; " + stable_text;
   v.standing = stale && stable ? ClaimStanding::Reproduced : stale || stable ? ClaimStanding::Partly : ClaimStanding::Refuted;
+  // The decision window's robustness: the fresh allocation decided from the W decode steps
+  // before s (staleness.windows). Does "stale within a few steps" survive every window?
+  const std::string wpath = dir + "/staleness_windows.json";
+  if (!std::filesystem::exists(wpath)) return;
+  const nlohmann::json wt = read_table(dir, "staleness_windows.json", v.spec);
+  std::map<int, std::pair<int, double>> stale_by_w;  // window -> (first stale step <= kStaleWithinSteps or 0, its ratio)
+  for (const auto& r : wt.at("rows")) {
+    const int w = r.at("window").get<int>(), s = r.at("step").get<int>();
+    auto& x = stale_by_w[w];
+    if (x.first == 0 && s <= kStaleWithinSteps && num(r, "median_ratio") >= kStaleRatio) x = {s, num(r, "median_ratio")};
+  }
+  if (stale_by_w.empty()) return;
+  std::vector<std::string> parts, differ;
+  for (const auto& [w, x] : stale_by_w) {
+    parts.push_back("W = " + std::to_string(w) + ": " +
+                    (x.first ? "stale by s = " + std::to_string(x.first) + " (" + f2(x.second) + ")"
+                             : "not stale within " + std::to_string(kStaleWithinSteps) + " steps"));
+    if ((x.first > 0) != stale) differ.push_back("W = " + std::to_string(w));
+  }
+  v.measured += "; by decision window (the fresh allocation from the W decode steps before s): " + join(parts, "; ");
+  v.depends_on += "; decision windows " + join(parts, ", ");
+  if (differ.empty()) {
+    v.why += "; the staleness part is the same under every decision window (" + join(parts, "; ") + ")";
+  } else {
+    v.why += "; the staleness part changes with the decision window (" + join(differ, ", ") + ")";
+    if (v.standing != ClaimStanding::NotTestable && v.standing != ClaimStanding::Partly) {
+      v.why = std::string(to_string(v.standing)) + " with the trace's window only: " + v.why;
+      v.standing = ClaimStanding::Partly;
+    }
+  }
 }
 
 // (h) smoothing.json, family M: span truncation rate from raw scores vs the best smoothed
@@ -894,6 +927,77 @@ void claim_kl(const Scenario& sc, const std::string& dir, ClaimVerdict& v, bool 
   }
 }
 
+// How a variation names one replaced key in a row: "rate_kind=code"; a replaced `traces` by what
+// it runs on ("on trained models stories260K, kjv-l4-mha-d32").
+std::string variation_label(const std::string& key, const YAML::Node& value) {
+  if (key == "traces" && value.IsMap() && value["model"] && !value["synthetic"]) {
+    std::vector<std::string> names;
+    const YAML::Node models = value["model"];
+    auto add = [&](const YAML::Node& m) {
+      if (m.IsMap() && m["checkpoint"]) names.push_back(std::filesystem::path(m["checkpoint"].as<std::string>()).stem().string());
+      else if (m.IsMap() && m["trace"]) names.push_back(std::filesystem::path(m["trace"].as<std::string>()).stem().string());
+    };
+    if (models.IsSequence())
+      for (const auto& m : models) add(m);
+    else
+      add(models);
+    return "on trained models " + join(names);
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << value;
+  return key + "=" + e.c_str();
+}
+
+// `claim.dose: {preset: P, seeds: [..], SETTING: [values]}`: a dose-response of one generator
+// setting within one preset, run as a variation of the scenario: traces.synthetic restricted to P
+// (and to the given seeds, else the file's), with
+// SETTING swept (`logit_scales`, or any key traces.synthetic.sweep accepts), everything else
+// as the file gives it. The per-model verdicts group cells by preset and dose
+// (model_group_of), so the row says how the claim's statistic moves with the setting.
+ClaimVariation dose_variation(const YAML::Node& root, const YAML::Node& dose, const YamlReader& c) {
+  const std::size_t fixed = dose.IsMap() ? (dose["preset"] ? 1 : 0) + (dose["seeds"] ? 1 : 0) : 0;
+  if (!dose.IsMap() || !dose["preset"] || dose.size() != fixed + 1)
+    c.fail(dose, "key 'claim.dose' must be a mapping of 'preset', optionally 'seeds', and ONE generator setting to a list "
+                 "of values, e.g. {preset: llama-like, seeds: [0, 1, 2, 3, 4], logit_scales: [1.5, 3, 6, 12]}.");
+  const YAML::Node syn = root["traces"] ? root["traces"]["synthetic"] : YAML::Node();
+  if (!syn) c.fail(dose, "key 'claim.dose' varies a generator setting, but this scenario has no traces.synthetic.");
+  const std::string preset = c.str(dose["preset"], "claim.dose.preset");
+  bool listed = false;
+  if (syn["presets"])
+    for (const auto& p : syn["presets"]) listed = listed || (p.IsScalar() && p.as<std::string>() == preset);
+  if (!listed) c.fail(dose["preset"], "key 'claim.dose.preset': '" + preset + "' is not one of this scenario's traces.synthetic.presets.");
+  std::string key;
+  YAML::Node values;
+  for (const auto& kv : dose)
+    if (kv.first.as<std::string>() != "preset" && kv.first.as<std::string>() != "seeds")
+      key = kv.first.as<std::string>(), values = kv.second;
+  if (!values.IsSequence() || values.size() < 2)
+    c.fail(values, "key 'claim.dose." + key + "' must list at least two values (a dose-response needs two doses).");
+  YAML::Node traces = YAML::Clone(root["traces"]);
+  YAML::Node s = traces["synthetic"];
+  s["presets"] = std::vector<std::string>{preset};
+  if (dose["seeds"]) s["seeds"] = dose["seeds"];  // a dose-response needs clusters: its own seeds
+  s.remove("sweep");
+  s.remove("logit_scales");
+  if (key == "logit_scales") {
+    s["logit_scales"] = values;
+  } else {
+    YAML::Node sweep;
+    sweep[key] = values;
+    s["sweep"] = sweep;
+  }
+  YAML::Node mapping;
+  mapping["traces"] = traces;
+  YAML::Emitter flow, vals;
+  flow << YAML::Flow << mapping;
+  vals << YAML::Flow << values;
+  ClaimVariation cv;
+  cv.mapping = flow.c_str();
+  cv.label = "dose-response of " + (key == "logit_scales" ? std::string("logit_scale") : key) + " " + vals.c_str() +
+             " within " + preset;
+  return cv;
+}
+
 std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node node = root["claim"];
   if (!node) return nullptr;
@@ -909,7 +1013,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   std::set<std::string> seen;
   for (const YAML::Node& m : maps) {
     if (!m.IsMap()) c.fail(m, "key 'claim' must be a mapping of id, claim, source and paper (or a list of them).");
-    c.keys(m, "claim", {"id", "claim", "source", "paper", "vary", "variant"});
+    c.keys(m, "claim", {"id", "claim", "source", "paper", "vary", "dose", "variant"});
     ClaimSpec spec;
     spec.where = c.at(m);
     for (const char* k : {"id", "claim", "source", "paper"})
@@ -954,13 +1058,12 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
           if (key == "name" || key == "claim" || key == "description" || (!root[key] && key != "rate_kind" && key != "ladder"))
             c.fail(kv.first, "key 'claim.vary': '" + key + "' is not a top-level key of this scenario that a variation may "
                              "replace (rate_kind, ladder, or a key the file gives).");
-          YAML::Emitter e;
-          e << YAML::Flow << kv.second;
-          cv.label += std::string(cv.label.empty() ? "" : ", ") + key + "=" + e.c_str();
+          cv.label += std::string(cv.label.empty() ? "" : ", ") + variation_label(key, kv.second);
         }
         variations.push_back(cv);
       }
     }
+    if (m["dose"]) variations.push_back(dose_variation(root, m["dose"], c));
     out.push_back(spec);
   }
   return std::make_shared<ClaimAnalysis>(std::move(out), std::move(variations));
@@ -1077,6 +1180,10 @@ std::string claims_table(std::vector<ClaimVerdict> all) {
       if (!x.spec.variant.empty() && x.spec.id == v.spec.id && x.scenario == v.scenario) {
         under.push_back(x.spec.variant + ": " + std::string(to_string(x.standing)));
         changed = changed || x.standing != v.standing;
+        // A dose-response or a run on trained models is a measurement of its own: its number
+        // goes beside the file's (a rate-convention or ladder variation is named by its verdict).
+        if (x.spec.variant.rfind("dose-response of ", 0) == 0 || x.spec.variant.rfind("on trained models ", 0) == 0)
+          v.measured += "; " + x.spec.variant + ": " + x.measured;
       }
     if (under.empty()) continue;
     const std::string base = std::string(to_string(v.standing));
@@ -1113,6 +1220,7 @@ std::vector<Scenario> claim_variations(const Scenario& sc) {
     YAML::Node claims = root["claim"];
     auto mark = [&](YAML::Node m) {
       m.remove("vary");
+      m.remove("dose");
       m["variant"] = v.label;
     };
     if (claims.IsSequence())

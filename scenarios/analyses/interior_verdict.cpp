@@ -24,6 +24,19 @@ std::string cluster_of(const nlohmann::json& c) {
   return c.value("preset", std::string()) + "/s" + std::to_string(c.value("seed", std::uint64_t{0}));
 }
 
+}  // namespace
+
+std::string model_group_of(const nlohmann::json& c) {
+  std::string g = c.value("preset", std::string());
+  if (c.contains("sweep_key") && c["sweep_key"].is_string() && c.contains("sweep_value") && c["sweep_value"].is_number())
+    g += " " + c["sweep_key"].get<std::string>() + "=" + format_or_nan(c["sweep_value"].get<double>(), "%g");
+  else if (c.contains("logit_scale") && c["logit_scale"].is_number())
+    g += " logit_scale=" + format_or_nan(c["logit_scale"].get<double>(), "%g");
+  return g;
+}
+
+namespace {
+
 // The q-quantile by nearest rank (infinities allowed), NaN when empty.
 double nearest_rank(std::vector<double> v, double q) {
   if (v.empty()) return kNaN;
@@ -94,7 +107,7 @@ std::vector<StopBudget> stop_budgets(const Scenario& sc, const std::vector<nlohm
   // preset -> cluster -> per (ascending) budget: the heads' A values.
   std::map<std::string, std::map<std::string, std::vector<std::vector<double>>>> by;
   for (const auto& c : cells) {
-    auto& per_budget = by[c.value("preset", std::string())][cluster_of(c)];
+    auto& per_budget = by[model_group_of(c)][cluster_of(c)];
     per_budget.resize(order.size());
     for (std::size_t k = 0; k < order.size(); ++k)
       for (const auto& h : c["budgets"][order[k]]["heads"])
@@ -178,7 +191,7 @@ std::vector<ContextTrend> context_trends(const Scenario& sc, const std::vector<n
     const int T = c["prompt_len"].get<int>();
     const auto& b = c["budgets"][bi];
     const double ratio = summed_error_ratio(b);
-    const std::string keys[2] = {c.value("preset", std::string()), std::string("(pooled)")};
+    const std::string keys[2] = {model_group_of(c), std::string("(pooled)")};
     for (const std::string& key : keys) {
       Acc& a = by[key][T];
       a.e += b["wins"]["E"].get<int>();

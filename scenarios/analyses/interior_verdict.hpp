@@ -42,7 +42,7 @@ struct QFeasibility {
 };
 QFeasibility q_feasibility(const std::vector<nlohmann::json>& cells, std::size_t budget_index);
 
-struct StopBudget {
+struct StopBudget {  // per model group (model_group_of)
   std::string preset;
   double stop = std::numeric_limits<double>::quiet_NaN();  // NaN: the interior pays at the largest budget
   double lo = stop, hi = stop;       // percentile interval; +inf = beyond the sweep
@@ -65,6 +65,13 @@ SeedLevelRho seed_level_rho(const std::vector<double>& xs, const std::vector<dou
 // A cell's group for seed_level_rho: "preset/T<T>" and, where set, "/<sweep_key><value>" or
 // "/ls<logit scale>".
 std::string seed_group_of(const nlohmann::json& cell);
+
+// A cell's model group: its preset (or trained model) and, where the scenario varies one generator
+// setting within it (traces.synthetic.sweep or logit_scales), that setting's value:
+// "llama-like", "llama-like logit_scale=3", "llama-like outlier_token_rate=0.01". The per-model
+// verdicts (stop budgets, context-length trends) are computed per group, so a dose-response of a
+// generator setting within one preset gives one row per dose.
+std::string model_group_of(const nlohmann::json& cell);
 
 // err(E*)/err(M*) of a cell at one budget: sum over heads of err_E over the sum of err_M (NaN
 // when a head lacks either, or the sum of err_M is 0).

@@ -338,15 +338,20 @@ std::string window_section(const Scenario& sc, const std::vector<nlohmann::json>
   if (by.empty()) return "";
   std::ostringstream s;
   CsvWriter csv({"window", "step", "median_ratio", "share_fresh_better", "kappa"});
+  nlohmann::json rows = nlohmann::json::array();  // the same table for readers of JSON (the claims ledger)
   std::set<int> steps;
   for (const auto& [w, per] : by)
     for (const auto& [st, a] : per) {
       steps.insert(st);
-      csv.row() << w << st << format_or_nan(quantile_or_nan(a.ratio, 0.5))
-                << format_or_nan(a.compared ? static_cast<double>(a.better) / a.compared : kNaN)
-                << format_or_nan(cohen_kappa(a.fam, a.prefill));
+      const double median = quantile_or_nan(a.ratio, 0.5);
+      const double fresh_better = a.compared ? static_cast<double>(a.better) / a.compared : kNaN;
+      const double kappa = cohen_kappa(a.fam, a.prefill);
+      csv.row() << w << st << format_or_nan(median) << format_or_nan(fresh_better) << format_or_nan(kappa);
+      rows.push_back({{"window", w}, {"step", st}, {"median_ratio", finite_or_null(median)},
+                      {"share_fresh_better", finite_or_null(fresh_better)}, {"kappa", finite_or_null(kappa)}});
     }
   write_file_atomically(dir + "/staleness_windows.csv", csv.text());
+  write_file_atomically(dir + "/staleness_windows.json", nlohmann::json{{"rows", rows}}.dump(2) + "\n");
   s << "\n### By decision window\n\nThe fresh allocation at step s decided from the W decode steps before s: with a "
        "long W the fresh decision at small s shares most of its query rows with the stale one (observation rows fill "
        "in while s - 1 < W), so only short windows can show staleness within a few steps. Each entry: median "

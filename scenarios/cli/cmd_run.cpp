@@ -1,6 +1,7 @@
 // tierlab run [SCENARIO...]: computes each scenario's cells (resumable), then its tables,
 // figures and summary.md (scenarios/run/runner.hpp, scenarios/run/render_figures.hpp). Without a
-// scenario it runs the default set: every scenarios/files/*.yaml of the source tree.
+// scenario it runs the default set: every scenarios/files/*.yaml of the source tree, then the
+// claims ledger scenarios/files/claims/*.yaml.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -46,11 +47,19 @@ std::vector<std::string> default_scenarios() {
   if (!fs::is_directory(dir)) dir = fs::path(TIERLAB_SOURCE_DIR) / "scenarios/files";
   if (!fs::is_directory(dir))
     throw InputError("run: no scenario given and the default set '" + dir.string() + "' does not exist; name a scenario file.");
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_regular_file() && e.path().extension() == ".yaml") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
+  auto yaml_in = [](const fs::path& d) {
+    std::vector<std::string> in;
+    if (fs::is_directory(d))
+      for (const auto& e : fs::directory_iterator(d))
+        if (e.is_regular_file() && e.path().extension() == ".yaml") in.push_back(e.path().string());
+    std::sort(in.begin(), in.end());
+    return in;
+  };
+  std::vector<std::string> files = yaml_in(dir);
   if (files.empty()) throw InputError("run: the default scenario folder '" + dir.string() + "' holds no .yaml file.");
+  // Then the ledger of the reference papers' claims (docs/claims.md; its small versions, about two
+  // minutes): the combined summary opens with their table. paper/ and zoo/ run only by name.
+  for (std::string& f : yaml_in(dir / "claims")) files.push_back(std::move(f));
   return files;
 }
 
@@ -259,7 +268,7 @@ void add_run(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand(
       "run", "Run scenario files: cells (resumable), tables, figures and summary.md; no file: the default set (scenarios/files)");
-  cmd->add_option("scenario", args->scenarios, "Scenario files (YAML, see docs/scenarios.md); default: every scenarios/files/*.yaml");
+  cmd->add_option("scenario", args->scenarios, "Scenario files (YAML, see docs/scenarios.md); default: every scenarios/files/*.yaml, then scenarios/files/claims/*.yaml");
   cmd->add_option("--out", args->out,
                   "Output folder (default: out/<scenario name>; with several scenarios, the parent folder, default out/)");
   cmd->add_option("--backend", args->backend, "Recomputation backend: auto, cpu, cuda (default: the scenario's)");
