@@ -16,7 +16,11 @@ BLAS is printed) and the memory bandwidth (a large array copy). For every phase 
 
 and the same for the whole cell. Timings on a shared machine: the load average is printed.
 
-    bench/bench_paper_cell.py [--build DIR] [--tokens 4096,16384] [--layers 4] [--json FILE]
+    bench/bench_paper_cell.py [--build DIR] [--tokens 4096,16384] [--layers 4] [--json FILE] [--previous EXE]
+
+With --previous, the same cell is first run by another tierlab binary (the one built from the
+commit before a change) and the ratio of the cell times is printed, with whether the cell's
+results are identical (issue 38: measured side by side, same machine).
 """
 import argparse
 import json
@@ -75,13 +79,12 @@ bootstrap: 2000
 """
 
 
-def run_cell(build, tokens, layers, work):
+def run_cell(exe, tokens, layers, work, tag=""):
     yaml = cell_scenario(tokens, layers)
     path = os.path.join(work, f"cell-{tokens}.yaml")
     with open(path, "w") as f:
         f.write(yaml)
-    out = os.path.join(work, f"out-{tokens}")
-    exe = os.path.join(build, "tierlab")
+    out = os.path.join(work, f"out-{tokens}{tag}")
     t0 = time.perf_counter()
     subprocess.run([exe, "run", path, "--out", out, "--jobs", "1"], check=True, stdout=subprocess.DEVNULL)
     total = time.perf_counter() - t0
@@ -94,12 +97,23 @@ def run_cell(build, tokens, layers, work):
     return cell, total, tables
 
 
+def strip_timings(cell):
+    """A cell's JSON without what differs between two runs of the same computation."""
+    if isinstance(cell, dict):
+        return {k: strip_timings(v) for k, v in cell.items() if k not in ("seconds", "phases", "content_hash", "trace")}
+    if isinstance(cell, list):
+        return [strip_timings(x) for x in cell]
+    return cell
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--tokens", default="4096,16384")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--json")
+    ap.add_argument("--previous", help="another tierlab binary (e.g. built from the commit before a change): the same "
+                                       "cell run with it first, side by side, and the ratio printed")
     ap.add_argument("--print-scenario", action="store_true", help="print the first --tokens cell's scenario and stop")
     a = ap.parse_args()
     if a.print_scenario:
@@ -116,7 +130,10 @@ def main():
     report = {"gemm_flops_per_s": gemm, "bandwidth_bytes_per_s": bandwidth, "blas": blas, "cells": []}
     try:
         for tokens in [int(t) for t in a.tokens.split(",")]:
-            cell, total, tables = run_cell(build, tokens, a.layers, work)
+            previous = None
+            if a.previous:  # first, so that neither run always gets the warmer machine
+                previous, _, _ = run_cell(os.path.abspath(a.previous), tokens, a.layers, work, "-previous")
+            cell, total, tables = run_cell(os.path.join(build, "tierlab"), tokens, a.layers, work)
             secs = cell["seconds"]
             print(f"\ncell llama-3.1-8b, {a.layers} layers ({cell['n_heads']} KV heads), T = {tokens}: "
                   f"{secs:.1f} s in the cell, {total:.1f} s the whole run; tables and figures rewritten in {tables:.1f} s")
@@ -142,9 +159,17 @@ def main():
             print(f"{'other':<10} {other:8.2f} {other / secs:6.1%}   (materialising allocations, measuring rates, trace I/O)")
             print(f"{'cell':<10} {secs:8.2f} {1:6.1%} {'':>8} {'':>8} {'':>12} {'':>14} "
                   f"{secs / lim_total if lim_total > 0 else float('nan'):12.1f}  (actual / the phases' limits summed)")
-            report["cells"].append({"tokens": tokens, "layers": a.layers, "kv_heads": cell["n_heads"], "seconds": secs,
-                                    "run_seconds": total, "tables_seconds": tables, "phases": rows, "other_s": other,
-                                    "limit_s": lim_total})
+            entry = {"tokens": tokens, "layers": a.layers, "kv_heads": cell["n_heads"], "seconds": secs,
+                     "run_seconds": total, "tables_seconds": tables, "phases": rows, "other_s": other,
+                     "limit_s": lim_total}
+            if previous is not None:
+                entry["previous_seconds"] = previous["seconds"]
+                same = strip_timings(previous) == strip_timings(cell)
+                entry["previous_identical"] = same
+                print(f"previous binary ({a.previous}): {previous['seconds']:.2f} s; this / previous = "
+                      f"{secs / previous['seconds']:.3f}; cell results {'identical' if same else 'DIFFER'} "
+                      f"(timings and content hash aside)")
+            report["cells"].append(entry)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load1 = loadavg()

@@ -8,11 +8,15 @@ Runs, in this order, on the build folder given:
   solver-12.345  the same at B = 12.345 (NumPy only)
   capture        bench_capture: the llama2.c forward pass vs the plain-C figure of issue 4
   explorer       bench_explorer: a budget change in tierlab-explorer (absolute 50 ms target)
+  paper-cell     bench/bench_paper_cell.py: one paper/01 cell at T = 4096 cut to 16 KV heads, its
+                 time against the machine's measured limits (target 1.3x); with --previous EXE
+                 the same cell by the binary built before a change, side by side (target 0.1x)
+  build          only when named in --only: a clean `bash setup.sh` into a fresh folder (360 s)
 records the load average before and after, and prints one table: each figure, the value
 bench/documented.json holds (the one docs/performance.md quotes), the value now, their
 ratio, the target and whether it is met. Exits 1 when a target is missed (not with --quick).
 
-  bench/run_all.sh [--build DIR] [--quick] [--record] [--json FILE] [--only NAME,...]
+  bench/run_all.sh [--build DIR] [--quick] [--record] [--json FILE] [--only NAME,...] [--previous EXE]
 
 --quick: small sizes (seconds, not minutes; ctest runs it so the script cannot rot);
 targets are not checked and nothing is recorded. --record: write the values of this run
@@ -28,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTED = os.path.join(REPO, "bench", "documented.json")
@@ -184,13 +189,60 @@ def bench_explorer(build, quick):
     ]
 
 
+def bench_paper_cell(build, quick, previous):
+    """One reduced paper/01 cell (bench/bench_paper_cell.py): seconds, distance to the machine's limit, and with
+    --previous the ratio to the binary built before a change (issue 38's targets: a tenth of the time)."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    try:
+        cmd = [sys.executable, os.path.join(REPO, "bench", "bench_paper_cell.py"), "--build", build,
+               "--tokens", "4096", "--layers", "1" if quick else "2", "--json", out]
+        if previous:
+            cmd += ["--previous", previous]
+        text = run(cmd)
+        sys.stdout.write(text)
+        with open(out) as f:
+            j = json.load(f)
+    finally:
+        os.unlink(out)
+    c = j["cells"][0]
+    figs = [
+        Figure("paper_cell.seconds", f"paper/01 cell, T = 4096, {c['kv_heads']} KV heads: seconds", "s", c["seconds"],
+               better="lower"),
+        # Issue 38 began at 12-13x from the limit on an idle machine (docs/performance.md): a tenth of that time.
+        Figure("paper_cell.limit_ratio", "paper/01 cell: actual / the hardware's limit (GEMM rate, bandwidth)", "x",
+               c["seconds"] / c["limit_s"], target=None if quick else 1.3, better="lower"),
+    ]
+    if "previous_seconds" in c:
+        figs.append(Figure("paper_cell.vs_previous", "paper/01 cell: this binary / the previous one", "x",
+                           c["seconds"] / c["previous_seconds"], target=None if quick else 0.1, better="lower",
+                           note="" if c.get("previous_identical") else "cell results differ"))
+    return figs
+
+
+def bench_build():
+    """A clean `bash setup.sh` into a fresh folder (the packages already installed, so apt does nothing)."""
+    work = tempfile.mkdtemp(prefix="tierlab_build.")
+    try:
+        t0 = time.perf_counter()
+        run(["bash", os.path.join(REPO, "setup.sh")], env={"TIERLAB_BUILD_DIR": os.path.join(work, "build")}, quiet=True)
+        secs = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"clean build (bash setup.sh, packages installed): {secs:.0f} s")
+    return [Figure("build.clean_s", "clean bash setup.sh (packages installed): seconds", "s", secs, target=360.0,
+                   better="lower")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--json")
-    ap.add_argument("--only", default="", help="comma-separated: recompute,recompute-load,solver,capture,explorer")
+    ap.add_argument("--only", default="", help="comma-separated: recompute,recompute-load,solver,capture,explorer,"
+                                                "paper-cell,build (build only when named: a clean build takes minutes)")
+    ap.add_argument("--previous", help="paper-cell: a tierlab binary built before a change, run side by side")
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     if a.quick and a.record:
@@ -222,6 +274,10 @@ def main():
         figs += bench_capture(build, a.quick)
     if want("explorer"):
         figs += bench_explorer(build, a.quick)
+    if want("paper-cell"):
+        figs += bench_paper_cell(build, a.quick, a.previous)
+    if "build" in only:
+        figs += bench_build()
     load_after = loadavg()
     minutes = (datetime.datetime.now() - started).total_seconds() / 60
 

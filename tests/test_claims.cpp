@@ -404,6 +404,9 @@ TEST_CASE("a claim's dose-response runs one preset with one generator setting sw
   CHECK(model_group_of(c1) == "tiny logit_scale=2");
   CHECK(model_group_of(c2) == "tiny");
   CHECK(model_group_of(c3) == "tiny outlier_token_rate=0.03");
+  CHECK(model_group_less("tiny logit_scale=3", "tiny logit_scale=12"));  // doses in numeric order
+  CHECK_FALSE(model_group_less("tiny logit_scale=12", "tiny logit_scale=3"));
+  CHECK(model_group_less("a-like", "b-like"));
   // Folding: the dose-response's numbers go beside the file's.
   ClaimVerdict base, dose;
   base.spec.id = dose.spec.id = "b", base.scenario = dose.scenario = file;

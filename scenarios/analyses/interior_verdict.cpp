@@ -2,6 +2,7 @@
 #include "scenarios/analyses/interior_verdict.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <random>
@@ -33,6 +34,15 @@ std::string model_group_of(const nlohmann::json& c) {
   else if (c.contains("logit_scale") && c["logit_scale"].is_number())
     g += " logit_scale=" + format_or_nan(c["logit_scale"].get<double>(), "%g");
   return g;
+}
+
+bool model_group_less(const std::string& a, const std::string& b) {
+  // "preset key=value": by preset and key as text, then by the value as a number.
+  const std::size_t ea = a.rfind('='), eb = b.rfind('=');
+  if (ea == std::string::npos || eb == std::string::npos || a.compare(0, ea, b, 0, eb) != 0) return a < b;
+  char* end = nullptr;
+  const double va = std::strtod(a.c_str() + ea + 1, &end), vb = std::strtod(b.c_str() + eb + 1, &end);
+  return va < vb;
 }
 
 namespace {
@@ -148,6 +158,8 @@ std::vector<StopBudget> stop_budgets(const Scenario& sc, const std::vector<nlohm
     s.share_no_stop = stops.empty() ? kNaN : static_cast<double>(none) / static_cast<double>(stops.size());
     out.push_back(s);
   }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const StopBudget& a, const StopBudget& b) { return model_group_less(a.preset, b.preset); });
   return out;
 }
 
@@ -221,6 +233,9 @@ std::vector<ContextTrend> context_trends(const Scenario& sc, const std::vector<n
     else t.direction = "no clear direction (the discrete and continuous measures disagree)";
     out.push_back(t);
   }
+  std::stable_sort(out.begin(), out.end(), [](const ContextTrend& a, const ContextTrend& b) {
+    return model_group_less(a.preset, b.preset);
+  });
   return out;
 }
 

@@ -72,6 +72,8 @@ std::string seed_group_of(const nlohmann::json& cell);
 // verdicts (stop budgets, context-length trends) are computed per group, so a dose-response of a
 // generator setting within one preset gives one row per dose.
 std::string model_group_of(const nlohmann::json& cell);
+// The order of model groups: by preset, then by dose as a number ("x=3" before "x=12").
+bool model_group_less(const std::string& a, const std::string& b);
 
 // err(E*)/err(M*) of a cell at one budget: sum over heads of err_E over the sum of err_M (NaN
 // when a head lacks either, or the sum of err_M is 0).

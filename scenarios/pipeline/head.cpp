@@ -115,10 +115,21 @@ double interior_advantage_of(double err_m, double err_q, double err_e, double fl
   return 1.0 - f(err_m) / best;
 }
 
-HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
-                           const std::vector<double>& rates, const InteriorOptions& opt, Recomputer& backend) {
-  const RateLadder& ladder = opt.ladder;
+namespace {
+
+// One budget's part of a head's interior before recomputation: the families solved at equal
+// memory, their allocations materialised (an allocation shared by two families is held once).
+struct InteriorPlan {
   HeadInterior hi;
+  std::vector<MaterializedKeys> mats;  // distinct allocations
+  int mat_of[3] = {-1, -1, -1};        // family (Q, E, M) -> index into mats
+};
+
+InteriorPlan plan_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
+                           const std::vector<double>& rates, const InteriorOptions& opt) {
+  const RateLadder& ladder = opt.ladder;
+  InteriorPlan plan;
+  HeadInterior& hi = plan.hi;
   hi.layer = head.layer;
   hi.kv_head = head.kv_head;
   if (const int two = ladder.index_of_bits(2); two >= 0) {
@@ -130,9 +141,6 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
   fo.exact = opt.exact;
   const FamilyChoice families[3] = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};
   FamilyOutcome* outcomes[3] = {&hi.Q, &hi.E, &hi.M};
-  std::vector<MaterializedKeys> mats;
-  std::vector<int> which;
-  std::vector<std::uint8_t> tiers[3];
   for (int f = 0; f < 3; ++f) {
     if (f == 0 && ladder.size() <= 2) continue;  // no finite tier: no Q
     BudgetedSolution b =
@@ -144,27 +152,25 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
     out.surrogate = b.solution.objective;
     out.repaired = b.repaired;
     out.rate = b.keys.rate;
-    tiers[f] = std::move(b.solution.tiers);
-    mats.push_back(std::move(b.keys));
-    which.push_back(f);
+    plan.mat_of[f] = static_cast<int>(plan.mats.size());
+    plan.mats.push_back(std::move(b.keys));
   }
   // M's tiers contain Q's and E's: once the budget is the measured one, an endpoint's
   // allocation that meets it is an M allocation too, so M* is the best of the three by the
   // surrogate (a repaired M can otherwise lose to an endpoint whose groups fill evenly).
   for (int f = 0; f < 2; ++f) {
-    const auto k = std::find(which.begin(), which.end(), f), m = std::find(which.begin(), which.end(), 2);
-    if (k == which.end() || m == which.end() || !(outcomes[f]->surrogate < hi.M.surrogate)) continue;
+    if (plan.mat_of[f] < 0 || plan.mat_of[2] < 0 || !(outcomes[f]->surrogate < hi.M.surrogate)) continue;
     hi.M.surrogate = outcomes[f]->surrogate;
     hi.M.option = "M=" + outcomes[f]->option;
     hi.M.rate = outcomes[f]->rate;
-    mats[static_cast<std::size_t>(m - which.begin())] = mats[static_cast<std::size_t>(k - which.begin())];
+    plan.mat_of[2] = plan.mat_of[f];  // the same allocation: recomputed once (M's own is left unused)
   }
-  if (!mats.empty()) {  // observation queries: one batch, one variant and one selection per family
-    const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
-    for (std::size_t k = 0; k < mats.size(); ++k) outcomes[which[k]]->obs = obs.at(k);
-    const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, mats, backend);
-    for (std::size_t k = 0; k < mats.size(); ++k) outcomes[which[k]]->decode = dec.at(k);
-  }
+  return plan;
+}
+
+// The advantages and the dense routing of a planned head whose outcomes are recomputed.
+void finish_interior(const HeadData& head, const RopeParams& rope, const InteriorOptions& opt, Recomputer& backend,
+                     HeadInterior& hi) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   auto err = [nan](const FamilyOutcome& o, bool decode) {
     return o.feasible ? (decode ? o.decode.rel_error : o.obs.rel_error) : nan;
@@ -181,7 +187,45 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
   if (!opt.dense_quantizers.empty())
     hi.dense = route_dense(head, rope, opt.dense_quantizers, opt.budget, opt.rate_kind, hi.M.feasible, sur(hi.M),
                            hi.M.obs, hi.M.decode, backend);
-  return hi;
+}
+
+}  // namespace
+
+std::vector<HeadInterior> head_interiors(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
+                                         const std::vector<double>& rates, const std::vector<InteriorOptions>& opts,
+                                         Recomputer& backend) {
+  std::vector<InteriorPlan> plans;
+  plans.reserve(opts.size());
+  for (const InteriorOptions& o : opts) plans.push_back(plan_interior(head, rope, costs, rates, o));
+  std::vector<ErrorMetrics> obs, dec;
+  std::vector<std::size_t> first(plans.size());
+  for (std::size_t b = 0; b < plans.size(); ++b) {
+    first[b] = obs.size();
+    if (plans[b].mats.empty()) continue;
+    for (const ErrorMetrics& m : evaluate_obs_queries(head, plans[b].mats, backend)) obs.push_back(m);
+    for (const ErrorMetrics& m : evaluate_decode_steps(head, plans[b].mats, backend)) dec.push_back(m);
+    plans[b].mats.clear();
+  }
+  std::vector<HeadInterior> out;
+  out.reserve(plans.size());
+  for (std::size_t b = 0; b < plans.size(); ++b) {
+    HeadInterior& hi = plans[b].hi;
+    FamilyOutcome* outcomes[3] = {&hi.Q, &hi.E, &hi.M};
+    for (int f = 0; f < 3; ++f)
+      if (plans[b].mat_of[f] >= 0) {
+        const std::size_t k = first[b] + static_cast<std::size_t>(plans[b].mat_of[f]);
+        outcomes[f]->obs = obs.at(k);
+        outcomes[f]->decode = dec.at(k);
+      }
+    finish_interior(head, rope, opts[b], backend, hi);
+    out.push_back(std::move(hi));
+  }
+  return out;
+}
+
+HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
+                           const std::vector<double>& rates, const InteriorOptions& opt, Recomputer& backend) {
+  return head_interiors(head, rope, costs, rates, {opt}, backend).front();
 }
 
 }  // namespace tierlab
