@@ -79,6 +79,23 @@ bootstrap: 2000
 """
 
 
+def peak_resident_kb(child):
+    """The child's peak resident memory (VmHWM of /proc/PID/status, read every 20 ms until it exits; monotone, so
+    the last reading is the peak up to its last 20 ms). Not getrusage: a child forked from this Python process
+    would carry the interpreter's own peak into ru_maxrss."""
+    peak = 0
+    while child.poll() is None:
+        try:
+            with open(f"/proc/{child.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            pass
+        time.sleep(0.02)
+    return peak
+
+
 def run_cell(exe, tokens, layers, work, tag=""):
     yaml = cell_scenario(tokens, layers)
     path = os.path.join(work, f"cell-{tokens}.yaml")
@@ -86,7 +103,10 @@ def run_cell(exe, tokens, layers, work, tag=""):
         f.write(yaml)
     out = os.path.join(work, f"out-{tokens}{tag}")
     t0 = time.perf_counter()
-    subprocess.run([exe, "run", path, "--out", out, "--jobs", "1"], check=True, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen([exe, "run", path, "--out", out, "--jobs", "1"], stdout=subprocess.DEVNULL)
+    peak_kb = peak_resident_kb(child)
+    if child.returncode != 0:
+        raise SystemExit(f"bench_paper_cell: {exe} run failed with exit status {child.returncode}")
     total = time.perf_counter() - t0
     t0 = time.perf_counter()
     subprocess.run([exe, "run", path, "--out", out, "--jobs", "1"], check=True, stdout=subprocess.DEVNULL)
@@ -94,13 +114,15 @@ def run_cell(exe, tokens, layers, work, tag=""):
     cells = os.listdir(os.path.join(out, "cells"))
     with open(os.path.join(out, "cells", cells[0])) as f:
         cell = json.load(f)
+    cell["peak_rss_mb"] = peak_kb / 1024
     return cell, total, tables
 
 
 def strip_timings(cell):
     """A cell's JSON without what differs between two runs of the same computation."""
     if isinstance(cell, dict):
-        return {k: strip_timings(v) for k, v in cell.items() if k not in ("seconds", "phases", "content_hash", "trace")}
+        return {k: strip_timings(v) for k, v in cell.items()
+                if k not in ("seconds", "phases", "content_hash", "trace", "peak_rss_mb")}
     if isinstance(cell, list):
         return [strip_timings(x) for x in cell]
     return cell
@@ -136,7 +158,8 @@ def main():
             cell, total, tables = run_cell(os.path.join(build, "tierlab"), tokens, a.layers, work)
             secs = cell["seconds"]
             print(f"\ncell llama-3.1-8b, {a.layers} layers ({cell['n_heads']} KV heads), T = {tokens}: "
-                  f"{secs:.1f} s in the cell, {total:.1f} s the whole run; tables and figures rewritten in {tables:.1f} s")
+                  f"{secs:.1f} s in the cell, {total:.1f} s the whole run, peak resident {cell['peak_rss_mb']:.0f} MB; "
+                  f"tables and figures rewritten in {tables:.1f} s")
             print(f"{'phase':<10} {'seconds':>8} {'share':>6} {'GFLOP':>8} {'GFLOP/s':>8} {'GEMM-bound s':>12} "
                   f"{'memory-bound s':>14} {'actual/limit':>12}")
             rows = []
@@ -164,11 +187,13 @@ def main():
                      "limit_s": lim_total}
             if previous is not None:
                 entry["previous_seconds"] = previous["seconds"]
+                entry["previous_peak_rss_mb"], entry["peak_rss_mb"] = previous["peak_rss_mb"], cell["peak_rss_mb"]
                 same = strip_timings(previous) == strip_timings(cell)
                 entry["previous_identical"] = same
-                print(f"previous binary ({a.previous}): {previous['seconds']:.2f} s; this / previous = "
-                      f"{secs / previous['seconds']:.3f}; cell results {'identical' if same else 'DIFFER'} "
-                      f"(timings and content hash aside)")
+                print(f"previous binary ({a.previous}): {previous['seconds']:.2f} s, peak resident "
+                      f"{previous['peak_rss_mb']:.0f} MB; this / previous = {secs / previous['seconds']:.3f} in time, "
+                      f"{cell['peak_rss_mb'] / previous['peak_rss_mb']:.3f} in memory; cell results "
+                      f"{'identical' if same else 'DIFFER'} (timings and content hash aside)")
             report["cells"].append(entry)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -194,30 +194,23 @@ void finish_interior(const HeadData& head, const RopeParams& rope, const Interio
 std::vector<HeadInterior> head_interiors(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
                                          const std::vector<double>& rates, const std::vector<InteriorOptions>& opts,
                                          Recomputer& backend) {
-  std::vector<InteriorPlan> plans;
-  plans.reserve(opts.size());
-  for (const InteriorOptions& o : opts) plans.push_back(plan_interior(head, rope, costs, rates, o));
-  std::vector<ErrorMetrics> obs, dec;
-  std::vector<std::size_t> first(plans.size());
-  for (std::size_t b = 0; b < plans.size(); ++b) {
-    first[b] = obs.size();
-    if (plans[b].mats.empty()) continue;
-    for (const ErrorMetrics& m : evaluate_obs_queries(head, plans[b].mats, backend)) obs.push_back(m);
-    for (const ErrorMetrics& m : evaluate_decode_steps(head, plans[b].mats, backend)) dec.push_back(m);
-    plans[b].mats.clear();
-  }
   std::vector<HeadInterior> out;
-  out.reserve(plans.size());
-  for (std::size_t b = 0; b < plans.size(); ++b) {
-    HeadInterior& hi = plans[b].hi;
-    FamilyOutcome* outcomes[3] = {&hi.Q, &hi.E, &hi.M};
-    for (int f = 0; f < 3; ++f)
-      if (plans[b].mat_of[f] >= 0) {
-        const std::size_t k = first[b] + static_cast<std::size_t>(plans[b].mat_of[f]);
-        outcomes[f]->obs = obs.at(k);
-        outcomes[f]->decode = dec.at(k);
-      }
-    finish_interior(head, rope, opts[b], backend, hi);
+  out.reserve(opts.size());
+  for (const InteriorOptions& o : opts) {  // one budget's allocations held at a time
+    InteriorPlan plan = plan_interior(head, rope, costs, rates, o);
+    HeadInterior& hi = plan.hi;
+    if (!plan.mats.empty()) {
+      const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, plan.mats, backend);
+      const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, plan.mats, backend);
+      FamilyOutcome* outcomes[3] = {&hi.Q, &hi.E, &hi.M};
+      for (int f = 0; f < 3; ++f)
+        if (plan.mat_of[f] >= 0) {
+          outcomes[f]->obs = obs.at(static_cast<std::size_t>(plan.mat_of[f]));
+          outcomes[f]->decode = dec.at(static_cast<std::size_t>(plan.mat_of[f]));
+        }
+      plan.mats.clear();
+    }
+    finish_interior(head, rope, o, backend, hi);
     out.push_back(std::move(hi));
   }
   return out;
