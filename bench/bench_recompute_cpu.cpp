@@ -36,6 +36,7 @@
 #include "model/base/clock.hpp"
 #include "gpu/recompute.hpp"
 #include "model/quantizers/quantizer.hpp"
+#include "model/base/allocator_policy.hpp"
 #include "model/base/openmp_policy.hpp"
 
 using namespace tierlab;
@@ -197,6 +198,7 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 int main(int argc, char** argv) try {
   tierlab::use_passive_openmp_wait(argv);  // model/base/openmp_policy.hpp
+  tierlab::keep_freed_buffers();           // as tierlab and the explorer do (model/base/allocator_policy.hpp)
   const Options o = parse(argc, argv);
   const int H = o.kv_heads, E = o.allocations;
   const Instance in = o.data.empty() ? generate(o) : load_dump(o);
