@@ -27,6 +27,7 @@ constexpr int kMinEvaluateTasks = 16;    // row blocks wanted per query set (eno
 constexpr int kFusedVariants = 4;        // up to this many variants are gathered in one pass
 constexpr int kSumBlock = 512;           // tv: float partial sums (16 lanes x 32 terms), then double
 constexpr double kMaxFastLogitRise = 30.0;  // nats; above, expm1 products leave float's comfort zone
+const float kMaxFastRiseU = static_cast<float>(std::expm1(kMaxFastLogitRise));  // the same bound on u = expm1(ds)
 constexpr double kMinFastKeptMass = 1e-12;  // below, kept probabilities may have underflowed in float
 constexpr double kPreparedBytesBudget = 512.0 * 1024 * 1024;  // per chunk of query rows
 constexpr int kMaxChunkRows = 4096;      // and at most this many rows per chunk
@@ -91,9 +92,10 @@ RowSums direct_row_double(const HeadProblem& hp, const Selection& sel, int row) 
   if (zh > 0) ph /= zh;
   Eigen::VectorXd o = Eigen::VectorXd::Zero(d), D = Eigen::VectorXd::Zero(d);
   RowSums r;
+  Eigen::VectorXd v(d);  // one buffer for every token's value row in double
   for (int t = 0; t < T; ++t) {
     const double delta = ph[t] - p[t];
-    const Eigen::VectorXd v = V.row(t).transpose().cast<double>();
+    v = V.row(t).transpose().cast<double>();
     o += p[t] * v;
     D += delta * v;
     r.tv += 0.5 * std::abs(delta);
@@ -251,26 +253,19 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   ph.problem.variants = variants;
   ph.u.assign(nv, MatrixRM());
   ph.logit_sq.assign(nv, VectorD());
-  ph.max_ds.assign(nv, {});
   ph.identical.assign(nv, false);
   for (int v = 0; v < nv; ++v) {
     ph.identical[v] = variants[v] == hp.exact_keys || (differ ? !any_differs : *variants[v] == K);
     if (ph.identical[v]) continue;
     ph.u[v].resize(rows, T);
-    ph.max_ds[v].assign(rows, -std::numeric_limits<float>::infinity());
   }
   // Per tile and variant: ds from the key difference (exact in float when k^ and k are
   // within a factor 2), u = expm1(ds). A tile whose keys equal the exact ones has ds = 0
   // (no product needed).
-  // Partial results reduced after the tiles: sum over a row block of ds^2 per token,
-  // and max over a token block of ds per row.
+  // Partial results reduced after the tiles: sum over a row block of ds^2 per token.
   std::vector<std::vector<VectorD>> logit_part(nv);
-  std::vector<std::vector<std::vector<float>>> max_part(nv);
-  for (int v = 0; v < nv; ++v) {
-    if (ph.identical[v]) continue;
-    logit_part[v].assign(row_blocks, VectorD(T));
-    max_part[v].assign(token_blocks, std::vector<float>(rows));
-  }
+  for (int v = 0; v < nv; ++v)
+    if (!ph.identical[v]) logit_part[v].assign(row_blocks, VectorD(T));
   struct TileScratch {
     MatrixRM kdiff, ds;
   };
@@ -310,17 +305,10 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
           const float* x = ds.row(r).data();
 #pragma omp simd
           for (int t = 0; t < nt; ++t) lsq[t] += double(x[t]) * double(x[t]);
-          max_part[v][tb][r0 + r] = ds.row(r).maxCoeff();
         }
         ph.u[v].block(r0, t0, nr, nt) = ds.array().expm1().matrix();
       }
     }
-
-#pragma omp for schedule(static)
-    for (int r = 0; r < rows; ++r)
-      for (int v = 0; v < nv; ++v)
-        if (!ph.identical[v])
-          for (int tb = 0; tb < token_blocks; ++tb) ph.max_ds[v][r] = std::max(ph.max_ds[v][r], max_part[v][tb][r]);
 
     // Sum of ds^2 over all rows, per token.
 #pragma omp for schedule(static)
@@ -404,11 +392,12 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
     float* u = ws.u.data();
     float* delta = ws.delta.data() + std::size_t(rr) * T;
 
-    // Gather u_t (-1 evicted, 0 for a variant equal to the exact keys) and the sums.
-    bool safe = true;
-    for (int v = 0; v < nv; ++v)
-      if (used[v] && !ph.identical[v] && ph.max_ds[v][r] > kMaxFastLogitRise) safe = false;
+    // Gather u_t (-1 evicted, 0 for a variant equal to the exact keys), the sums, and the
+    // largest u the selection uses: the guard looks at the tokens a selection keeps, not at
+    // every token of its variants (an evicted token's variant row is zero, its ds = -s_t can be
+    // large, and its u is never read).
     double ub = 0, z = 0;
+    float umax = -1.0f;
     if (nv <= kFusedVariants) {
       const float* src[kFusedVariants];
       std::uint8_t cv[kFusedVariants];
@@ -418,7 +407,7 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
       }
       const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
       const std::uint8_t c0 = cv[0], c1 = cv[1], c2 = cv[2], c3 = cv[3];
-#pragma omp simd reduction(+ : ub, z)
+#pragma omp simd reduction(+ : ub, z) reduction(max : umax)
       for (int t = 0; t < T; ++t) {
         const std::uint8_t c = code[t];
         float x = -1.0f;
@@ -427,6 +416,7 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
         x = c == c2 ? s2[t] : x;
         x = c == c3 ? s3[t] : x;
         u[t] = x;
+        umax = std::max(umax, x);
         const double pt = p[t], ut = x;
         ub += pt * ut;
         z += pt * (1.0 + ut);
@@ -440,13 +430,17 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
 #pragma omp simd
         for (int t = 0; t < T; ++t) u[t] = code[t] == c ? U[t] : u[t];
       }
-#pragma omp simd reduction(+ : ub, z)
+#pragma omp simd reduction(+ : ub, z) reduction(max : umax)
       for (int t = 0; t < T; ++t) {
         const double pt = p[t], ut = u[t];
+        umax = std::max(umax, u[t]);
         ub += pt * ut;
         z += pt * (1.0 + ut);
       }
     }
+    // u = expm1(ds): the kept tokens raise a logit by more than kMaxFastLogitRise nats (or u
+    // is not a number) -> the double-precision path.
+    const bool safe = umax <= kMaxFastRiseU;
     const double p1 = ph.p_sum[r];
     const double ubar = ub / p1, zk = z / p1;
     if (!safe || !(zk >= kMinFastKeptMass)) {

@@ -38,8 +38,9 @@
 // Never subtracting two nearly equal outputs keeps e accurate when it is tiny: an
 // all-exact selection gives delta = 0 and e = 0 exactly. Measured against a double
 // reference (tests/test_recompute.cpp): e within 6e-7 relative, tv within 2e-6.
-// Guard: a row whose used variants raise some logit by more than 30 nats (u near float's
-// range) or whose kept mass Z < 1e-12 (kept p_t may have underflowed in float) is
+// Guard: a row on which the selection's KEPT tokens raise some logit by more than 30 nats
+// (u = expm1(ds) near float's range; an evicted token's ds is never read, so it does not
+// count) or whose kept mass Z < 1e-12 (kept p_t may have underflowed in float) is
 // recomputed directly in double from the inputs.
 // Every token evicted: o^ = 0, e = 1, abs = ||o||^2, tv = 1/2, logit error 0.
 // If ||o|| = 0 (all-zero values), e = 0 when D = 0 and +inf otherwise.
@@ -65,7 +66,6 @@ struct PreparedHead {
   VectorD o_norm2;              // rows: ||o||^2
   std::vector<MatrixRM> u;      // per variant: rows x T, expm1(ds); empty when identical
   std::vector<VectorD> logit_sq;  // per variant: T, sum over the rows of ds^2; empty when identical
-  std::vector<std::vector<float>> max_ds;  // per variant: per row, max_t ds (for the overflow guard)
   std::vector<bool> identical;  // variant v equals the exact keys
 };
 
@@ -73,8 +73,8 @@ struct PreparedHead {
 // parallel region. Shapes must have passed check_batch().
 PreparedHead prepare_head(const HeadProblem&, int row_begin, int row_end);
 
-// Replaces the key variants of a prepared head (phase 1's per-variant part: ds, u, L and the
-// overflow guard's max ds) and leaves the exact part (p, P1, o) as it is: the selections of
+// Replaces the key variants of a prepared head (phase 1's per-variant part: ds, u and L) and
+// leaves the exact part (p, P1, o) as it is: the selections of
 // one head under many materialised allocations (a rate-distortion curve) share the exact
 // part. Each variant is T x d and must outlive ph; a token block whose keys equal the exact
 // keys costs no product. `differ` (optional, T entries): the caller's statement that a
