@@ -296,6 +296,31 @@ TEST_CASE("recomputation stays exact where float32 shortcuts would fail", "[reco
   });
 }
 
+TEST_CASE("a materialised allocation's evicted rows are zero keys and do not disturb the kept tokens' errors", "[recompute]") {
+  // As scenarios materialise an allocation: one variant per allocation, its evicted tokens'
+  // rows zero. Tokens with logits far below the others (about -100 nats and less) are evicted,
+  // so the zero row would "raise" their logit by tens of nats; that rise is never used (the
+  // token is evicted) and must neither spoil the result nor be needed for it.
+  on_every_backend([](Recomputer& rc) {
+    std::mt19937 rng(11);
+    Head h = random_head(rng, 8, 120, 32, {0.05f}, 1.0f);
+    std::vector<int> far;
+    for (int t = 0; t < 120; t += 7) {  // keys pointing away from every query
+      h.k.row(t) = -h.q.colwise().sum().normalized() * 400.0f;  // ds = -s_t: expm1 overflows float
+      far.push_back(t);
+    }
+    h.noisy.back() = h.k;
+    MatrixRM alloc = h.k;  // the allocation: noisy keys, far tokens evicted (rows zero)
+    for (int t = 0; t < 120; ++t) alloc.row(t) += 0.05f * MatrixRM::Random(1, 32);
+    Selection sel(120, 1);
+    for (int t : far) alloc.row(t).setZero(), sel[t] = 0;
+    HeadProblem hp{&h.q, &h.k, &h.v, {&alloc}, {}};
+    const std::vector<HeadBatch> batches = {{hp, {sel}}};
+    const EvalResult r = evaluate_ok(rc, batches);
+    check_close(r.errors[0][0], reference_errors(hp, sel));
+  });
+}
+
 TEST_CASE("closed forms: all exact, one token kept, all evicted", "[recompute]") {
   on_every_backend([](Recomputer& rc) {
     std::mt19937 rng(11);
