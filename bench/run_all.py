@@ -56,6 +56,18 @@ def run(cmd, env=None, quiet=False):
     return p.stdout
 
 
+def run_json(cmd):
+    """Runs a benchmark that writes its figures to `--json FILE`, echoes its output, returns the figures."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    try:
+        sys.stdout.write(run(cmd + ["--json", out]))
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        os.unlink(out)
+
+
 def grab(pattern, text, what):
     m = re.search(pattern, text, re.M)
     if not m:
@@ -106,18 +118,10 @@ def fmt(v):
 
 def bench_recompute(build, quick, load):
     sizes = ["--tokens", "1024", "--rounds", "1", "--repeats", "1"] if quick else []
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = f.name
-    try:
-        cmd = ["bash", os.path.join(REPO, "bench", "run_recompute_cpu.sh"), "--build", build, "--json", out] + sizes
-        if load:
-            cmd += ["--load", str(load)]
-        text = run(cmd)
-        sys.stdout.write(text)
-        with open(out) as f:
-            j = json.load(f)
-    finally:
-        os.unlink(out)
+    cmd = ["bash", os.path.join(REPO, "bench", "run_recompute_cpu.sh"), "--build", build] + sizes
+    if load:
+        cmd += ["--load", str(load)]
+    j = run_json(cmd)
     tag = "recompute-load" if load else "recompute"
     where = f" under {load} busy process{'es' if load > 1 else ''}" if load else ""
     return [
@@ -192,19 +196,11 @@ def bench_explorer(build, quick):
 def bench_paper_cell(build, quick, previous):
     """One reduced paper/01 cell (bench/bench_paper_cell.py): seconds, distance to the machine's limit, and with
     --previous the ratio to the binary built before a change (issue 38's targets: a tenth of the time)."""
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = f.name
-    try:
-        cmd = [sys.executable, os.path.join(REPO, "bench", "bench_paper_cell.py"), "--build", build,
-               "--tokens", "4096", "--layers", "1" if quick else "2", "--json", out]
-        if previous:
-            cmd += ["--previous", previous]
-        text = run(cmd)
-        sys.stdout.write(text)
-        with open(out) as f:
-            j = json.load(f)
-    finally:
-        os.unlink(out)
+    cmd = [sys.executable, os.path.join(REPO, "bench", "bench_paper_cell.py"), "--build", build,
+           "--tokens", "4096", "--layers", "1" if quick else "2"]
+    if previous:
+        cmd += ["--previous", previous]
+    j = run_json(cmd)
     c = j["cells"][0]
     figs = [
         Figure("paper_cell.seconds", f"paper/01 cell, T = 4096, {c['kv_heads']} KV heads: seconds", "s", c["seconds"],
