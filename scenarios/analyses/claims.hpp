@@ -103,8 +103,11 @@ class ClaimAnalysis final : public Analysis {
 };
 
 // The robustness variations of a claim scenario (docs/claims.md, "Robustness"): for every
-// `claim.vary` entry, the scenario file with those top-level keys replaced, named
-// "<name>-vary<k>", its claims marked with the variation's label. `tierlab run` runs them
+// `claim.vary` entry, the scenario file with those top-level keys replaced (a replaced `traces`
+// of checkpoints is labelled "on trained models ..."), and for a `claim.dose: {preset, seeds,
+// SETTING: [values]}` the file on that one preset with the generator setting swept (labelled
+// "dose-response of SETTING [values] within PRESET"); each named "<name>-vary<k>", its claims
+// marked with the variation's label. `tierlab run` runs them
 // after the scenario, and claims_table() folds their verdicts into the scenario's rows.
 std::vector<Scenario> claim_variations(const Scenario&);
 
