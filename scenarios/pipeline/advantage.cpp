@@ -192,8 +192,8 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
       const HeadData head = trace.head(l, h);
       const SurrogateCosts sc = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
       const std::vector<double> rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
-      std::vector<HeadInterior> his = head_interiors(head, meta.rope, sc, rates, opts, backend);
-      for (std::size_t b = 0; b < budgets.size(); ++b) reps[b].heads.push_back(std::move(his[b]));
+      for (std::size_t b = 0; b < budgets.size(); ++b)
+        reps[b].heads.push_back(head_interior(head, meta.rope, sc, rates, opts[b], backend));
       if (model_scope) {
         if (common_rates.empty()) common_rates = rates;
         if (rates != common_rates)  // a published tier whose rate depends on the head

@@ -115,21 +115,10 @@ double interior_advantage_of(double err_m, double err_q, double err_e, double fl
   return 1.0 - f(err_m) / best;
 }
 
-namespace {
-
-// One budget's part of a head's interior before recomputation: the families solved at equal
-// memory, their allocations materialised (an allocation shared by two families is held once).
-struct InteriorPlan {
-  HeadInterior hi;
-  std::vector<MaterializedKeys> mats;  // distinct allocations
-  int mat_of[3] = {-1, -1, -1};        // family (Q, E, M) -> index into mats
-};
-
-InteriorPlan plan_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
-                           const std::vector<double>& rates, const InteriorOptions& opt) {
+HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
+                           const std::vector<double>& rates, const InteriorOptions& opt, Recomputer& backend) {
   const RateLadder& ladder = opt.ladder;
-  InteriorPlan plan;
-  HeadInterior& hi = plan.hi;
+  HeadInterior hi;
   hi.layer = head.layer;
   hi.kv_head = head.kv_head;
   if (const int two = ladder.index_of_bits(2); two >= 0) {
@@ -141,6 +130,8 @@ InteriorPlan plan_interior(const HeadData& head, const RopeParams& rope, const S
   fo.exact = opt.exact;
   const FamilyChoice families[3] = {FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Mixed};
   FamilyOutcome* outcomes[3] = {&hi.Q, &hi.E, &hi.M};
+  std::vector<MaterializedKeys> mats;  // the distinct allocations
+  int mat_of[3] = {-1, -1, -1};        // family (Q, E, M) -> index into mats
   for (int f = 0; f < 3; ++f) {
     if (f == 0 && ladder.size() <= 2) continue;  // no finite tier: no Q
     BudgetedSolution b =
@@ -152,25 +143,28 @@ InteriorPlan plan_interior(const HeadData& head, const RopeParams& rope, const S
     out.surrogate = b.solution.objective;
     out.repaired = b.repaired;
     out.rate = b.keys.rate;
-    plan.mat_of[f] = static_cast<int>(plan.mats.size());
-    plan.mats.push_back(std::move(b.keys));
+    mat_of[f] = static_cast<int>(mats.size());
+    mats.push_back(std::move(b.keys));
   }
   // M's tiers contain Q's and E's: once the budget is the measured one, an endpoint's
   // allocation that meets it is an M allocation too, so M* is the best of the three by the
   // surrogate (a repaired M can otherwise lose to an endpoint whose groups fill evenly).
   for (int f = 0; f < 2; ++f) {
-    if (plan.mat_of[f] < 0 || plan.mat_of[2] < 0 || !(outcomes[f]->surrogate < hi.M.surrogate)) continue;
+    if (mat_of[f] < 0 || mat_of[2] < 0 || !(outcomes[f]->surrogate < hi.M.surrogate)) continue;
     hi.M.surrogate = outcomes[f]->surrogate;
     hi.M.option = "M=" + outcomes[f]->option;
     hi.M.rate = outcomes[f]->rate;
-    plan.mat_of[2] = plan.mat_of[f];  // the same allocation: recomputed once (M's own is left unused)
+    mat_of[2] = mat_of[f];  // the same allocation: recomputed once
   }
-  return plan;
-}
-
-// The advantages and the dense routing of a planned head whose outcomes are recomputed.
-void finish_interior(const HeadData& head, const RopeParams& rope, const InteriorOptions& opt, Recomputer& backend,
-                     HeadInterior& hi) {
+  if (!mats.empty()) {  // one batch per query set, one variant and one selection per allocation
+    const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
+    const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, mats, backend);
+    for (int f = 0; f < 3; ++f)
+      if (mat_of[f] >= 0) {
+        outcomes[f]->obs = obs.at(static_cast<std::size_t>(mat_of[f]));
+        outcomes[f]->decode = dec.at(static_cast<std::size_t>(mat_of[f]));
+      }
+  }
   const double nan = std::numeric_limits<double>::quiet_NaN();
   auto err = [nan](const FamilyOutcome& o, bool decode) {
     return o.feasible ? (decode ? o.decode.rel_error : o.obs.rel_error) : nan;
@@ -187,38 +181,7 @@ void finish_interior(const HeadData& head, const RopeParams& rope, const Interio
   if (!opt.dense_quantizers.empty())
     hi.dense = route_dense(head, rope, opt.dense_quantizers, opt.budget, opt.rate_kind, hi.M.feasible, sur(hi.M),
                            hi.M.obs, hi.M.decode, backend);
-}
-
-}  // namespace
-
-std::vector<HeadInterior> head_interiors(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
-                                         const std::vector<double>& rates, const std::vector<InteriorOptions>& opts,
-                                         Recomputer& backend) {
-  std::vector<HeadInterior> out;
-  out.reserve(opts.size());
-  for (const InteriorOptions& o : opts) {  // one budget's allocations held at a time
-    InteriorPlan plan = plan_interior(head, rope, costs, rates, o);
-    HeadInterior& hi = plan.hi;
-    if (!plan.mats.empty()) {
-      const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, plan.mats, backend);
-      const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, plan.mats, backend);
-      FamilyOutcome* outcomes[3] = {&hi.Q, &hi.E, &hi.M};
-      for (int f = 0; f < 3; ++f)
-        if (plan.mat_of[f] >= 0) {
-          outcomes[f]->obs = obs.at(static_cast<std::size_t>(plan.mat_of[f]));
-          outcomes[f]->decode = dec.at(static_cast<std::size_t>(plan.mat_of[f]));
-        }
-      plan.mats.clear();
-    }
-    finish_interior(head, rope, o, backend, hi);
-    out.push_back(std::move(hi));
-  }
-  return out;
-}
-
-HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
-                           const std::vector<double>& rates, const InteriorOptions& opt, Recomputer& backend) {
-  return head_interiors(head, rope, costs, rates, {opt}, backend).front();
+  return hi;
 }
 
 }  // namespace tierlab

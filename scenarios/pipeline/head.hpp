@@ -131,14 +131,4 @@ bool all_below_floor(double err_m, double err_q, double err_e, double floor);
 HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
                            const std::vector<double>& rates, const InteriorOptions& options, Recomputer& backend);
 
-// head_interior at several budgets (opts[b].budget; the rest of the options alike), in order:
-// each budget's families solved and materialised as above, its distinct allocations (one that
-// two families share, once) recomputed in one batch per query set, then released before the
-// next budget. Budgets are not batched together: that would hold every budget's materialised
-// keys (T x d each) at once, for a saving of one preparation per budget (measured: 4% of a
-// reduced paper cell, docs/performance.md).
-std::vector<HeadInterior> head_interiors(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
-                                         const std::vector<double>& rates, const std::vector<InteriorOptions>& opts,
-                                         Recomputer& backend);
-
 }  // namespace tierlab
