@@ -334,8 +334,8 @@ TEST_CASE("An error on a worker rank reaches the user with the cell and the rank
   CHECK(cell_files(o).empty());
 }
 
-TEST_CASE("A worker rank killed mid-run, and Ctrl-C on mpirun, lose only the unfinished cells: the rerun computes "
-          "exactly the missing cells and the tables equal a single-process run",
+TEST_CASE("A killed worker rank, or Ctrl-C on mpirun, loses only unfinished cells: the rerun computes exactly "
+          "the missing cells and the tables equal a single-process run",
           "[cluster][mpi][faults]") {
   TempDir dir("cluster-mpi-kill");
   const std::string sc = write_file(dir, "s.yaml", kSlow);

@@ -189,8 +189,8 @@ TEST_CASE("The curve's sweep and incremental paths equal the point-by-point curv
   CHECK(differ == 0);  // the same allocations (the same measured rates)
 }
 
-TEST_CASE("The CPU backend's and the incremental kept set's numbers do not depend on the number of OpenMP threads: "
-          "1, 2 and 3 threads give the same bits",
+TEST_CASE("The thread count changes no bit: the CPU backend's and the incremental kept set's numbers are the "
+          "same on 1, 2 and 3 OpenMP threads",
           "[rd_curve][incremental][threads]") {
   // An MPI rank on a share of a node (1 thread) must compute what a whole-node process does
   // (docs/cluster.md): sums are split by fixed blocks, never by thread.
