@@ -165,9 +165,15 @@ def main():
             rows = []
             accounted = 0.0
             lim_total = 0.0
+            # Heads side by side (scenarios/pipeline/parallel_heads.hpp): a phase's seconds are busy
+            # time summed over the threads; divided by their number, an estimate of its wall time.
+            threads = cell.get("phases", {}).get("threads", 1)
+            if threads > 1:
+                print(f"(heads ran on {threads} threads side by side: each phase's seconds below are its summed busy "
+                      f"time divided by {threads})")
             for ph in PHASES:
                 p = cell.get("phases", {}).get(ph, {"seconds": 0, "flops": 0, "bytes": 0})
-                s, fl, by = p["seconds"], p["flops"], p["bytes"]
+                s, fl, by = p["seconds"] / threads, p["flops"], p["bytes"]
                 accounted += s
                 g, m = fl / gemm, by / bandwidth
                 limit = max(g, m)
@@ -184,6 +190,7 @@ def main():
                   f"{secs / lim_total if lim_total > 0 else float('nan'):12.1f}  (actual / the phases' limits summed)")
             entry = {"tokens": tokens, "layers": a.layers, "kv_heads": cell["n_heads"], "seconds": secs,
                      "run_seconds": total, "tables_seconds": tables, "phases": rows, "other_s": other,
+                     "head_threads": threads,
                      "limit_s": lim_total}
             if previous is not None:
                 entry["previous_seconds"] = previous["seconds"]

@@ -670,6 +670,7 @@ using cpu::Workspace;
 class CpuRecomputer final : public Recomputer {
  public:
   std::string name() const override { return "cpu"; }
+  bool concurrent_calls() const override { return true; }  // no state between calls
   std::string description() const override {
     const int n = omp_get_max_threads();
     const char* wait = std::getenv("OMP_WAIT_POLICY");  // libgomp's default spins, then sleeps

@@ -64,6 +64,10 @@ class Recomputer {
   virtual std::string name() const = 0;         // "cpu" or "cuda"
   virtual std::string description() const = 0;  // e.g. "cpu (2 OpenMP threads)", "cuda (NVIDIA H200)"
   virtual EvalResult evaluate(const std::vector<HeadBatch>& batches) = 0;
+  // Whether evaluate() may be called from several threads at once (heads side by side,
+  // scenarios/pipeline/parallel_heads.hpp). The CPU backend keeps no state between calls; a
+  // CUDA device is one queue, and a backend that does not say otherwise is called by one thread.
+  virtual bool concurrent_calls() const { return false; }
 };
 
 // The one seam between the backends' call status and the rest of the library: evaluates the

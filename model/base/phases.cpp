@@ -1,6 +1,8 @@
 // Time and work by phase (phases.hpp).
 #include "model/base/phases.hpp"
 
+#include <algorithm>
+
 namespace tierlab {
 
 namespace {
@@ -21,6 +23,28 @@ std::string_view to_string(Phase p) {
 
 PhaseTotals& phase_totals() { return totals; }
 void reset_phase_totals() { totals = PhaseTotals{}; }
+
+bool phase_open() { return depth > 0; }
+
+PhaseTotals phase_totals_since(const PhaseTotals& before) {
+  PhaseTotals d;
+  d.threads = totals.threads;
+  for (std::size_t k = 0; k < static_cast<std::size_t>(kPhases); ++k) {
+    d.seconds[k] = totals.seconds[k] - before.seconds[k];
+    d.flops[k] = totals.flops[k] - before.flops[k];
+    d.bytes[k] = totals.bytes[k] - before.bytes[k];
+  }
+  return d;
+}
+
+void add_phase_totals(PhaseTotals& to, const PhaseTotals& from) {
+  to.threads = std::max(to.threads, from.threads);
+  for (std::size_t k = 0; k < static_cast<std::size_t>(kPhases); ++k) {
+    to.seconds[k] += from.seconds[k];
+    to.flops[k] += from.flops[k];
+    to.bytes[k] += from.bytes[k];
+  }
+}
 
 PhaseScope::PhaseScope(Phase p) : phase_(p), outermost_(depth++ == 0), t0_(std::chrono::steady_clock::now()) {}
 

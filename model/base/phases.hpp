@@ -6,7 +6,8 @@
 // time), so the totals never count a second twice. Work -- floating-point operations of the
 // dense products and bytes read or written -- is counted by the code that knows the shapes
 // (add_phase_work), for the phase open at that moment. The totals are per thread: a cell runs on
-// one thread (its OpenMP teams work inside the phases of that thread).
+// one thread (its OpenMP teams work inside the phases of that thread), except where its heads
+// run side by side, whose threads' totals are merged into the cell's thread.
 #include <array>
 #include <chrono>
 #include <string_view>
@@ -19,11 +20,21 @@ std::string_view to_string(Phase);  // "generate" | "surrogate" | "solve" | "rec
 
 struct PhaseTotals {
   std::array<double, kPhases> seconds{}, flops{}, bytes{};
+  // The most threads that computed side by side and merged their totals here (heads in
+  // parallel): the seconds above are busy time summed over them.
+  int threads = 1;
 };
 
 // This thread's totals since the last reset.
 PhaseTotals& phase_totals();
 void reset_phase_totals();
+
+// For work split over threads (scenarios/pipeline/parallel_heads.hpp): whether a phase scope is
+// open on this thread, this thread's additions since `before` (a copy of phase_totals() taken
+// earlier), and one set of totals added to another. Merged seconds sum busy time over threads.
+bool phase_open();
+PhaseTotals phase_totals_since(const PhaseTotals& before);
+void add_phase_totals(PhaseTotals& to, const PhaseTotals& from);
 
 class PhaseScope {
  public:

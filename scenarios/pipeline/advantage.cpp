@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <sstream>
 
 #include "model/dominance.hpp"
@@ -14,6 +15,7 @@
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/report.hpp"
 #include "scenarios/pipeline/head.hpp"
+#include "scenarios/pipeline/parallel_heads.hpp"
 #include "solvers/families.hpp"
 #include "scenarios/io/table_numbers.hpp"
 
@@ -103,19 +105,26 @@ std::vector<ModelFamily> recompute_model_families(const TraceReader& trace, cons
     live.push_back(k);
   }
   if (live.empty()) return out;
+  // Heads side by side (parallel_heads.hpp), each head's errors in its own slot; the sums over
+  // heads afterwards, in head order (the same bits on any number of threads).
+  const int n = meta.n_heads();
+  std::vector<std::vector<double>> head_obs(static_cast<std::size_t>(n)), head_dec(static_cast<std::size_t>(n));
+  for_each_head(n, backend, [&](int i) {
+    const HeadData head = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
+    std::vector<MaterializedKeys> mats;
+    for (std::size_t k : live)
+      mats.push_back(materialize(head, meta.rope, opt.ladder, sols[k]->result.heads[static_cast<std::size_t>(i)].tiers));
+    for (const ErrorMetrics& e : evaluate_obs_queries(head, mats, backend))
+      head_obs[static_cast<std::size_t>(i)].push_back(e.rel_error);
+    if (meta.decode_steps > 0)
+      for (const ErrorMetrics& e : evaluate_decode_steps(head, mats, backend))
+        head_dec[static_cast<std::size_t>(i)].push_back(e.rel_error);
+  });
   std::vector<double> ed(sols.size(), 0.0), eo(sols.size(), 0.0);
-  for (int l = 0, i = 0; l < meta.n_layers; ++l)
-    for (int h = 0; h < meta.n_kv_heads; ++h, ++i) {
-      const HeadData head = trace.head(l, h);
-      std::vector<MaterializedKeys> mats;
-      for (std::size_t k : live)
-        mats.push_back(materialize(head, meta.rope, opt.ladder, sols[k]->result.heads[static_cast<std::size_t>(i)].tiers));
-      const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
-      for (std::size_t j = 0; j < live.size(); ++j) eo[live[j]] += obs.at(j).rel_error;
-      if (meta.decode_steps > 0) {
-        const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, mats, backend);
-        for (std::size_t j = 0; j < live.size(); ++j) ed[live[j]] += dec.at(j).rel_error;
-      }
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+    for (std::size_t j = 0; j < live.size(); ++j) {
+      eo[live[j]] += head_obs[i].at(j);
+      if (meta.decode_steps > 0) ed[live[j]] += head_dec[i].at(j);
     }
   for (std::size_t k : live) {
     out[k].err_obs = eo[k] / meta.n_heads();
@@ -182,28 +191,38 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
   }
   const RateLadder& ladder = opt.ladder;
   const int total = meta.n_heads();
+  std::vector<KeptCosts> kept(model_scope ? static_cast<std::size_t>(total) : 0);  // every head's costs
+  std::vector<std::vector<double>> head_rates(static_cast<std::size_t>(total));
+  std::vector<std::vector<HeadInterior>> head_reps(static_cast<std::size_t>(total));  // [head][budget]
   int done = 0;
-  std::vector<KeptCosts> kept;       // model_scope: every head's costs
-  std::vector<double> common_rates;  // model_scope: the rates (one ladder, one rate per tier)
-  // Head-major: each head's costs and rates once, then every budget.
-  for (int l = 0; l < meta.n_layers; ++l)
-    for (int h = 0; h < meta.n_kv_heads; ++h) {
-      throw_if_cancelled(stop);
-      const HeadData head = trace.head(l, h);
-      const SurrogateCosts sc = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
-      const std::vector<double> rates = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
-      for (std::size_t b = 0; b < budgets.size(); ++b)
-        reps[b].heads.push_back(head_interior(head, meta.rope, sc, rates, opts[b], backend));
-      if (model_scope) {
-        if (common_rates.empty()) common_rates = rates;
-        if (rates != common_rates)  // a published tier whose rate depends on the head
-          throw InputError("interior: the model-wide routed allocation needs one rate per tier for every head; "
-                           "ladder '" + ladder.name() + "' has head-dependent rates (head " + std::to_string(l) + "." +
-                           std::to_string(h) + ").");
-        kept.push_back({sc.cost, sc.weights.a});
-      }
-      if (progress) progress(++done, total);
+  std::mutex progress_lock;
+  // Head-major, heads side by side (parallel_heads.hpp): each head's costs and rates once,
+  // then every budget; each head's results in its own slot.
+  for_each_head(total, backend, [&](int i) {
+    throw_if_cancelled(stop);
+    const auto u = static_cast<std::size_t>(i);
+    const HeadData head = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
+    const SurrogateCosts sc = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
+    head_rates[u] = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
+    for (std::size_t b = 0; b < budgets.size(); ++b)
+      head_reps[u].push_back(head_interior(head, meta.rope, sc, head_rates[u], opts[b], backend));
+    if (model_scope) kept[u] = {sc.cost, sc.weights.a};
+    if (progress) {
+      const std::lock_guard<std::mutex> lock(progress_lock);
+      progress(++done, total);
     }
+  });
+  std::vector<double> common_rates;  // model_scope: the rates (one ladder, one rate per tier)
+  for (int i = 0; i < total; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    for (std::size_t b = 0; b < budgets.size(); ++b) reps[b].heads.push_back(std::move(head_reps[u][b]));
+    if (!model_scope) continue;
+    if (common_rates.empty()) common_rates = head_rates[u];
+    if (head_rates[u] != common_rates)  // a published tier whose rate depends on the head
+      throw InputError("interior: the model-wide routed allocation needs one rate per tier for every head; "
+                       "ladder '" + ladder.name() + "' has head-dependent rates (head " +
+                       std::to_string(i / meta.n_kv_heads) + "." + std::to_string(i % meta.n_kv_heads) + ").");
+  }
   if (model_scope)
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       throw_if_cancelled(stop);

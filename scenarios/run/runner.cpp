@@ -503,7 +503,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
                             const std::string& work_dir, const std::atomic<bool>* stop,
                             const std::function<void(const std::string&, int, int)>& on_step) {
   const auto t0 = std::chrono::steady_clock::now();
-  reset_phase_totals();  // this cell's phases (a cell runs on one thread)
+  reset_phase_totals();  // this cell's phases (its thread's, with those of heads run side by side merged in)
   std::string trace_path = cell.path;
   bool temporary = false;
   if (cell.source == "synthetic") {
@@ -577,6 +577,7 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
       phases[std::string(to_string(static_cast<Phase>(k)))] = {
           {"seconds", pt.seconds[i]}, {"flops", pt.flops[i]}, {"bytes", pt.bytes[i]}};
   }
+  phases["threads"] = pt.threads;  // > 1: heads ran side by side, the seconds sum their busy time
   j["phases"] = phases;
   return j;
 }
