@@ -892,3 +892,70 @@ TEST_CASE("write_synthetic_trace honours the storage dtype", "[synthetic][io]") 
     fs::remove(path);
   }
 }
+
+TEST_CASE("A synthetic trace generated in memory reads the bits of the same trace written to a file and read back, "
+          "for F32, F16 and BF16 storage",
+          "[synthetic]") {
+  tierlab::testing::TempDir dir("synthetic-in-memory");
+  for (const DType storage : {DType::F32, DType::F16, DType::BF16}) {
+    INFO("storage " << dtype_name(storage));
+    SynthParams p = synth_preset("tiny");
+    p.n_layers = 2;
+    p.n_kv_heads = 2;
+    p.prompt_len = 200;
+    p.decode_steps = 6;
+    p.storage = storage;
+    p.seed = 11;
+    const std::string path = dir.file("t-" + std::string(dtype_name(storage)) + ".safetensors");
+    write_synthetic_trace(p, path);
+    const TraceReader file(path);
+    const TraceReader mem = synthetic_trace(p, "synthetic cell tiny-s11");
+    CHECK(mem.generated());
+    CHECK_FALSE(file.generated());
+    CHECK(mem.path() == "synthetic cell tiny-s11");
+    CHECK(mem.meta().n_heads() == file.meta().n_heads());
+    CHECK(mem.meta().spans.size() == file.meta().spans.size());
+    CHECK(mem.meta().storage == storage);
+    CHECK_THROWS_WITH(mem.file(), Catch::Contains("synthetic cell tiny-s11") && Catch::Contains("has no file"));
+    for (int l = 0; l < 2; ++l)
+      for (int h = 0; h < 2; ++h) {
+        const HeadData a = file.head(l, h), b = mem.head(l, h);
+        CHECK(a.keys == b.keys);
+        CHECK(a.keys_pre_rope.rows() == b.keys_pre_rope.rows());
+        CHECK(a.keys_pre_rope == b.keys_pre_rope);
+        CHECK(a.values == b.values);
+        CHECK(a.obs_queries == b.obs_queries);
+        CHECK(a.decode_queries == b.decode_queries);
+        CHECK(a.decode_keys == b.decode_keys);
+        CHECK(a.decode_values == b.decode_values);
+        CHECK(a.spans.size() == b.spans.size());
+        CHECK(a.group_size == b.group_size);
+        CHECK(b.layer == l);
+        CHECK(b.kv_head == h);
+      }
+  }
+}
+
+TEST_CASE("A generated trace checks its heads as a file's are checked: a wrong shape or a value that is not finite "
+          "is an error naming the trace and the tensor",
+          "[synthetic]") {
+  SynthParams p = synth_preset("tiny");
+  p.n_layers = 1;
+  p.n_kv_heads = 1;
+  p.prompt_len = 64;
+  const TraceMeta meta = synth_meta(p);
+  const TraceReader short_keys(meta, "gen", [&](int l, int h) {
+    HeadData d = synth_head(p, l, h);
+    d.keys.conservativeResize(d.keys.rows() - 1, Eigen::NoChange);
+    return d;
+  });
+  CHECK_THROWS_WITH(short_keys.head(0, 0), Catch::Contains("trace 'gen'") && Catch::Contains("layers.0.heads.0.keys") &&
+                                               Catch::Contains("expected [64, "));
+  const TraceReader nan_values(meta, "gen", [&](int l, int h) {
+    HeadData d = synth_head(p, l, h);
+    d.values(3, 2) = std::numeric_limits<float>::quiet_NaN();
+    return d;
+  });
+  CHECK_THROWS_WITH(nan_values.head(0, 0), Catch::Contains("layers.0.heads.0.values") && Catch::Contains("not finite"));
+  CHECK_THROWS_WITH(TraceReader(meta, "gen", HeadGenerator{}), Catch::Contains("no generator"));
+}

@@ -392,9 +392,22 @@ TraceReader::TraceReader(const std::string& path) {
   }
 }
 
-const std::string& TraceReader::path() const { return file_->path(); }
+TraceReader::TraceReader(TraceMeta meta, std::string name, HeadGenerator generate)
+    : meta_(std::move(meta)), name_(std::move(name)), generate_(std::move(generate)) {
+  if (!generate_) throw InputError("trace '" + name_ + "': no generator of its heads was given.");
+  if (const std::string problem = meta_problem(meta_); !problem.empty())
+    throw InputError("trace '" + name_ + "': " + problem + ".");
+}
+
+const std::string& TraceReader::path() const { return file_ ? file_->path() : name_; }
+
+const SafetensorsFile& TraceReader::file() const {
+  if (!file_) throw InputError("trace '" + name_ + "' is computed in memory, head by head: it has no file.");
+  return *file_;
+}
 
 void TraceReader::check_unchanged() const {
+  if (!file_) return;  // generated: nothing on disk to change
   FileStamp now;
   if (!stamp_of(path(), now)) {
     throw InputError("trace '" + path() + "' is no longer there (" + std::strerror(errno) +
@@ -414,6 +427,7 @@ HeadData TraceReader::head(int layer, int kv_head) const {
     throw InputError("trace '" + path() + "': KV head " + std::to_string(kv_head) + " is out of range (n_kv_heads = " +
                      std::to_string(meta_.n_kv_heads) + ").");
   }
+  if (!file_) return generated_head(layer, kv_head);
   check_unchanged();  // before any page of the map is touched
   const std::int64_t T = meta_.prompt_len, d = meta_.head_dim, g = meta_.group_size;
   const std::int64_t W = meta_.obs_window, S = meta_.decode_steps;
@@ -433,6 +447,38 @@ HeadData TraceReader::head(int layer, int kv_head) const {
   if (!meta_.spans.empty()) hd.spans = meta_.spans[static_cast<std::size_t>(layer * meta_.n_kv_heads + kv_head)];
   hd.group_size = meta_.group_size;
   check_head_magnitudes(hd, "trace '" + path() + "', head L" + std::to_string(layer) + ".H" + std::to_string(kv_head));
+  return hd;
+}
+
+HeadData TraceReader::generated_head(int layer, int kv_head) const {
+  const std::int64_t T = meta_.prompt_len, d = meta_.head_dim, g = meta_.group_size;
+  const std::int64_t W = meta_.obs_window, S = meta_.decode_steps;
+  HeadData hd = generate_(layer, kv_head);
+  // The fields a file of this meta holds, with their shapes and finite values, as head() reads
+  // them from a file (same messages, the generated trace's name in place of the file's).
+  auto check = [&](const MatrixRM& m, const char* field, std::int64_t rows) {
+    const std::string name = head_tensor_name(layer, kv_head, field);
+    if (m.rows() != rows || m.cols() != d)
+      throw FormatError("trace '" + name_ + "', tensor '" + name + "': has shape [" + std::to_string(m.rows()) + ", " +
+                        std::to_string(m.cols()) + "], expected [" + std::to_string(rows) + ", " + std::to_string(d) + "].");
+    if (!m.allFinite())
+      throw FormatError("trace '" + name_ + "', tensor '" + name + "': holds a value that is not finite.");
+  };
+  check(hd.keys, "keys", T);
+  if (meta_.has_pre_rope)
+    check(hd.keys_pre_rope, "keys_pre_rope", T);
+  else
+    hd.keys_pre_rope.resize(0, 0);
+  check(hd.values, "values", T);
+  check(hd.obs_queries, "obs_queries", g * W);
+  check(hd.decode_queries, "decode_queries", g * S);
+  check(hd.decode_keys, "decode_keys", S);
+  check(hd.decode_values, "decode_values", S);
+  hd.layer = layer;
+  hd.kv_head = kv_head;
+  hd.spans = meta_.spans.empty() ? std::vector<Span>{} : meta_.spans[static_cast<std::size_t>(layer * meta_.n_kv_heads + kv_head)];
+  hd.group_size = meta_.group_size;
+  check_head_magnitudes(hd, "trace '" + name_ + "', head L" + std::to_string(layer) + ".H" + std::to_string(kv_head));
   return hd;
 }
 

@@ -14,6 +14,7 @@
 // obs_window, decode_steps, has_pre_rope ("true"/"false"), storage_dtype, rope_theta,
 // rope_dim, rope_style, provenance (JSON text), spans (JSON {"l.h": [[b, e], ...]}).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -129,13 +130,23 @@ std::string trace_meta_problem(const TraceMeta& meta);
 // A file truncated, rewritten, replaced or removed while a reader has it open would make a
 // read of the map fault (SIGBUS): head() first checks that the path still names the file it
 // opened, unchanged (check_unchanged; the race that remains is stated in trace.cpp).
+//
+// A reader can also be over heads computed on demand (HeadGenerator) instead of a file: a
+// synthetic cell of a scenario run reads its heads this way (model/synthetic/synthetic.hpp,
+// synthetic_trace), so no temporary file is written. generate(layer, kv_head) must return
+// the head as a file of that meta would hold it (values already in the storage dtype);
+// head() then checks it as it checks a file's heads. path() is the name given; file() throws.
+using HeadGenerator = std::function<HeadData(int layer, int kv_head)>;
+
 class TraceReader {
  public:
   explicit TraceReader(const std::string& path);
+  TraceReader(TraceMeta meta, std::string name, HeadGenerator generate);
   const TraceMeta& meta() const { return meta_; }
   const std::string& path() const;
   HeadData head(int layer, int kv_head) const;
-  const SafetensorsFile& file() const { return *file_; }
+  bool generated() const { return !file_; }
+  const SafetensorsFile& file() const;
   // InputError naming the file and what changed (removed or renamed, replaced by another file,
   // size, modification time) when the path no longer names the file as it was opened. Callers
   // that read the map themselves (the Python module's views) call it before each read.
@@ -147,9 +158,13 @@ class TraceReader {
     std::uint64_t device = 0, inode = 0;
     std::int64_t size = 0, mtime_sec = 0, mtime_nsec = 0;
   };
-  std::unique_ptr<SafetensorsFile> file_;
+  HeadData generated_head(int layer, int kv_head) const;
+
+  std::unique_ptr<SafetensorsFile> file_;  // null: generated
   TraceMeta meta_;
   FileStamp opened_;
+  std::string name_;        // generated: the name path() gives
+  HeadGenerator generate_;  // generated: the heads
 };
 
 // Writes a trace head by head (in order l = 0.., h = 0..), atomically.

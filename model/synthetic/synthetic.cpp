@@ -410,6 +410,26 @@ TraceMeta synth_meta(const SynthParams& p) {
 
 
 // ---- whole trace ------------------------------------------------------------------
+TraceReader synthetic_trace(const SynthParams& p, const std::string& name) {
+  p.validate();
+  return TraceReader(synth_meta(p), name, [p](int layer, int kv_head) {
+    const PhaseScope phase(Phase::Generate);
+    HeadData head = synth_head(p, layer, kv_head);
+    // What the file would hold: each value in the storage dtype (TraceWriter rounds to nearest
+    // even; the reader widens back to float).
+    auto store = [&](MatrixRM& m) {
+      if (p.storage == DType::F16)
+        for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = half_to_float(float_to_half(m.data()[i]));
+      else if (p.storage == DType::BF16)
+        for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = bf16_to_float(float_to_bf16(m.data()[i]));
+    };
+    for (MatrixRM* m : {&head.keys, &head.keys_pre_rope, &head.values, &head.obs_queries, &head.decode_queries,
+                        &head.decode_keys, &head.decode_values})
+      store(*m);
+    return head;
+  });
+}
+
 void write_synthetic_trace(const SynthParams& p, const std::string& path, const Progress& progress) {
   const PhaseScope phase(Phase::Generate);
   TraceWriter writer(path, synth_meta(p));

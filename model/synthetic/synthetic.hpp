@@ -80,5 +80,10 @@ TraceMeta synth_meta(const SynthParams&);
 HeadData synth_head(const SynthParams&, int layer, int kv_head);
 // progress(heads done, heads total): model/base/cancel.hpp's one progress type.
 void write_synthetic_trace(const SynthParams&, const std::string& path, const Progress& progress = {});
+// The same trace without a file: a reader whose heads are generated when read (synth_head,
+// rounded to p.storage as the file would store them, timed as the generate phase), named
+// `name`. The same bits as write_synthetic_trace's file read back (tests/test_synthetic.cpp);
+// a head read twice is generated twice.
+TraceReader synthetic_trace(const SynthParams& p, const std::string& name);
 
 }  // namespace tierlab

@@ -88,57 +88,25 @@ ModelSolution solve_model_family(const TraceReader& trace, const InteriorOptions
   return out;
 }
 
-// The solved allocations recomputed head by head: each head read once, the feasible families'
-// allocations evaluated in one batch per query set (the head prepared once; the numbers of one
-// evaluation per family, gpu/cpu_recompute.cpp's batch-independent row blocks).
-std::vector<ModelFamily> recompute_model_families(const TraceReader& trace, const InteriorOptions& opt,
-                                                  const std::vector<const ModelSolution*>& sols, Recomputer& backend) {
-  const TraceMeta& meta = trace.meta();
-  std::vector<ModelFamily> out(sols.size());
-  std::vector<std::size_t> live;
-  for (std::size_t k = 0; k < sols.size(); ++k) {
-    if (!sols[k]->feasible) continue;
-    out[k].feasible = true;
-    out[k].rate = sols[k]->rate;
-    out[k].repaired = sols[k]->repaired;
-    out[k].surrogate = sols[k]->objective;
-    live.push_back(k);
-  }
-  if (live.empty()) return out;
-  // Heads side by side (parallel_heads.hpp), each head's errors in its own slot; the sums over
-  // heads afterwards, in head order (the same bits on any number of threads).
-  const int n = meta.n_heads();
-  std::vector<std::vector<double>> head_obs(static_cast<std::size_t>(n)), head_dec(static_cast<std::size_t>(n));
-  for_each_head(n, backend, [&](int i) {
-    const HeadData head = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
-    std::vector<MaterializedKeys> mats;
-    for (std::size_t k : live)
-      mats.push_back(materialize(head, meta.rope, opt.ladder, sols[k]->result.heads[static_cast<std::size_t>(i)].tiers));
-    for (const ErrorMetrics& e : evaluate_obs_queries(head, mats, backend))
-      head_obs[static_cast<std::size_t>(i)].push_back(e.rel_error);
-    if (meta.decode_steps > 0)
-      for (const ErrorMetrics& e : evaluate_decode_steps(head, mats, backend))
-        head_dec[static_cast<std::size_t>(i)].push_back(e.rel_error);
-  });
-  std::vector<double> ed(sols.size(), 0.0), eo(sols.size(), 0.0);
-  for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
-    for (std::size_t j = 0; j < live.size(); ++j) {
-      eo[live[j]] += head_obs[i].at(j);
-      if (meta.decode_steps > 0) ed[live[j]] += head_dec[i].at(j);
-    }
-  for (std::size_t k : live) {
-    out[k].err_obs = eo[k] / meta.n_heads();
-    out[k].err_decode = meta.decode_steps > 0 ? ed[k] / meta.n_heads() : std::numeric_limits<double>::quiet_NaN();
-  }
-  return out;
-}
-
-ModelScopeReport model_scope_report(const TraceReader& trace, const InteriorOptions& opt,
-                                    const std::vector<KeptCosts>& costs, const std::vector<double>& rates, double B,
-                                    Recomputer& backend) {
-  ModelScopeReport m;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
+// One budget's model-wide solutions, solved and not yet recomputed, and the report's fields
+// that the solves decide.
+struct ModelScopeSolved {
   ModelSolution q, e, routed;
+  ModelScopeReport m;
+  // Recomputed: Q, E and the routed one unless it is an endpoint's (pointers into this object:
+  // taken once it has its place).
+  std::vector<const ModelSolution*> recomputed() const {
+    std::vector<const ModelSolution*> out = {&q, &e};
+    if (m.routed_is_endpoint.empty()) out.push_back(&routed);
+    return out;
+  }
+};
+
+ModelScopeSolved solve_model_scope(const TraceReader& trace, const InteriorOptions& opt,
+                                   const std::vector<KeptCosts>& costs, const std::vector<double>& rates, double B) {
+  ModelScopeSolved s;
+  ModelScopeReport& m = s.m;
+  ModelSolution &q = s.q, &e = s.e, &routed = s.routed;
   if (opt.ladder.size() > 2) q = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Quantize);
   e = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Evict);
   routed = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Routed);
@@ -156,14 +124,80 @@ ModelScopeReport model_scope_report(const TraceReader& trace, const InteriorOpti
       (f == Family::Quantize ? m.routed_Q : f == Family::Evict ? m.routed_E : m.routed_M) += 1;
     }
   }
-  // The routed allocation is one of the endpoints' when routed_is_endpoint says so: recomputed once.
-  const bool routed_own = m.routed_is_endpoint.empty();
-  std::vector<const ModelSolution*> sols = {&q, &e};
-  if (routed_own) sols.push_back(&routed);
-  const std::vector<ModelFamily> fams = recompute_model_families(trace, opt, sols, backend);
+  // The routed allocation is one of the endpoints' when routed_is_endpoint says so: recomputed
+  // once (ModelScopeSolved::recomputed).
+  return s;
+}
+
+// The solved allocations of every budget recomputed in one pass over the heads: each head read
+// once (a synthetic cell's heads are generated when read), heads side by side
+// (parallel_heads.hpp); on each head, budget by budget, that budget's feasible families
+// evaluated in one batch per query set (the head prepared once per budget; the numbers of one
+// evaluation per family, gpu/cpu_recompute.cpp's batch-independent row blocks). Each head's
+// errors go to its own slot; the sums over heads afterwards, in head order.
+// out[b][k] is budget b's family sols[b][k].
+std::vector<std::vector<ModelFamily>> recompute_model_families(const TraceReader& trace, const InteriorOptions& opt,
+                                                               const std::vector<std::vector<const ModelSolution*>>& sols,
+                                                               Recomputer& backend) {
+  const TraceMeta& meta = trace.meta();
+  const std::size_t nb = sols.size();
+  std::vector<std::vector<ModelFamily>> out(nb);
+  std::vector<std::vector<std::size_t>> live(nb);
+  bool any = false;
+  for (std::size_t b = 0; b < nb; ++b) {
+    out[b].resize(sols[b].size());
+    for (std::size_t k = 0; k < sols[b].size(); ++k) {
+      if (!sols[b][k]->feasible) continue;
+      out[b][k].feasible = true;
+      out[b][k].rate = sols[b][k]->rate;
+      out[b][k].repaired = sols[b][k]->repaired;
+      out[b][k].surrogate = sols[b][k]->objective;
+      live[b].push_back(k);
+      any = true;
+    }
+  }
+  if (!any) return out;
+  const int n = meta.n_heads();
+  // [head][budget][live family]
+  std::vector<std::vector<std::vector<double>>> head_obs(static_cast<std::size_t>(n)), head_dec(static_cast<std::size_t>(n));
+  for_each_head(n, backend, [&](int i) {
+    const auto u = static_cast<std::size_t>(i);
+    const HeadData head = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
+    head_obs[u].resize(nb);
+    head_dec[u].resize(nb);
+    for (std::size_t b = 0; b < nb; ++b) {
+      if (live[b].empty()) continue;
+      std::vector<MaterializedKeys> mats;
+      for (std::size_t k : live[b])
+        mats.push_back(materialize(head, meta.rope, opt.ladder, sols[b][k]->result.heads[u].tiers));
+      for (const ErrorMetrics& e : evaluate_obs_queries(head, mats, backend)) head_obs[u][b].push_back(e.rel_error);
+      if (meta.decode_steps > 0)
+        for (const ErrorMetrics& e : evaluate_decode_steps(head, mats, backend)) head_dec[u][b].push_back(e.rel_error);
+    }
+  });
+  for (std::size_t b = 0; b < nb; ++b) {
+    std::vector<double> ed(sols[b].size(), 0.0), eo(sols[b].size(), 0.0);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+      for (std::size_t j = 0; j < live[b].size(); ++j) {
+        eo[live[b][j]] += head_obs[i][b].at(j);
+        if (meta.decode_steps > 0) ed[live[b][j]] += head_dec[i][b].at(j);
+      }
+    for (std::size_t k : live[b]) {
+      out[b][k].err_obs = eo[k] / meta.n_heads();
+      out[b][k].err_decode = meta.decode_steps > 0 ? ed[k] / meta.n_heads() : std::numeric_limits<double>::quiet_NaN();
+    }
+  }
+  return out;
+}
+
+// The report of one budget from its solutions and their recomputed families.
+ModelScopeReport model_scope_report(const ModelScopeSolved& s, const std::vector<ModelFamily>& fams,
+                                    const InteriorOptions& opt) {
+  ModelScopeReport m = s.m;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   m.Q = fams[0];
   m.E = fams[1];
-  m.routed = !routed_own ? (m.routed_is_endpoint == "Q" ? m.Q : m.E) : fams[2];
+  m.routed = !m.routed_is_endpoint.empty() ? (m.routed_is_endpoint == "Q" ? m.Q : m.E) : fams[2];
   auto err = [nan](const ModelFamily& f, bool decode) { return f.feasible ? (decode ? f.err_decode : f.err_obs) : nan; };
   m.advantage_decode = interior_advantage_of(err(m.routed, true), err(m.Q, true), err(m.E, true), opt.error_floor);
   m.advantage_obs = interior_advantage_of(err(m.routed, false), err(m.Q, false), err(m.E, false), opt.error_floor);
@@ -223,11 +257,19 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
                        "ladder '" + ladder.name() + "' has head-dependent rates (head " +
                        std::to_string(i / meta.n_kv_heads) + "." + std::to_string(i % meta.n_kv_heads) + ").");
   }
-  if (model_scope)
+  if (model_scope) {
+    // Every budget solved first, then one pass over the heads recomputes all of them.
+    std::vector<ModelScopeSolved> solved;
+    solved.reserve(budgets.size());
+    std::vector<std::vector<const ModelSolution*>> sols;
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       throw_if_cancelled(stop);
-      reps[b].model = model_scope_report(trace, opts[b], kept, common_rates, budgets[b], backend);
+      solved.push_back(solve_model_scope(trace, opts[b], kept, common_rates, budgets[b]));
     }
+    for (const ModelScopeSolved& x : solved) sols.push_back(x.recomputed());
+    const std::vector<std::vector<ModelFamily>> fams = recompute_model_families(trace, opt, sols, backend);
+    for (std::size_t b = 0; b < budgets.size(); ++b) reps[b].model = model_scope_report(solved[b], fams[b], opts[b]);
+  }
   const int two = ladder.index_of_bits(2);
   for (InteriorReport& rep : reps) {
     auto mean_of = [&](double HeadInterior::*field, int& defined) {

@@ -61,7 +61,7 @@ CellSize estimate_cell(const Scenario& sc, const ScenarioCell& cell) {
     const SynthParams& p = cell.synth;
     s = {double(p.n_layers) * p.n_kv_heads, double(p.group_size), double(p.head_dim), double(p.prompt_len),
          double(p.obs_window), double(p.decode_steps), p.storage == DType::F32 ? 4.0 : 2.0};
-    return size_of(s, tiers, true);
+    return size_of(s, tiers, false);  // generated in memory, head by head: nothing on disk
   }
   if (cell.source == "model") {
     // llama2.c header: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len.
@@ -118,8 +118,10 @@ std::string RunEstimate::describe(int jobs) const {
   std::snprintf(head_tokens_text, sizeof head_tokens_text, "%.3g", head_tokens);
   return std::to_string(cells) + (cells == 1 ? " cell" : " cells") + " to compute, " + with_commas(heads) +
          " KV heads x " + tokens + " tokens (" + head_tokens_text + " head-tokens); traces " +
-         format_bytes(trace_bytes) + " in all, at most " + format_bytes(peak_disk_bytes) +
-         " on disk at once; about " + format_bytes(peak_resident_bytes) + " resident (" + std::to_string(jobs) +
+         format_bytes(trace_bytes) + " in all, " +
+         (peak_disk_bytes > 0 ? "at most " + format_bytes(peak_disk_bytes) + " on disk at once"
+                              : std::string("none written to disk")) +
+         "; about " + format_bytes(peak_resident_bytes) + " resident (" + std::to_string(jobs) +
          (jobs == 1 ? " job)" : " jobs)");
 }
 

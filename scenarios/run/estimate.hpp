@@ -7,9 +7,10 @@
 // and a checkpoint's 28-byte header are read):
 //   trace bytes   every head's tensors as stored: T d (keys, pre-RoPE keys, values) +
 //                 g W d + g S d (queries) + 2 S d (decode keys, values), times 4 bytes
-//                 (2 for F16/BF16), times the heads. A synthetic or captured cell writes
-//                 it to a temporary file under the output folder (removed when the cell is
-//                 done); a trace file is read in place (no disk).
+//                 (2 for F16/BF16), times the heads. A captured cell writes it to a
+//                 temporary file under the output folder (removed when the cell is done); a
+//                 synthetic cell generates its heads in memory as they are read, and a trace
+//                 file is read in place (no disk for either).
 //   resident      what one cell holds at once: the model-wide allocation keeps every head's
 //                 surrogate costs (L x T doubles per head, L the ladder's tiers), and one
 //                 head in flight holds its tensors, the L materialised key variants
@@ -32,7 +33,7 @@ namespace tierlab {
 struct CellSize {
   double heads = 0, tokens = 0;  // KV heads; T + S per head
   double trace_bytes = 0;        // the trace as stored
-  double disk_bytes = 0;         // trace_bytes when the run writes it (synthetic, model), else 0
+  double disk_bytes = 0;         // trace_bytes when the run writes it (captured cells), else 0
   double resident_bytes = 0;
 };
 // InputError when a trace file or checkpoint the cell names cannot be read.

@@ -507,12 +507,8 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
   std::string trace_path = cell.path;
   bool temporary = false;
   if (cell.source == "synthetic") {
-    make_directories(work_dir);
-    trace_path = work_dir + "/" + cell.id + ".safetensors";
-    // Generation stops within a head when the run is stopped (SIGINT, SIGTERM): the writer's
-    // temporary file is removed as it unwinds.
-    write_synthetic_trace(cell.synth, trace_path, [stop](int, int) { throw_if_cancelled(stop); });
-    temporary = true;
+    // Heads generated in memory when the analyses read them (synthetic_trace): no file. The
+    // run's stop flag is checked between heads, as before between the heads of the file.
   } else if (cell.source == "model") {
     make_directories(work_dir);
     trace_path = work_dir + "/" + cell.id + ".safetensors";
@@ -537,7 +533,8 @@ nlohmann::json compute_cell(const Scenario& sc, const ScenarioCell& cell, Recomp
       if (on) fs::remove(path, ec);
     }
   } cleanup{trace_path, temporary};
-  TraceReader trace(trace_path);
+  const TraceReader trace = cell.source == "synthetic" ? synthetic_trace(cell.synth, "synthetic cell " + cell.id)
+                                                       : TraceReader(trace_path);
   const TraceMeta& m = trace.meta();
   if (sc.queries == QuerySet::Decode && m.decode_steps == 0)
     throw InputError(sc.file + ": cell '" + cell.id + "' has no decode steps; use 'queries: obs' for this trace.");
