@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -190,4 +191,36 @@ TEST_CASE("An option given an empty value is a usage error naming the option, ne
   CHECK(slurp(dir / "log").find("--budget: an empty value is not a value") != std::string::npos);
   CHECK(run("synth --preset tiny --seed '' -o '" + (dir / "u.safetensors").string() + "'", dir / "log2") == 2);
   CHECK(slurp(dir / "log2").find("--seed") != std::string::npos);
+}
+
+TEST_CASE("Each of --jobs N cells gets cores / N OpenMP threads for its heads, and OMP_NUM_THREADS, when set, is "
+          "each job's") {
+  const fs::path d = fs::path(TIERLAB_BINARY_DIR) / "test_run_cli_jobs";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  write(d / "s.yaml", "name: jobs\ntraces:\n  synthetic:\n    presets: [tiny]\n    seeds: [0, 1]\n"
+                      "    overrides: {n_layers: 2, n_kv_heads: 4}\nbudgets: [2]\nbackend: cpu\nbootstrap: 100\n");
+  // The threads that computed a cell's heads side by side (phases.threads), in each cell file.
+  auto threads_of = [&](const fs::path& out) {
+    std::vector<int> t;
+    for (const auto& e : fs::directory_iterator(out / "cells"))
+      if (e.path().extension() == ".json") t.push_back(nlohmann::json::parse(slurp(e.path()))["phases"]["threads"].get<int>());
+    return t;
+  };
+  // The machine's cores as OpenMP counts them, from a one-job run with OMP_NUM_THREADS unset
+  // (8 heads: at most 8 side by side).
+  REQUIRE(run("run '" + (d / "s.yaml").string() + "' --out '" + (d / "one").string() + "'", d / "log1",
+              "env -u OMP_NUM_THREADS ") == 0);
+  const std::vector<int> one = threads_of(d / "one");
+  REQUIRE(one.size() == 2);
+  const int cores = one[0];  // min(cores, 8)
+  REQUIRE(run("run '" + (d / "s.yaml").string() + "' --out '" + (d / "two").string() + "' --jobs 2", d / "log2",
+              "env -u OMP_NUM_THREADS ") == 0);
+  for (int t : threads_of(d / "two")) CHECK(t == std::max(1, cores / 2));
+  REQUIRE(run("run '" + (d / "s.yaml").string() + "' --out '" + (d / "set").string() + "' --jobs 2", d / "log3",
+              "OMP_NUM_THREADS=3 ") == 0);
+  for (int t : threads_of(d / "set")) CHECK(t == 3);
+  // The numbers do not depend on it: every table the same.
+  for (const auto& e : fs::directory_iterator(d / "one" / "tables"))
+    if (e.is_regular_file()) CHECK(slurp(e.path()) == slurp(d / "set" / "tables" / e.path().filename()));
 }

@@ -15,7 +15,7 @@
 // Heads run one at a time, on the calling thread, when the backend does not take concurrent
 // calls (Recomputer::concurrent_calls: a CUDA device is one queue), when the caller is itself
 // inside a parallel region or has one OpenMP thread (a `tierlab run --jobs N` worker gets
-// cores / N), or when n < 2.
+// cores / N, scenarios/run/runner.cpp), or when n < 2.
 //
 // What a thread of the team inherits from the caller: the cancel flag (model/base/cancel.hpp:
 // a CancelScope of the caller's current_cancel_flag() in every thread), and the phase totals

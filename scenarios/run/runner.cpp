@@ -1,6 +1,7 @@
 #include "scenarios/run/runner.hpp"
 
 #include <fcntl.h>
+#include <omp.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -795,7 +796,14 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
   const std::string work_dir = run_work_dir(opt.out);
   TerminalProgress bar("run " + sc.name);
   if (opt.progress) bar.update(already, total);
+  const int n = std::min<int>(opt.jobs, std::max<int>(1, static_cast<int>(todo.size())));
+  // Each of n jobs gets its share of the OpenMP threads (cores / n, at least 1) unless the user
+  // set OMP_NUM_THREADS, which is then each job's: n jobs of all the cores each would run n
+  // times as many threads as cores, and hold n x threads heads at once (parallel_heads.hpp).
+  // The numbers do not depend on it (the thread count changes no bit).
+  const int job_threads = n > 1 && !std::getenv("OMP_NUM_THREADS") ? std::max(1, omp_get_max_threads() / n) : 0;
   auto worker = [&]() {
+    if (job_threads > 0) omp_set_num_threads(job_threads);  // this thread's OpenMP regions
     // The stop flag reaches the inner loops of this thread's cells too (the surrogate's chunks,
     // the CPU backend's tiles: model/base/cancel.hpp), not only the steps between them.
     const CancelScope cancel_scope(&stop);
@@ -838,7 +846,6 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
       }
     }
   };
-  const int n = std::min<int>(opt.jobs, std::max<int>(1, static_cast<int>(todo.size())));
   if (n == 1) {
     worker();
   } else {
