@@ -277,12 +277,32 @@ void HeadSynth::fill_values(MatrixRM& m, int rows, Stream stream) const {
 }
 
 // out[r] = q . k_t / sqrt(d) for t = positions[r], accumulated channel by channel in double.
+// The positions come mostly in runs of consecutive ones (the recent window, each span): each
+// run is read as one contiguous stretch of the channel's row (vector loads instead of a gather:
+// this was about a third of the generator's time). Every out[r] still gets the same terms in
+// the same order, so the bits are those of the element-by-element loop.
 void HeadSynth::logits(const std::vector<double>& q, const std::vector<int>& positions, std::vector<double>& out) const {
-  out.assign(positions.size(), 0.0);
+  const std::size_t n = positions.size();
+  out.assign(n, 0.0);
+  struct Run {
+    std::size_t r0, len;
+    int t0;
+  };
+  std::vector<Run> runs;
+  for (std::size_t r = 0; r < n;) {
+    std::size_t e = r + 1;
+    while (e < n && positions[e] == positions[e - 1] + 1) ++e;
+    runs.push_back({r, e - r, positions[r]});
+    r = e;
+  }
   for (int c = 0; c < d; ++c) {
     const double qc = q[c];
     const double* row = keys_cm.data() + static_cast<std::size_t>(c) * (T + S);
-    for (std::size_t r = 0; r < positions.size(); ++r) out[r] += qc * row[positions[r]];
+    for (const Run& run : runs) {
+      double* o = out.data() + run.r0;
+      const double* k = row + run.t0;
+      for (std::size_t i = 0; i < run.len; ++i) o[i] += qc * k[i];
+    }
   }
   for (double& x : out) x /= sqrt_d;
 }
