@@ -175,7 +175,7 @@ TEST_CASE("for_each_head's threads see the caller's cancel flag and add their ph
 }
 
 TEST_CASE("Heads run one at a time on the calling thread for a backend without concurrent calls, inside a "
-          "parallel region, and with one OpenMP thread",
+          "parallel region, with one OpenMP thread, and under a limit of one",
           "[parallel_heads]") {
   OneQueue queue;
   auto cpu = make_cpu_recomputer();
@@ -204,5 +204,14 @@ TEST_CASE("Heads run one at a time on the calling thread for a backend without c
   {
     OmpThreads t(1);
     CHECK(head_threads(8, *cpu) == 1);
+  }
+  {
+    OmpThreads t(4);
+    limit_head_threads(2);  // a `tierlab run --jobs 2` worker's share
+    CHECK(head_threads(8, *cpu) == 2);
+    limit_head_threads(1);
+    CHECK(head_threads(8, *cpu) == 1);
+    limit_head_threads(0);
+    CHECK(head_threads(8, *cpu) == 4);
   }
 }

@@ -16,9 +16,17 @@
 
 namespace tierlab {
 
+namespace {
+thread_local int head_thread_limit = 0;  // limit_head_threads; 0: none
+}  // namespace
+
+void limit_head_threads(int n) { head_thread_limit = std::max(0, n); }
+
 int head_threads(int n, const Recomputer& backend) {
   if (n < 2 || !backend.concurrent_calls() || omp_in_parallel()) return 1;
-  return std::max(1, std::min(n, omp_get_max_threads()));
+  int threads = std::min(n, omp_get_max_threads());
+  if (head_thread_limit > 0) threads = std::min(threads, head_thread_limit);
+  return std::max(1, threads);
 }
 
 void for_each_head(int n, const Recomputer& backend, const std::function<void(int)>& body) {

@@ -14,8 +14,8 @@
 //
 // Heads run one at a time, on the calling thread, when the backend does not take concurrent
 // calls (Recomputer::concurrent_calls: a CUDA device is one queue), when the caller is itself
-// inside a parallel region or has one OpenMP thread (a `tierlab run --jobs N` worker gets
-// cores / N, scenarios/run/runner.cpp), or when n < 2.
+// inside a parallel region or has one OpenMP thread, when its limit is 1 (limit_head_threads:
+// a `tierlab run --jobs N` worker gets cores / N, scenarios/run/runner.cpp), or when n < 2.
 //
 // What a thread of the team inherits from the caller: the cancel flag (model/base/cancel.hpp:
 // a CancelScope of the caller's current_cancel_flag() in every thread), and the phase totals
@@ -34,6 +34,13 @@ class Recomputer;
 
 // The number of threads for_each_head would use for n heads on backend (1: one at a time).
 int head_threads(int n, const Recomputer& backend);
+
+// The most heads the calling thread's for_each_head runs side by side (0, the default: as many
+// as its OpenMP threads). `tierlab run --jobs N` sets cores / N in each job's thread, so that N
+// jobs hold about as many heads at once as there are cores. It leaves the job's OpenMP thread
+// count alone: products that Eigen splits over threads outside a head sum in an order that
+// depends on that count, and the tables must not depend on N.
+void limit_head_threads(int n);
 
 void for_each_head(int n, const Recomputer& backend, const std::function<void(int)>& body);
 

@@ -32,6 +32,7 @@
 #include "scenarios/run/tables.hpp"
 #include "scenarios/io/atomic_file.hpp"
 #include "scenarios/run/estimate.hpp"
+#include "scenarios/pipeline/parallel_heads.hpp"
 #include "scenarios/run/progress.hpp"
 #include "scenarios/io/table_numbers.hpp"
 
@@ -797,13 +798,13 @@ void compute_locally(const Scenario& sc, const RunOptions& opt, const std::map<s
   TerminalProgress bar("run " + sc.name);
   if (opt.progress) bar.update(already, total);
   const int n = std::min<int>(opt.jobs, std::max<int>(1, static_cast<int>(todo.size())));
-  // Each of n jobs gets its share of the OpenMP threads (cores / n, at least 1) unless the user
-  // set OMP_NUM_THREADS, which is then each job's: n jobs of all the cores each would run n
-  // times as many threads as cores, and hold n x threads heads at once (parallel_heads.hpp).
-  // The numbers do not depend on it (the thread count changes no bit).
-  const int job_threads = n > 1 && !std::getenv("OMP_NUM_THREADS") ? std::max(1, omp_get_max_threads() / n) : 0;
+  // Each of n jobs runs at most cores / n heads side by side (parallel_heads.hpp; at least 1),
+  // so that n jobs hold about as many heads at once as there are cores, not n x cores. Their
+  // OpenMP threads are left as they are: a product Eigen splits over threads sums in an order
+  // that depends on their number, and the tables must not depend on n.
+  const int job_heads = n > 1 ? std::max(1, omp_get_max_threads() / n) : 0;
   auto worker = [&]() {
-    if (job_threads > 0) omp_set_num_threads(job_threads);  // this thread's OpenMP regions
+    limit_head_threads(job_heads);
     // The stop flag reaches the inner loops of this thread's cells too (the surrogate's chunks,
     // the CPU backend's tiles: model/base/cancel.hpp), not only the steps between them.
     const CancelScope cancel_scope(&stop);
