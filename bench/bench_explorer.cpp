@@ -111,6 +111,7 @@ static void live_views(Engine& engine, Settings s, int runs) {
 
 int main(int argc, char** argv) {
   tierlab::use_passive_openmp_wait(argv);  // model/base/openmp_policy.hpp
+  tierlab::same_bits_on_any_thread_count();  // Eigen's products on one thread each (model/base/openmp_policy.hpp)
   tierlab::keep_freed_buffers();           // as tierlab and the explorer do (model/base/allocator_policy.hpp)
   int changes = 30, tokens = 32768, kv_heads = 1, live = 0;
   Settings s;

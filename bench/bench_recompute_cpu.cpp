@@ -198,6 +198,7 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 
 int main(int argc, char** argv) try {
   tierlab::use_passive_openmp_wait(argv);  // model/base/openmp_policy.hpp
+  tierlab::same_bits_on_any_thread_count();  // Eigen's products on one thread each (model/base/openmp_policy.hpp)
   tierlab::keep_freed_buffers();           // as tierlab and the explorer do (model/base/allocator_policy.hpp)
   const Options o = parse(argc, argv);
   const int H = o.kv_heads, E = o.allocations;

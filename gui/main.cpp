@@ -52,6 +52,7 @@ const char* kHelp =
 
 int main(int argc, char** argv) {
   tierlab::use_passive_openmp_wait(argv);  // model/base/openmp_policy.hpp
+  tierlab::same_bits_on_any_thread_count();  // Eigen's products on one thread each (model/base/openmp_policy.hpp)
   tierlab::keep_freed_buffers();           // model/base/allocator_policy.hpp
   std::string source = "preset:llama-like:1024", shots, view, out, budget, layer, head;
   std::vector<std::pair<std::string, std::string>> typed;  // --type FIELD=TEXT, in order

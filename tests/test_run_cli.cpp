@@ -224,3 +224,24 @@ TEST_CASE("Each of --jobs N cells runs at most cores / N heads side by side, and
     for (const auto& e : fs::directory_iterator(d / "one" / "tables"))
       if (e.is_regular_file()) CHECK(slurp(e.path()) == slurp(d / other / "tables" / e.path().filename()));
 }
+
+TEST_CASE("OMP_NUM_THREADS=1 and 2 give every table the same bits, the channel-variance analysis's key covariance "
+          "(a product Eigen would split over threads) included") {
+  const fs::path d = fs::path(TIERLAB_BINARY_DIR) / "test_run_cli_eigen_threads";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  write(d / "s.yaml", "name: eigen-threads\ntraces:\n  synthetic:\n    presets: [llama-like]\n    seeds: [0]\n"
+                      "    context_lengths: [512]\n    overrides: {n_layers: 1, n_kv_heads: 4}\n"
+                      "budgets: [2]\nbackend: cpu\nbootstrap: 100\nchannel_variance: {}\n");
+  for (const char* t : {"1", "2"})
+    REQUIRE(run("run '" + (d / "s.yaml").string() + "' --out '" + (d / t).string() + "'", d / (std::string("log") + t),
+                std::string("OMP_NUM_THREADS=") + t + " ") == 0);
+  int compared = 0;
+  for (const auto& e : fs::directory_iterator(d / "1" / "tables"))
+    if (e.is_regular_file()) {
+      CHECK(slurp(e.path()) == slurp(d / "2" / "tables" / e.path().filename()));
+      ++compared;
+    }
+  CHECK(fs::exists(d / "1" / "tables" / "channel_variance.csv"));
+  CHECK(compared >= 3);
+}

@@ -7,6 +7,8 @@
 #include <string>
 #include <thread>
 
+#include <Eigen/Core>
+
 namespace tierlab {
 
 namespace {
@@ -42,5 +44,7 @@ void use_passive_openmp_wait(char** argv) {
   execv("/proc/self/exe", argv);
   // Only reached when the restart failed: libgomp keeps the policy it read at load time.
 }
+
+void same_bits_on_any_thread_count() { Eigen::setNbThreads(1); }
 
 }  // namespace tierlab

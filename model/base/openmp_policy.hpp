@@ -21,4 +21,16 @@ namespace tierlab {
 // or passive) or when the restart failed (then the program goes on with libgomp's default).
 void use_passive_openmp_wait(char** argv);
 
+// Eigen's matrix products never split over threads (Eigen::setNbThreads(1)), so that no number
+// depends on how many threads there are. Eigen splits a large product outside a parallel
+// region over omp_get_max_threads() threads and sizes its blocking by that count, so its sums
+// run in an order that depends on it: the channel-variance analysis's key covariance
+// (K^T K over T tokens) changed in its 9th digit between OMP_NUM_THREADS=1 and 2, and with it
+// the tables of `--jobs`, MPI ranks on a share of a node and a single process would differ.
+// tierlab's own parallel loops (the CPU backend's tiles and selections, the surrogate's blocks,
+// heads side by side) keep the cores busy and give the same bits on any number of threads;
+// inside them Eigen ran on one thread already. Call at the top of main() (the Python module
+// calls it when imported).
+void same_bits_on_any_thread_count();
+
 }  // namespace tierlab

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "model/base/openmp_policy.hpp"
 #include "common.hpp"
 #include "model/base/error.hpp"
 
@@ -174,6 +175,7 @@ PYBIND11_MODULE(_tierlab, m) {
       "tierlab's C++ library (key-cache budget allocation: quantize, evict or mix precisions per token).\n"
       "Import the `tierlab` package, not this module; docs/python.md is the tutorial.";
   m.attr("__version__") = TIERLAB_VERSION;
+  same_bits_on_any_thread_count();  // as tierlab's programs: model/base/openmp_policy.hpp
 
   // The error seam (model/base/error.hpp): InputError (and FormatError) -> tierlab.InputError, a
   // ValueError; RecomputeError -> tierlab.RecomputeError, a RuntimeError; Cancelled ->

@@ -47,6 +47,7 @@ void check_values(CLI::App* app) {
 
 int main(int argc, char** argv) {
   tierlab::use_passive_openmp_wait(argv);  // OpenMP threads sleep when idle (model/base/openmp_policy.hpp)
+  tierlab::same_bits_on_any_thread_count();  // Eigen's products on one thread each (model/base/openmp_policy.hpp)
   tierlab::keep_freed_buffers();           // large buffers reused, not re-mapped (model/base/allocator_policy.hpp)
   CLI::App app{"tierlab: key-cache budgets as rate-distortion allocation (quantize, evict, or mix)"};
   app.require_subcommand(1);
