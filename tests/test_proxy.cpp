@@ -158,7 +158,6 @@ TEST_CASE("a run with methods, proxy and mismatch writes tables, figures and sum
     CHECK_THAT(summary, Catch::Contains("## Distortion-model mismatch") && Catch::Contains("| kivi residual=0 |"));
     if (run == 0) {
       const FiguresWritten drawn = render_figures_of_run(opt.out);
-      const std::vector<std::string>& files = drawn.files;
       std::string faults;
       for (const auto& x : drawn.layout) faults += x + "\n";
       INFO(faults);

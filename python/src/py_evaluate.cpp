@@ -14,12 +14,11 @@
 #include "scenarios/pipeline/evaluation.hpp"
 #include "scenarios/pipeline/report.hpp"
 #include "solvers/problem.hpp"
+#include "scenarios/io/table_numbers.hpp"  // kNaN
 
 namespace tierlab::python {
 
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct PyEvaluation {
   std::shared_ptr<const TraceEvaluation> ev;

@@ -7,12 +7,11 @@
 #include "gpu/recompute.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 #include "scenarios/methods/rd_methods.hpp"
+#include "scenarios/io/table_numbers.hpp"  // kNaN
 
 namespace tierlab::python {
 
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 py::dict curve_dict(const RdCurve& c) {
   const RdCurveOptions& o = c.options;

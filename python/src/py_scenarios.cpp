@@ -27,6 +27,7 @@ std::string style_name(Style s) {
     case Style::Line: return "line";
     case Style::Dashed: return "dashed";
     case Style::Squares: return "squares";
+    case Style::Cells: return "cells";
   }
   return "points";
 }

@@ -54,7 +54,7 @@ Eigen::MatrixXd rotate(const Eigen::MatrixXd& X, std::uint64_t seed) {
   return out;
 }
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+std::shared_ptr<const Analysis> read_channel_variance_section(const YAML::Node& root, const YamlReader& c, const Scenario&) {
   const YAML::Node node = root["channel_variance"];
   if (!node) return nullptr;
   if (!node.IsMap() || node.size() != 0)
@@ -62,7 +62,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<ChannelVarianceAnalysis>();
 }
 
-std::vector<NamedFigure> no_figures(const std::string&) { return {}; }
+std::vector<NamedFigure> no_figures_channel_variance(const std::string&) { return {}; }
 
 const char* const kMeasures[] = {"keys_par_before", "keys_par_after", "keys_cv_before", "keys_cv_after",
                                  "latent_par_before", "latent_par_after", "latent_cv_before", "latent_cv_after"};
@@ -133,7 +133,7 @@ std::string ChannelVarianceAnalysis::write_tables(const Scenario&, const std::ve
 
 AnalysisType ChannelVarianceAnalysis::type() {
   return {"channel_variance", "per-channel key variance before and after the Walsh-Hadamard rotation",
-          {"channel_variance"}, parse, no_figures};
+          {"channel_variance"}, read_channel_variance_section, no_figures_channel_variance};
 }
 
 }  // namespace tierlab

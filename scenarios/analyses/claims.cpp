@@ -26,11 +26,10 @@ namespace tierlab {
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string f2(double v) { return format_or_nan(v, "%.2f", "-"); }
 std::string f3(double v) { return format_or_nan(v, "%.3f", "-"); }
-std::string pct(double v) { return format_or_nan(100.0 * v, "%.0f%%", "-"); }
+std::string pct_whole(double v) { return format_or_nan(100.0 * v, "%.0f%%", "-"); }
 
 // A JSON number that may be null (NaN in the tables).
 double num(const nlohmann::json& j, const char* key) {
@@ -66,7 +65,7 @@ std::pair<double, double> wilson(double k, double n) {
   return {std::max(0.0, c - h), std::min(1.0, c + h)};
 }
 
-std::string cluster_of(const nlohmann::json& c) {
+std::string claim_cluster_of(const nlohmann::json& c) {
   const std::string who = c.contains("preset") && c["preset"].is_string() ? c["preset"].get<std::string>()
                                                                           : c.value("source", std::string("cell"));
   return who + "/s" + std::to_string(c.value("seed", std::uint64_t{0}));
@@ -305,8 +304,8 @@ void claim_q(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
         same_rate = "; " + o.value("method", std::string()) + " at the same " + format_number(cb) + " code bits: error " +
                     f3(num(o, "error")) + ", KL " + f3(num(o, "mean_kl"));
     parts.push_back((*m).value("method", std::string()) + " (" + format_number(cb) + " code bits): error " +
-                    f3(num(*m, "error")) + " (" + pct(1 - num(*m, "error") / e0) + " of the base's removed), KL " +
-                    f3(num(*m, "mean_kl")) + " (" + pct(1 - num(*m, "mean_kl") / k0) + ")" + same_rate);
+                    f3(num(*m, "error")) + " (" + pct_whole(1 - num(*m, "error") / e0) + " of the base's removed), KL " +
+                    f3(num(*m, "mean_kl")) + " (" + pct_whole(1 - num(*m, "mean_kl") / k0) + ")" + same_rate);
     if (num(*m, "code_bits") > num(*top, "code_bits")) top = m;
   }
   v.measured = "base " + (*base).value("method", std::string()) + ": error " + f3(e0) + ", replay KL " + f3(k0) + "; " +
@@ -315,7 +314,7 @@ void claim_q(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
   const bool he = se >= kMostRemoved, hk = sk >= kMostRemoved;
   const std::string at = "at the largest side code (" + (*top).value("method", std::string()) + ")";
   v.standing = he && hk ? ClaimStanding::Reproduced : (he || hk) ? ClaimStanding::Partly : ClaimStanding::Refuted;
-  v.why = at + " the side code removes " + pct(se) + " of the 2-bit keys' output error and " + pct(sk) +
+  v.why = at + " the side code removes " + pct_whole(se) + " of the 2-bit keys' output error and " + pct_whole(sk) +
           " of their replay KL" + (he && hk ? " (most of both)" : he ? " (most of the error, not of the KL)"
                                                        : hk ? " (most of the KL, not of the error)"
                                                             : " (not most of either)");
@@ -360,7 +359,7 @@ void claim_n(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
     }
     const double g = 1 - e / u;
     gains.push_back(g);
-    parts.push_back(format_number(c, 4) + " code bits: error " + f3(e) + " vs uniform " + f3(u) + ", gain " + pct(g));
+    parts.push_back(format_number(c, 4) + " code bits: error " + f3(e) + " vs uniform " + f3(u) + ", gain " + pct_whole(g));
   }
   v.measured = "KV-COBRA's allocation vs uniform at equal code bits: " + (parts.empty() ? std::string("no entries") : join(parts, "; ")) +
                " (" + std::to_string(uniform.size()) + " uniform entries)";
@@ -605,7 +604,7 @@ void claim_e(const Scenario& sc, const std::vector<nlohmann::json>& cells, Claim
   const double share_q = heads > 0 ? static_cast<double>(to_q) / heads : kNaN;
   v.measured = "output error, mean over " + std::to_string(cells.size()) + " cells: " + (routed.empty() ? "no routed entry" : routed + " " + f3(er)) +
                (mixed.empty() ? "" : ", " + mixed + " " + f3(em)) + "; scorers: " + join(scorers, ", ") +
-               "; the interior's model-wide routed allocation sends " + pct(share_q) + " of " + std::to_string(heads) +
+               "; the interior's model-wide routed allocation sends " + pct_whole(share_q) + " of " + std::to_string(heads) +
                " heads to Q at B = " + format_number(sc.primary_budget);
   v.depends_on = common_settings(sc) + "; scorers at the keep ratio of equal code bits (B/16); the end task is not simulated here (output error)";
   if (routed.empty() || n_scorers == 0) {
@@ -616,8 +615,8 @@ void claim_e(const Scenario& sc, const std::vector<nlohmann::json>& cells, Claim
   const int held = int(p1) + int(p2) + int(p3);
   v.standing = held == 3 ? ClaimStanding::Reproduced : held == 0 ? ClaimStanding::Refuted : ClaimStanding::Partly;
   v.why = std::string(p1 ? "routed beats every eviction scorer" : "routed beats " + std::to_string(beats) + " of " + std::to_string(n_scorers) + " eviction scorers") +
-          "; " + (p2 ? "it sends " + pct(share_q) + " of heads to dense quantization (within 1-25%)"
-                     : "it sends " + pct(share_q) + " of heads to dense quantization (outside 1-25%)") +
+          "; " + (p2 ? "it sends " + pct_whole(share_q) + " of heads to dense quantization (within 1-25%)"
+                     : "it sends " + pct_whole(share_q) + " of heads to dense quantization (outside 1-25%)") +
           "; " + (p3 ? "the mixed family alone does worse than routed" : "the mixed family alone does not do worse than routed") +
           " (no interval)";
 }
@@ -632,7 +631,7 @@ void claim_c(const Scenario& sc, const std::vector<nlohmann::json>& cells, Claim
   for (const ContextTrend& t : trends) {
     if (t.preset == "(pooled)") continue;
     parts.push_back(t.preset + " T " + std::to_string(t.T0) + "->" + std::to_string(t.T1) + ": E wins " +
-                    pct(t.e_share0) + "->" + pct(t.e_share1) + ", err(E*)/err(M*) " + f2(t.ratio0) + "->" + f2(t.ratio1));
+                    pct_whole(t.e_share0) + "->" + pct_whole(t.e_share1) + ", err(E*)/err(M*) " + f2(t.ratio0) + "->" + f2(t.ratio1));
     if (t.direction == "toward eviction") toward.push_back(t.preset);
     else if (t.direction == "away from eviction") away.push_back(t.preset);
     else if (t.direction.find("moves toward") != std::string::npos) cont_toward.push_back(t.preset);
@@ -685,7 +684,7 @@ void claim_m(const Scenario& sc, const std::vector<nlohmann::json>& cells, const
     for (const auto& c : cells) {
       const auto& bb = c["budgets"][bi];
       xs.push_back(num(bb, "A_routed"));
-      groups.push_back(cluster_of(c));
+      groups.push_back(claim_cluster_of(c));
       wins_M += bb["wins"].value("M", 0);
       heads += bb["wins"].value("M", 0) + bb["wins"].value("Q", 0) + bb["wins"].value("E", 0);
     }
@@ -745,19 +744,19 @@ void claim_d(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
     if (r.value("step", 0) <= kStaleWithinSteps && r.value("step", 0) > 1)
       early += (early.empty() ? "" : ", ") + ("s = " + std::to_string(r.value("step", 0)) + ": " + f2(num(r, "median_ratio")));
   v.measured = "median err_stale/err_fresh " + early + "; at s = " + std::to_string(S) + ": " + f2(num(last, "median_ratio")) +
-               "; same family as after prefill at s = " + std::to_string(S) + ": " + pct(same) + ", kappa " + f2(k) + " [" +
+               "; same family as after prefill at s = " + std::to_string(S) + ": " + pct_whole(same) + ", kappa " + f2(k) + " [" +
                f2(klo) + ", " + f2(khi) + "] (" + std::to_string(last.value("heads", 0)) + " heads)";
   const std::string W = t.contains("window") ? (t["window"].is_string() ? t["window"].get<std::string>() : t["window"].dump()) : "?";
   v.depends_on = common_settings(sc) + "; B = " + format_number(num(t, "budget")) + "; decision window W = " + (W == "trace" ? std::string("the trace's observation window") : W) +
                  " (tables/staleness_windows.csv has the others); horizon k = " + format_number(num(t, "horizon")) +
                  "; steps up to " + std::to_string(S) + " (the paper: 4,096); thresholds: stale when the median ratio >= " +
                  format_number(kStaleRatio) + " by s = " + std::to_string(kStaleWithinSteps) + ", stable when >= " +
-                 pct(kStableFamilyShare) + " keep their family";
+                 pct_whole(kStableFamilyShare) + " keep their family";
   const bool stale = stale_at > 0, stable = same >= kStableFamilyShare;
   const std::string chance = std::isfinite(klo) && klo > 0 ? "above chance" : "not above chance (kappa's interval reaches 0)";
   const std::string stale_text = stale ? "the allocation goes stale by s = " + std::to_string(stale_at) + " (ratio " + f2(stale_ratio) + ")"
                                        : "the allocation does not go stale within " + std::to_string(kStaleWithinSteps) + " steps";
-  const std::string stable_text = (stable ? "the family is kept by " : "the family is kept by only ") + pct(same) +
+  const std::string stable_text = (stable ? "the family is kept by " : "the family is kept by only ") + pct_whole(same) +
                                   " of heads at s = " + std::to_string(S) + ", " + chance;
   v.why = stale_text + "; " + stable_text;
   v.standing = stale && stable ? ClaimStanding::Reproduced : stale || stable ? ClaimStanding::Partly : ClaimStanding::Refuted;
@@ -813,8 +812,8 @@ void claim_h(const Scenario& sc, const std::string& dir, ClaimVerdict& v) {
     const auto [rl, rh] = wilson(r.k, r.n);
     const auto [sl, sh] = wilson(s.k, s.n);
     const std::string b = "B = " + format_number(B);
-    parts.push_back(b + ": raw " + pct(r.k / r.n) + " [" + pct(rl) + ", " + pct(rh) + "] -> " + s.variant + " " +
-                    pct(s.k / s.n) + " [" + pct(sl) + ", " + pct(sh) + "] of " + format_number(r.n) + " spans");
+    parts.push_back(b + ": raw " + pct_whole(r.k / r.n) + " [" + pct_whole(rl) + ", " + pct_whole(rh) + "] -> " + s.variant + " " +
+                    pct_whole(s.k / s.n) + " [" + pct_whole(sl) + ", " + pct_whole(sh) + "] of " + format_number(r.n) + " spans");
     if (r.k > 0 && s.k / s.n <= kSmoothingRemovesMost * r.k / r.n) most.push_back(b);
     else if (r.k > 0) notmost.push_back(b);
   }
@@ -998,7 +997,7 @@ ClaimVariation dose_variation(const YAML::Node& root, const YAML::Node& dose, co
   return cv;
 }
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+std::shared_ptr<const Analysis> read_claims_section(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node node = root["claim"];
   if (!node) return nullptr;
   std::vector<YAML::Node> maps;
@@ -1069,7 +1068,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<ClaimAnalysis>(std::move(out), std::move(variations));
 }
 
-std::vector<NamedFigure> no_figures(const std::string&) { return {}; }
+std::vector<NamedFigure> no_figures_claims(const std::string&) { return {}; }
 
 std::string cell(std::string s) {  // a markdown table cell: no '|' or line end
   for (char& ch : s)
@@ -1269,7 +1268,7 @@ std::string ClaimAnalysis::write_tables(const Scenario& sc, const std::vector<nl
 
 AnalysisType ClaimAnalysis::type() {
   return {"claims", "the reference papers' claims this scenario tests, with their verdict rows (docs/claims.md)",
-          {"claim"}, parse, no_figures};
+          {"claim"}, read_claims_section, no_figures_claims};
 }
 
 }  // namespace tierlab

@@ -23,7 +23,6 @@ namespace tierlab {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // First x where y crosses `level` along increasing x (linear interpolation); NaN if none.
 double crossing(const std::vector<std::pair<double, double>>& xy, double level) {
@@ -265,12 +264,12 @@ std::string write_entropy_phase_tables(const Scenario&, int bins, const std::vec
 
 namespace {
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+std::shared_ptr<const Analysis> read_entropy_phase_section(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   if (!root["entropy_bins"]) return s.sweeps_logit_scales ? std::make_shared<EntropyPhaseAnalysis>(8) : nullptr;
   return std::make_shared<EntropyPhaseAnalysis>(static_cast<int>(c.integer(root["entropy_bins"], "entropy_bins", 2, 40)));
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_entropy_phase(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<NamedFigure> out;
   if (fs::exists(dir + "/tables/phase_entropy.json")) {
@@ -322,7 +321,7 @@ std::string EntropyPhaseAnalysis::write_tables(const Scenario& sc, const std::ve
 
 AnalysisType EntropyPhaseAnalysis::type() {
   return {"entropy_phase", "winning family per (attention-entropy bin, budget); surrogate and recomputed boundaries",
-          {"entropy_bins"}, parse, figures};
+          {"entropy_bins"}, read_entropy_phase_section, figures_entropy_phase};
 }
 
 }  // namespace tierlab

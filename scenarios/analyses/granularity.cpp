@@ -27,7 +27,6 @@ namespace tierlab {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr long long kMaxInlineTokens = 1 << 16;  // head-tokens of a per-token form written into the cell
 
 std::vector<double> budgets_of(const GranularitySpec& s, const Scenario& sc) { return s.budgets.empty() ? sc.budgets : s.budgets; }
@@ -117,7 +116,7 @@ nlohmann::json engine_form(const GranularAllocation& a, const GranularityProblem
   return j;
 }
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+std::shared_ptr<const Analysis> read_granularity_section(const YAML::Node& root, const YamlReader& c, const Scenario&) {
   const YAML::Node g = root["granularity"];
   if (!g) return nullptr;
   if (!g.IsMap()) c.fail(g, "key 'granularity' must be a mapping with the keys budgets, sink, recent, age_steps, restrictions ({} for the defaults).");
@@ -191,7 +190,7 @@ bool evicts_a_head_whole(const nlohmann::json& form) {
   return false;
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_granularity(const std::string& dir) {
   std::vector<NamedFigure> out;
   if (!std::filesystem::exists(dir + "/tables/granularity.json")) return out;
   const nlohmann::json t = read_table_json(dir + "/tables/granularity.json");
@@ -591,7 +590,7 @@ std::string GranularityAnalysis::write_tables(const Scenario& sc, const std::vec
 
 AnalysisType GranularityAnalysis::type() {
   return {"granularity", "the share of the per-token optimum's gain each engine granularity (layer, head, bands, age, keep masks) captures",
-          {"granularity"}, parse, figures};
+          {"granularity"}, read_granularity_section, figures_granularity};
 }
 
 }  // namespace tierlab

@@ -24,7 +24,6 @@ namespace tierlab {
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // kMinCellsForRho, kMinClustersForRho, rho_standing, rho_verdict: interior_verdict.hpp (the
 // summary and the figure state rho by the same rule).
@@ -646,7 +645,7 @@ std::string summary_section(const Scenario& sc, const std::vector<nlohmann::json
   return s.str();
 }
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+std::shared_ptr<const Analysis> read_interior_section(const YAML::Node& root, const YamlReader& c, const Scenario&) {
   auto a = std::make_shared<InteriorAnalysis>();
   if (const YAML::Node d = root["dense_routing"]) {
     for (const auto& q : c.list(d, "dense_routing")) a->dense_quantizers.push_back(c.str(q, "dense_routing"));
@@ -658,7 +657,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return a;
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_interior(const std::string& dir) {
   const nlohmann::json in = read_table_json(dir + "/tables/interior.json");
   const std::string verdict = in.value("queries", std::string("decode"));
   std::vector<NamedFigure> out;
@@ -836,8 +835,8 @@ AnalysisType InteriorAnalysis::type() {
   return {"interior",
           "A = 1 - err(M*) / min(err(Q*), err(E*)) per head and budget; rho(dominated share, A) across cells",
           {"dense_routing"},
-          parse,
-          figures};
+          read_interior_section,
+          figures_interior};
 }
 
 Figure advantage_vs_budget_figure(const nlohmann::json& interior,

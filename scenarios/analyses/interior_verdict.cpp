@@ -18,7 +18,6 @@ namespace tierlab {
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
 std::string cluster_of(const nlohmann::json& c) {

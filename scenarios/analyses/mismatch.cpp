@@ -29,7 +29,6 @@ namespace tierlab {
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // mean_t mean_q (q.(k^_t - k_t))^2 / d, in double.
 double mean_logit_noise(const MatrixRM& keys, const MatrixRM& approx, const CausalQueries& qs) {
@@ -442,7 +441,7 @@ std::string write_mismatch_tables(const Scenario&, const MismatchSpec& spec, con
 
 namespace {
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+std::shared_ptr<const Analysis> read_mismatch_section(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node mm = root["mismatch"];
   if (!mm) return nullptr;
   MismatchSpec spec;
@@ -489,7 +488,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<MismatchAnalysis>(spec);
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_mismatch(const std::string& dir) {
   if (!std::filesystem::exists(dir + "/tables/mismatch_beta.json")) return {};
   std::vector<NamedFigure> out;
   const nlohmann::json beta = read_table_json(dir + "/tables/mismatch_beta.json");
@@ -587,7 +586,7 @@ std::string MismatchAnalysis::write_tables(const Scenario& sc, const std::vector
 
 AnalysisType MismatchAnalysis::type() {
   return {"mismatch", "per-head bit allocation with one quantizer's noise model, evaluated with another's",
-          {"mismatch"}, parse, figures};
+          {"mismatch"}, read_mismatch_section, figures_mismatch};
 }
 
 }  // namespace tierlab

@@ -19,14 +19,13 @@ namespace tierlab {
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::shared_ptr<const Analysis> parse(const YAML::Node&, const YamlReader&, const Scenario& s) {
+std::shared_ptr<const Analysis> read_phase_map_section(const YAML::Node&, const YamlReader&, const Scenario& s) {
   if (!s.sweeps_logit_scales) return nullptr;
   return std::make_shared<PhaseMapAnalysis>();
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_phase_map(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<NamedFigure> out;
   if (!fs::exists(dir + "/tables/phase.json")) return out;
@@ -138,7 +137,7 @@ std::string PhaseMapAnalysis::write_tables(const Scenario& /*sc*/, const std::ve
 
 AnalysisType PhaseMapAnalysis::type() {
   return {"phase_map", "winning family per (logit scale, budget); the surrogate boundary median R_h(2) = 1", {},
-          parse, figures};
+          read_phase_map_section, figures_phase_map};
 }
 
 }  // namespace tierlab

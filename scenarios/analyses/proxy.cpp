@@ -27,7 +27,6 @@ namespace tierlab {
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // The metrics compared, in table order: name, description, the value of a method (smaller = better).
 struct Metric {
@@ -288,7 +287,7 @@ std::string write_proxy_tables(const Scenario& sc, const ProxySpec& spec, const 
 
 namespace {
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+std::shared_ptr<const Analysis> read_proxy_section(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node px = root["proxy"];
   if (!px) return nullptr;
   ProxySpec spec;
@@ -304,7 +303,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<ProxyAnalysis>(spec);
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_proxy(const std::string& dir) {
   if (!std::filesystem::exists(dir + "/tables/proxy.json")) return {};
   std::vector<NamedFigure> out;
   const nlohmann::json p = read_table_json(dir + "/tables/proxy.json");
@@ -391,7 +390,7 @@ std::string ProxyAnalysis::write_tables(const Scenario& sc, const std::vector<nl
 
 AnalysisType ProxyAnalysis::type() {
   return {"proxy", "the scenario's methods ranked by attention-output error vs by end-task metrics (replay)",
-          {"proxy"}, parse, figures};
+          {"proxy"}, read_proxy_section, figures_proxy};
 }
 
 }  // namespace tierlab

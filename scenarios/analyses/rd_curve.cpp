@@ -22,7 +22,7 @@ namespace tierlab {
 
 namespace {
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+std::shared_ptr<const Analysis> read_rd_curve_section(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node n = root["rd_curve"];
   if (!n) return nullptr;
   RdCurveSpec spec;
@@ -63,7 +63,7 @@ double jnum(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 
 
 const char* const kFamilyOrder[] = {"quantize", "evict", "mixed", "routed"};
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_rd_curve(const std::string& dir) {
   std::vector<NamedFigure> out;
   if (!std::filesystem::exists(dir + "/tables/rd_curve.json")) return out;
   const nlohmann::json all = read_table_json(dir + "/tables/rd_curve.json");
@@ -213,7 +213,7 @@ std::string RdCurveAnalysis::write_tables(const Scenario&, const std::vector<nlo
 
 AnalysisType RdCurveAnalysis::type() {
   return {"rd_curve", "rate-distortion curves: every family's optimum over a budget grid, recomputed, with the lower hull",
-          {"rd_curve"}, parse, figures};
+          {"rd_curve"}, read_rd_curve_section, figures_rd_curve};
 }
 
 }  // namespace tierlab

@@ -34,7 +34,7 @@ double attention_kl(const MatrixRM& Q, const MatrixRM& K, const MatrixRM& K2) {
   return L.rows() > 0 ? sum / static_cast<double>(L.rows()) : std::numeric_limits<double>::quiet_NaN();
 }
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+std::shared_ptr<const Analysis> read_score_error_section(const YAML::Node& root, const YamlReader& c, const Scenario&) {
   const YAML::Node node = root["score_error"];
   if (!node) return nullptr;
   if (!node.IsMap()) c.fail(node, "key 'score_error' must be a mapping (it may be empty: 'score_error: {}').");
@@ -60,7 +60,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<ScoreErrorAnalysis>(spec);
 }
 
-std::vector<NamedFigure> no_figures(const std::string&) { return {}; }
+std::vector<NamedFigure> no_figures_score_error(const std::string&) { return {}; }
 
 }  // namespace
 
@@ -179,7 +179,7 @@ std::string ScoreErrorAnalysis::write_tables(const Scenario& sc, const std::vect
 
 AnalysisType ScoreErrorAnalysis::type() {
   return {"score_error", "key MSE and score-space error as predictors of attention KL, per head and quantizer",
-          {"score_error"}, parse, no_figures};
+          {"score_error"}, read_score_error_section, no_figures_score_error};
 }
 
 }  // namespace tierlab

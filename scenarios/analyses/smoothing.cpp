@@ -28,7 +28,6 @@ namespace tierlab {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string family_name(Family fam) { return std::string(1, family_letter(fam)); }
 
@@ -497,7 +496,7 @@ std::vector<Series> curves(const nlohmann::json& table, const std::string& famil
 }
 
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+std::shared_ptr<const Analysis> read_smoothing_section(const YAML::Node& root, const YamlReader& c, const Scenario&) {
   const YAML::Node sm = root["smoothing"];
   if (!sm) return nullptr;
   SmoothingSpec spec;
@@ -534,7 +533,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<SmoothingAnalysis>(spec);
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_smoothing(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<NamedFigure> out;
   if (fs::exists(dir + "/tables/smoothing.json")) {
@@ -593,7 +592,7 @@ std::string SmoothingAnalysis::write_tables(const Scenario& sc, const std::vecto
 
 AnalysisType SmoothingAnalysis::type() {
   return {"smoothing", "each family's optimum from raw vs pooled (smoothed) costs: span truncation, recomputed error",
-          {"smoothing"}, parse, figures};
+          {"smoothing"}, read_smoothing_section, figures_smoothing};
 }
 
 }  // namespace tierlab

@@ -23,9 +23,8 @@ namespace tierlab {
 
 namespace {
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario&) {
+std::shared_ptr<const Analysis> read_staleness_section(const YAML::Node& root, const YamlReader& c, const Scenario&) {
   const YAML::Node st = root["staleness"];
   if (!st) return nullptr;
   StalenessSpec spec;
@@ -55,7 +54,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<StalenessAnalysis>(spec);
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_staleness(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<NamedFigure> out;
   if (!fs::exists(dir + "/tables/staleness.json")) return out;
@@ -114,7 +113,7 @@ std::vector<NamedFigure> figures(const std::string& dir) {
   return out;
 }
 
-std::string pct(double share) { return std::isfinite(share) ? format_or_nan(100 * share, "%.1f") + "%" : "-"; }
+std::string pct_tenth(double share) { return std::isfinite(share) ? format_or_nan(100 * share, "%.1f") + "%" : "-"; }
 
 // Cohen's kappa with its interval, or "not defined" (one family wins every head at both times:
 // the chance agreement is 1, and kappa divides by 1 - 1).
@@ -219,14 +218,14 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
        "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     s << "| " << r["step"] << " | " << r["heads"] << " | " << num3(double_or_nan(r, "median_ratio")) << " | "
-      << pct(double_or_nan(r, "share_fresh_better")) << " | " << num3(double_or_nan(r, "median_aging")) << " | "
+      << pct_tenth(double_or_nan(r, "share_fresh_better")) << " | " << num3(double_or_nan(r, "median_aging")) << " | "
       << num3(double_or_nan(r, "median_ratio_insample")) << " | "
       << format_or_nan(double_or_nan(r, "median_jaccard"), "%.3f") << " | "
       << format_or_nan(double_or_nan(r, "median_agreement"), "%.3f") << " | "
       << format_or_nan(100 * double_or_nan(r, "share_Q"), "%.0f") << " / "
       << format_or_nan(100 * double_or_nan(r, "share_E"), "%.0f") << " / "
       << format_or_nan(100 * double_or_nan(r, "share_M"), "%.0f") << "% | "
-      << pct(double_or_nan(r, "share_same_family")) << " | " << kappa_text(r) << " |\n";
+      << pct_tenth(double_or_nan(r, "share_same_family")) << " | " << kappa_text(r) << " |\n";
   // The verdict, over the steps after the first (at s = 1 with W = W_obs fresh is stale).
   std::vector<double> later_ratio, later_share, later_same;
   for (const auto& r : rows)
@@ -262,7 +261,7 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
   } else {
     s << "Out of sample, over steps 2.." << r1["step"] << " the median err_stale / err_fresh lies in ["
       << num3(lo_ratio) << ", " << num3(hi_ratio) << "] and the fresh allocation beats the stale one for "
-      << pct(lo_share) << " to " << pct(hi_share) << " of the heads where the two differ. ";
+      << pct_tenth(lo_share) << " to " << pct_tenth(hi_share) << " of the heads where the two differ. ";
     if (pays == n_later)
       s << "Re-deciding from the last W steps pays at every scored step after the first";
     else if (2 * pays > n_later)
@@ -275,7 +274,7 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
         << " scored steps (median ratio > 1.05, fresh better for most heads), does not pay at " << hurts
         << " (below 0.95) and is within 5% at the rest";
     s << "; at step " << r1["step"] << " the median ratio is " << num3(last_ratio) << " (fresh better for "
-      << pct(double_or_nan(r1, "share_fresh_better")) << " of the heads where they differ).";
+      << pct_tenth(double_or_nan(r1, "share_fresh_better")) << " of the heads where they differ).";
   }
   s << " The stale allocation's median error at step " << r1["step"] << " is "
     << num3(double_or_nan(r1, "median_aging")) << " times its error at step 1 (aging"
@@ -292,8 +291,8 @@ std::string staleness_summary(const StalenessSpec& spec, const nlohmann::json& r
               "surrogate on one step's g queries is not the exact error), so in-sample fit is no bound on the exact "
               "error.")
     << " The recomputed-best family is the one after prefill for "
-    << pct(double_or_nan(r1, "share_same_family")) << " of heads at step " << r1["step"]
-    << " (lowest over the steps: " << pct(min_same) << "); chance-corrected, Cohen's kappa at step " << r1["step"] << " is "
+    << pct_tenth(double_or_nan(r1, "share_same_family")) << " of heads at step " << r1["step"]
+    << " (lowest over the steps: " << pct_tenth(min_same) << "); chance-corrected, Cohen's kappa at step " << r1["step"] << " is "
     << kappa_text(r1) << ": the family is ";
   {
     const double klo = double_or_nan(r1, "kappa_lo"), k = double_or_nan(r1, "kappa");
@@ -370,7 +369,7 @@ std::string window_section(const Scenario& sc, const std::vector<nlohmann::json>
         continue;
       }
       const Acc& a = it->second;
-      s << ' ' << num3(quantile_or_nan(a.ratio, 0.5)) << " (" << pct(a.compared ? static_cast<double>(a.better) / a.compared : kNaN)
+      s << ' ' << num3(quantile_or_nan(a.ratio, 0.5)) << " (" << pct_tenth(a.compared ? static_cast<double>(a.better) / a.compared : kNaN)
         << "; kappa " << format_or_nan(cohen_kappa(a.fam, a.prefill), "%.2f") << ") |";
     }
     s << '\n';
@@ -493,7 +492,7 @@ AnalysisType StalenessAnalysis::type() {
   return {"staleness",
           "stale M* (observation queries) vs fresh M* decided from the W decode steps before s, scored on steps "
           "s..s+k-1: out-of-sample ratio, aging, in-sample bound, overlaps, recomputed-best family",
-          {"staleness"}, parse, figures};
+          {"staleness"}, read_staleness_section, figures_staleness};
 }
 
 }  // namespace tierlab

@@ -24,11 +24,10 @@ namespace tierlab {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 const char* const kTimings[] = {"prefill", "deferred"};
 const char* const kFactors[] = {"prompts", "baselines", "timing", "interactions"};
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+std::shared_ptr<const Analysis> read_variance_section(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node v = root["variance"];
   if (!v) return nullptr;
   if (!v.IsMap()) c.fail(v, "key 'variance' must be a mapping with the keys allocator, baselines, defer.");
@@ -66,7 +65,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<VarianceAnalysis>(spec);
 }
 
-std::vector<NamedFigure> no_figures(const std::string&) { return {}; }
+std::vector<NamedFigure> no_figures_variance(const std::string&) { return {}; }
 
 // The head with its observation window replaced by the queries of decode steps 1..k: a
 // compression decided k steps after prefill, over the prompt tokens (each of those queries sees
@@ -286,7 +285,7 @@ std::string VarianceAnalysis::write_tables(const Scenario& sc, const std::vector
 
 AnalysisType VarianceAnalysis::type() {
   return {"variance", "how much of a verdict's variance the baseline set, the compression timing and the prompts each explain",
-          {"variance"}, parse, no_figures};
+          {"variance"}, read_variance_section, no_figures_variance};
 }
 
 }  // namespace tierlab

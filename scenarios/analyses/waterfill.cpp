@@ -22,7 +22,7 @@ namespace tierlab {
 
 namespace {
 
-std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
+std::shared_ptr<const Analysis> read_waterfill_section(const YAML::Node& root, const YamlReader& c, const Scenario& s) {
   const YAML::Node wf = root["waterfill"];
   if (!wf) return nullptr;
   WaterfillSpec spec;
@@ -41,7 +41,7 @@ std::shared_ptr<const Analysis> parse(const YAML::Node& root, const YamlReader& 
   return std::make_shared<WaterfillAnalysis>(spec);
 }
 
-std::vector<NamedFigure> figures(const std::string& dir) {
+std::vector<NamedFigure> figures_waterfill(const std::string& dir) {
   namespace fs = std::filesystem;
   std::vector<NamedFigure> out;
   if (!fs::exists(dir + "/tables/waterfill.json")) return out;
@@ -156,7 +156,7 @@ std::string WaterfillAnalysis::write_tables(const Scenario&, const std::vector<n
 
 AnalysisType WaterfillAnalysis::type() {
   return {"waterfill", "reverse water-filling of one head: token weights, water level theta, bits per token",
-          {"waterfill"}, parse, figures};
+          {"waterfill"}, read_waterfill_section, figures_waterfill};
 }
 
 }  // namespace tierlab

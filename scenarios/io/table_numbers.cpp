@@ -10,10 +10,6 @@
 
 namespace tierlab {
 
-namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-}  // namespace
-
 nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 double double_or_nan(const nlohmann::json& j, const char* key) {

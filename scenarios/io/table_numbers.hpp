@@ -3,6 +3,7 @@
 // analyses (analyses, mismatch, proxy, smoothing study, entropy phase map, runner).
 // An undefined number is NaN in memory, null in JSON and "nan" in CSV/text; the
 // statistics below return NaN for an empty sample.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,9 @@
 #include "model/base/text.hpp"
 
 namespace tierlab {
+
+// The undefined number of the tables, one constant for every analysis.
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // v as a JSON number when finite, else JSON null.
 nlohmann::json finite_or_null(double v);

@@ -1,4 +1,5 @@
 // The operational rate-distortion curve (rd_curve.hpp).
+#include "scenarios/io/table_numbers.hpp"
 #include "scenarios/pipeline/rd_curve.hpp"
 
 #include <omp.h>
@@ -31,7 +32,6 @@ namespace {
 constexpr auto kRdQueries = enum_table<RdQueries>(
     "query set", {{RdQueries::Decode, "decode"}, {RdQueries::Obs, "obs"}, {RdQueries::Step, "step"}});
 
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // The exact part of one head's recomputation on one query set, prepared once; each
 // allocation then sets its key variant and evaluates its selection.
