@@ -126,12 +126,12 @@ double removal_cost_stable(const double* s, const MatrixRMd& V, Eigen::Index T, 
 // nothing to a_t, c_t(0) or c_t(tau) of those tokens; n_t(tau) is the mean over the queries
 // that see t (the logit noise a quantized key adds to the logits that exist).
 Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const CausalQueries& qs,
-                       const std::vector<MatrixRMd>& key_errors) {
+                       const std::vector<MatrixRM>& tier_keys) {
   const MatrixRM& queries = qs.queries();
   const Eigen::Index T = keys.rows();
   const Eigen::Index d = keys.cols();
   const Eigen::Index m = queries.rows();
-  const int n_fin = static_cast<int>(key_errors.size());
+  const int n_fin = static_cast<int>(tier_keys.size());
   const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
   const double inv_d = 1.0 / double(d);
 
@@ -147,7 +147,6 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
   acc.noise = MatrixRMd::Zero(n_fin, T);
 
   MatrixRMd S, O;
-  std::vector<MatrixRMd> D(n_fin);
   std::vector<Eigen::Index> star_t;
   std::vector<double> star_cost;
   std::vector<double> seen_by(static_cast<std::size_t>(T), 0.0);  // queries that see token t
@@ -156,19 +155,22 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
   for (Eigen::Index q0 = 0; q0 < m; q0 += kQueryChunk) {
     const Eigen::Index C = std::min(kQueryChunk, m - q0);
     const auto Qc = Q.middleRows(q0, C);
-    product_abt(Qc, K, inv_sqrt_d, S, cancel);                                       // exact logits, C x T
-    for (int i = 0; i < n_fin; ++i) product_abt(Qc, key_errors[i], 1.0, D[i], cancel);  // q.(k^ - k), C x T
+    product_abt(Qc, K, inv_sqrt_d, S, cancel);  // exact logits, C x T
 
-    // Softmax per row (in place: S becomes P), and the stable removal cost of a
+    // Softmax per row (S becomes P), and the stable removal cost of a
     // dominant token (p > 1/2; at most one per query).
-    MatrixRMd P(C, T);
+    // (Each row's softmax is formed in a buffer, then replaces the row's logits in S: the
+    // removal cost still reads the logits, and the chunk holds one C x T matrix, not two.)
     star_t.assign(C, -1);
     star_cost.assign(C, 0.0);
-#pragma omp parallel for schedule(static) if (C * T >= kParallelMinWork)
+#pragma omp parallel if (C * T >= kParallelMinWork)
+    {
+    std::vector<double> prow(static_cast<std::size_t>(T));
+#pragma omp for schedule(static)
     for (Eigen::Index r = 0; r < C; ++r) {
       if (cancel_requested(cancel)) continue;
-      const double* s = S.row(r).data();
-      double* p = P.row(r).data();
+      double* s = S.row(r).data();
+      double* p = prow.data();
       const Eigen::Index Tr = qs.visible[static_cast<std::size_t>(q0 + r)];
       const double mx = *std::max_element(s, s + Tr);
       double z = 0.0;
@@ -186,16 +188,28 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
         star_t[r] = arg;
         star_cost[r] = removal_cost_stable(s, V, Tr, arg, p[arg]);
       }
+      std::copy(p, p + T, s);
     }
+    }  // omp parallel
     throw_if_cancelled(cancel);
+    const MatrixRMd& P = S;  // the softmax, C x T
     product_pv(P, V, O, cancel);  // outputs, C x dv
     for (Eigen::Index r = 0; r < C; ++r) acc.output_norm2 += O.row(r).squaredNorm();
 
-#pragma omp parallel for schedule(static) if (C * T >= kParallelMinWork)
+    // Each tier's logit noise q.(k^_t - k_t) is formed here, where it is used: the key error row
+    // k^_t - k_t in double (tier keys in float, half the bytes of stored errors), then its dot
+    // with each query row, the products and order of a stored C x T noise matrix per tier
+    // without holding one (the same numbers to the bit).
+    const Eigen::Ref<const MatrixRMd> A = Qc;
+#pragma omp parallel if (C * T >= kParallelMinWork)
+    {
+    std::vector<Eigen::RowVectorXd> err(static_cast<std::size_t>(n_fin), Eigen::RowVectorXd(d));
+#pragma omp for schedule(static)
     for (Eigen::Index t = 0; t < T; ++t) {
       if (cancel_requested(cancel)) continue;
       double a = 0.0, ev = 0.0, att = 0.0;
       const auto vt = V.row(t);
+      for (int i = 0; i < n_fin; ++i) err[static_cast<std::size_t>(i)] = tier_keys[i].row(t).cast<double>() - K.row(t);
       for (Eigen::Index r = 0; r < C; ++r) {
         if (t >= qs.visible[static_cast<std::size_t>(q0 + r)]) continue;  // masked: p = 0, no logit
         seen_by[static_cast<std::size_t>(t)] += 1.0;
@@ -211,7 +225,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
           ev += w / (one_minus_p * one_minus_p);
         }
         for (int i = 0; i < n_fin; ++i) {
-          const double dl = D[i](r, t);
+          const double dl = A.row(r).dot(err[static_cast<std::size_t>(i)]);
           const double n = dl * dl * inv_d;  // (q.(k^_t - k_t))^2 / d
           acc.noise(i, t) += n;
           acc.cost(i, t) += w * n;
@@ -221,6 +235,7 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
       acc.weights.evict_cost[t] += ev;
       acc.weights.attention[t] += att;
     }
+    }  // omp parallel
     throw_if_cancelled(cancel);
   }
 
@@ -266,16 +281,15 @@ SurrogateCosts costs_of(const TierInput& in, const MatrixRM& values, const Causa
   out.rates.resize(n_tiers);
   out.rates.front() = ladder.tiers.front().nominal_rate(d);
   out.rates.back() = ladder.tiers.back().nominal_rate(d);
-  std::vector<MatrixRMd> key_errors;
-  key_errors.reserve(n_tiers - 2);
-  const MatrixRMd K = keys.cast<double>();
+  std::vector<MatrixRM> tier_keys;  // each finite tier's keys k^, T x d (their errors are formed when used)
+  tier_keys.reserve(n_tiers - 2);
   for (int i = 1; i + 1 < n_tiers; ++i) {
     DenseTier dense = dense_tier(in, ladder.tiers[i]);
-    key_errors.push_back(dense.keys.cast<double>() - K);
+    tier_keys.push_back(std::move(dense.keys));
     out.rates[i] = dense.nominal;
   }
 
-  Accumulated acc = accumulate(keys, values, queries, key_errors);
+  Accumulated acc = accumulate(keys, values, queries, tier_keys);
 
   out.cost = MatrixRMd::Zero(n_tiers, T);
   out.noise = MatrixRMd::Zero(n_tiers, T);
