@@ -172,7 +172,7 @@ std::vector<std::vector<ModelFamily>> recompute_model_families(const TraceReader
         mats.push_back(materialize(head, meta.rope, opt.ladder, sols[b][k]->result.heads[u].tiers));
       for (const ErrorMetrics& e : evaluate_obs_queries(head, mats, backend)) head_obs[u][b].push_back(e.rel_error);
       if (meta.decode_steps > 0)
-        for (const ErrorMetrics& e : evaluate_decode_steps(head, mats, backend)) head_dec[u][b].push_back(e.rel_error);
+        for (const ErrorMetrics& e : evaluate_decode_steps(head, std::move(mats), backend)) head_dec[u][b].push_back(e.rel_error);
     }
   });
   for (std::size_t b = 0; b < nb; ++b) {

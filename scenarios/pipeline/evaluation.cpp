@@ -77,34 +77,47 @@ std::vector<ErrorMetrics> in_batches_of_variants(const std::vector<MaterializedK
   return out;
 }
 
-std::vector<ErrorMetrics> decode_batch(const HeadData& head, const std::vector<MaterializedKeys>& mats, Recomputer& backend) {
+// One problem over the T + S tokens, the exact softmax prepared once for every variant:
+// approx[k] is allocation k's keys followed by the S decode keys, kept[k] its kept mask.
+std::vector<ErrorMetrics> decode_batch_of(const HeadData& head, std::vector<MatrixRM>& approx,
+                                          const std::vector<const std::vector<std::uint8_t>*>& kept, Recomputer& backend) {
   const int S = static_cast<int>(head.decode_keys.rows());
   const int T = static_cast<int>(head.keys.rows());
   const int d = static_cast<int>(head.keys.cols());
-  if (mats.empty()) return {};
-  if (S == 0 || head.decode_queries.rows() == 0) return std::vector<ErrorMetrics>(mats.size());
-  // One problem over the T + S tokens, the exact softmax prepared once for every variant.
   MatrixRM exact(T + S, d), values(T + S, d);
   exact.topRows(T) = head.keys;
   exact.bottomRows(S) = head.decode_keys;
   values.topRows(T) = head.values;
   values.bottomRows(S) = head.decode_values;
-  std::vector<MatrixRM> approx(mats.size(), MatrixRM(T + S, d));
   HeadBatch b;
   b.problem.queries = &head.decode_queries;
   b.problem.exact_keys = &exact;
   b.problem.values = &values;
   b.problem.visible = decode_query_set(head).visible();
-  for (std::size_t k = 0; k < mats.size(); ++k) {
-    approx[k].topRows(T) = mats[k].keys;
-    approx[k].bottomRows(S) = head.decode_keys;
+  for (std::size_t k = 0; k < approx.size(); ++k) {
     b.problem.variants.push_back(&approx[k]);
     Selection sel(static_cast<std::size_t>(T + S), static_cast<std::uint8_t>(k + 1));  // appended tokens kept, exact
-    for (int t = 0; t < T; ++t) sel[static_cast<std::size_t>(t)] = mats[k].kept[static_cast<std::size_t>(t)] ? static_cast<std::uint8_t>(k + 1) : 0;
+    for (int t = 0; t < T; ++t) sel[static_cast<std::size_t>(t)] = (*kept[k])[static_cast<std::size_t>(t)] ? static_cast<std::uint8_t>(k + 1) : 0;
     b.selections.push_back(std::move(sel));
   }
   std::vector<HeadBatch> batches{std::move(b)};
   return recompute(backend, batches).at(0);
+}
+
+bool no_decode_steps(const HeadData& head) { return head.decode_keys.rows() == 0 || head.decode_queries.rows() == 0; }
+
+std::vector<ErrorMetrics> decode_batch(const HeadData& head, const std::vector<MaterializedKeys>& mats, Recomputer& backend) {
+  if (mats.empty()) return {};
+  if (no_decode_steps(head)) return std::vector<ErrorMetrics>(mats.size());
+  const Eigen::Index S = head.decode_keys.rows(), T = head.keys.rows(), d = head.keys.cols();
+  std::vector<MatrixRM> approx(mats.size(), MatrixRM(T + S, d));
+  std::vector<const std::vector<std::uint8_t>*> kept;
+  for (std::size_t k = 0; k < mats.size(); ++k) {
+    approx[k].topRows(T) = mats[k].keys;
+    approx[k].bottomRows(S) = head.decode_keys;
+    kept.push_back(&mats[k].kept);
+  }
+  return decode_batch_of(head, approx, kept, backend);
 }
 
 }  // namespace
@@ -113,6 +126,26 @@ std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, const std:
                                                 Recomputer& backend) {
   if (mats.size() <= kMaxVariants) return decode_batch(head, mats, backend);
   return in_batches_of_variants(mats, [&](const std::vector<MaterializedKeys>& part) { return decode_batch(head, part, backend); });
+}
+
+std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, std::vector<MaterializedKeys>&& mats,
+                                                Recomputer& backend) {
+  if (mats.empty() || no_decode_steps(head) || mats.size() > kMaxVariants) {
+    const std::vector<MaterializedKeys> given = std::move(mats);
+    return evaluate_decode_steps(head, given, backend);
+  }
+  // Each allocation's buffer grows by the S decode rows in place of a second copy.
+  const Eigen::Index S = head.decode_keys.rows(), T = head.keys.rows(), d = head.keys.cols();
+  std::vector<MatrixRM> approx;
+  std::vector<const std::vector<std::uint8_t>*> kept;
+  approx.reserve(mats.size());
+  for (MaterializedKeys& m : mats) {
+    approx.push_back(std::move(m.keys));
+    approx.back().conservativeResize(T + S, d);
+    approx.back().bottomRows(S) = head.decode_keys;
+    kept.push_back(&m.kept);
+  }
+  return decode_batch_of(head, approx, kept, backend);
 }
 
 MethodMeasure measure_compressed(const std::vector<std::vector<HeadData>>& heads,

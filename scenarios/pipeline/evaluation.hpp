@@ -114,6 +114,10 @@ ErrorMetrics evaluate_decode_steps(const HeadData& head, const MatrixRM& allocat
 // the one-allocation call). Empty when mats is empty.
 std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, const std::vector<MaterializedKeys>& mats,
                                                 Recomputer& backend);
+// The same, taking the allocations' keys: each buffer grows by the decode rows where the call
+// above copies it, so a head holds one copy of each allocation (the same numbers).
+std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, std::vector<MaterializedKeys>&& mats,
+                                                Recomputer& backend);
 // The same on one decode step s (1 <= s <= S): its g query rows over the T + s tokens they
 // see (the s appended decode keys exact and kept). InputError when s is out of range.
 ErrorMetrics evaluate_decode_step(const HeadData& head, const MatrixRM& allocated_keys,

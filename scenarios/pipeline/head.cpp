@@ -158,7 +158,7 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
   }
   if (!mats.empty()) {  // one batch per query set, one variant and one selection per allocation
     const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
-    const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, mats, backend);
+    const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, std::move(mats), backend);
     for (int f = 0; f < 3; ++f)
       if (mat_of[f] >= 0) {
         outcomes[f]->obs = obs.at(static_cast<std::size_t>(mat_of[f]));
