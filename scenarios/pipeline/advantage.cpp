@@ -321,7 +321,6 @@ nlohmann::json outcome_json(const FamilyOutcome& o) {
 }
 
 // Text reports print an undefined number as "-".
-std::string fmt_advantage(double v, const char* f) { return format_or_nan(v, f, "-"); }
 
 }  // namespace
 
@@ -360,23 +359,23 @@ std::string text_report(const InteriorReport& r, bool per_head) {
     for (const auto& h : r.heads) {
       std::snprintf(buf, sizeof buf, "L%d.H%-6d %-10s %10s %10s %10s %10s %10s %9s  %s\n", h.layer, h.kv_head,
                     h.Q.feasible ? h.Q.option.c_str() : "(none)",
-                    fmt_advantage(h.Q.feasible ? h.Q.decode.rel_error : NAN, "%.3e").c_str(),
-                    fmt_advantage(h.E.decode.rel_error, "%.3e").c_str(), fmt_advantage(h.M.decode.rel_error, "%.3e").c_str(),
-                    fmt_advantage(h.advantage_decode, "%.4f").c_str(), fmt_advantage(h.advantage_obs, "%.4f").c_str(),
-                    fmt_advantage(h.advantage_surrogate, "%.4f").c_str(), h.dominated_2bit ? "yes" : "no");
+                    format_or_nan(h.Q.feasible ? h.Q.decode.rel_error : NAN, "%.3e", "-").c_str(),
+                    format_or_nan(h.E.decode.rel_error, "%.3e", "-").c_str(), format_or_nan(h.M.decode.rel_error, "%.3e", "-").c_str(),
+                    format_or_nan(h.advantage_decode, "%.4f", "-").c_str(), format_or_nan(h.advantage_obs, "%.4f", "-").c_str(),
+                    format_or_nan(h.advantage_surrogate, "%.4f", "-").c_str(), h.dominated_2bit ? "yes" : "no");
       os << buf;
     }
   }
   std::snprintf(buf, sizeof buf, "median A: decode %s, obs %s, surrogate %s (A is unbounded below; the median, not the mean, "
                 "summarises the heads)\n",
-                fmt_advantage(r.median_advantage_decode, "%.4f").c_str(), fmt_advantage(r.median_advantage_obs, "%.4f").c_str(),
-                fmt_advantage(r.median_advantage_surrogate, "%.4f").c_str());
+                format_or_nan(r.median_advantage_decode, "%.4f", "-").c_str(), format_or_nan(r.median_advantage_obs, "%.4f", "-").c_str(),
+                format_or_nan(r.median_advantage_surrogate, "%.4f", "-").c_str());
   os << buf;
   std::snprintf(buf, sizeof buf,
                 "mean A: decode %s (%d heads), obs %s (%d heads), surrogate %s (%d heads); dominated share %s\n",
-                fmt_advantage(r.mean_advantage_decode, "%.4f").c_str(), r.defined_decode, fmt_advantage(r.mean_advantage_obs, "%.4f").c_str(),
-                r.defined_obs, fmt_advantage(r.mean_advantage_surrogate, "%.4f").c_str(), r.defined_surrogate,
-                fmt_advantage(r.dominated_share, "%.3f").c_str());
+                format_or_nan(r.mean_advantage_decode, "%.4f", "-").c_str(), r.defined_decode, format_or_nan(r.mean_advantage_obs, "%.4f", "-").c_str(),
+                r.defined_obs, format_or_nan(r.mean_advantage_surrogate, "%.4f", "-").c_str(), r.defined_surrogate,
+                format_or_nan(r.dominated_share, "%.3f", "-").c_str());
   os << buf;
   return os.str();
 }

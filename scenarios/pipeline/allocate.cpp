@@ -435,7 +435,6 @@ struct RowSum {
 };
 
 // Text reports print an undefined number as "-".
-std::string fmt_allocate(double v, const char* f) { return format_or_nan(v, f, "-"); }
 
 }  // namespace
 
@@ -556,10 +555,10 @@ std::string text_report(const AllocationReport& r, bool per_head) {
     }
     const double n = std::max(1, s.n);
     std::snprintf(buf, sizeof buf, " %6.3f %6.3f %7.3f %11.4e %9.3e %11s %11s", s.rate.code_bits / n,
-                  s.rate.total_bits / n, s.budget_rate / n, s.objective, s.rel / n, fmt_allocate(bound, "%.4e").c_str(),
-                  fmt_allocate(gap, "%.3e").c_str());
+                  s.rate.total_bits / n, s.budget_rate / n, s.objective, s.rel / n, format_or_nan(bound, "%.4e", "-").c_str(),
+                  format_or_nan(gap, "%.3e", "-").c_str());
     line += buf;
-    line += s.spans.spans > 0 ? "  " + fmt_allocate(s.spans.rate(), "%.3f") : "  -";
+    line += s.spans.spans > 0 ? "  " + format_or_nan(s.spans.rate(), "%.3f", "-") : "  -";
     return line + "\n";
   };
   auto fam_label = [](const RowSum& s) {
@@ -628,7 +627,7 @@ std::string text_report(const AllocationReport& r, bool per_head) {
   }
   for (const auto& s : r.scopes)
     if (o.scope != Scope::Head || per_head)
-      os << "  " << s.name << ": " << s.status_text() << ", " << s.method << " (" << fmt_allocate(s.seconds, "%.3f")
+      os << "  " << s.name << ": " << s.status_text() << ", " << s.method << " (" << format_or_nan(s.seconds, "%.3f", "-")
          << " s)\n";
   std::snprintf(buf, sizeof buf, "time: costs %.3f s, solve %.3f s, total %.3f s\n", r.seconds_costs, r.seconds_solve,
                 r.seconds);
