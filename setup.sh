@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets tierlab up on Debian 12: installs the Debian packages listed in
-# deps/debian-packages.txt (with sudo when not root; skipped when all are present),
+# deps/debian-packages.txt (tools/apt-install.sh: with sudo when not root; skipped when all
+# are present),
 # then configures and builds the programs into ./build: the tierlab tool, tierlab-explorer and
 # the Python package (CUDA backend too when nvcc is found). The tests are built by the README's
 # test command (`cmake --build build && ctest --test-dir build --output-on-failure`).
@@ -11,18 +12,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")" && pwd)
 build="${TIERLAB_BUILD_DIR:-$repo/build}"
 
-mapfile -t packages < <(grep -v '^\s*#' "$repo/deps/debian-packages.txt" | awk 'NF {print $1}')
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "setup: installing Debian packages: ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash "$repo/tools/apt-install.sh" "$repo/deps/debian-packages.txt"
 
 # ccache, where it is installed, keeps a rebuild of unchanged sources short (not in deps/).
 launcher=""

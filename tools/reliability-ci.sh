@@ -23,6 +23,8 @@ targets=(safetensors trace llama2c allocation scenario cell tables)
 tests=(test_safetensors test_trace test_allocation test_llama2c test_reliability test_exact_solver test_recompute
        test_scenario test_runner)
 
+# clang, its sanitizer runtimes and OpenMP: developer packages that setup.sh leaves out.
+bash "$repo/tools/apt-install.sh" "$repo/deps/dev-packages.txt"
 t0=$(date +%s)
 mkdir -p "$build"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
