@@ -22,4 +22,13 @@ namespace tierlab {
 // Call at the top of main(), before the work allocates. Returns whether it changed anything.
 bool keep_freed_buffers();
 
+// Gives the heap's free pages back to the system (glibc's malloc_trim) when keep_freed_buffers()
+// is in force, and does nothing otherwise. For the boundary between two phases of work whose
+// buffers differ: a paper-scale cell's per-head pass leaves each head's working set free in the
+// heap (hundreds of MB at T = 32,768), and the model-wide solve that follows allocates its own on
+// top of it; released there, the peak is the larger phase, not the sum (docs/performance.md).
+// Costs one walk of the heap; the addresses later allocations get do not change. Returns whether
+// memory went back to the system.
+bool release_freed_buffers();
+
 }  // namespace tierlab

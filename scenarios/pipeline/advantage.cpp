@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "model/dominance.hpp"
+#include "model/base/allocator_policy.hpp"
 #include "model/base/error.hpp"
 #include "model/quantizers/quantizer.hpp"
 #include "model/surrogate.hpp"
@@ -258,6 +259,11 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
                        std::to_string(i / meta.n_kv_heads) + "." + std::to_string(i % meta.n_kv_heads) + ").");
   }
   if (model_scope) {
+    // The per-head pass's working sets (prepared softmax, logit changes, materialised keys: up
+    // to hundreds of MB per head at T = 32,768) lie free in the heap; the model-wide solves
+    // allocate their own (the restricted costs of every head) on top. Given back here, the
+    // cell's peak is the larger of the two phases, not their sum (model/base/allocator_policy.hpp).
+    release_freed_buffers();
     // Every budget solved first, then one pass over the heads recomputes all of them.
     std::vector<ModelScopeSolved> solved;
     solved.reserve(budgets.size());
