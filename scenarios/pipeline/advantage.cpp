@@ -273,6 +273,11 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
       solved.push_back(solve_model_scope(trace, opts[b], kept, common_rates, budgets[b]));
     }
     for (const ModelScopeSolved& x : solved) sols.push_back(x.recomputed());
+    // The solves were the last readers of every head's costs (ladder x T doubles per head: 336
+    // MB at 256 heads x 32k tokens): freed, and given back, before the recomputation pass's
+    // working sets come.
+    std::vector<KeptCosts>().swap(kept);
+    release_freed_buffers();
     const std::vector<std::vector<ModelFamily>> fams = recompute_model_families(trace, opt, sols, backend);
     for (std::size_t b = 0; b < budgets.size(); ++b) reps[b].model = model_scope_report(solved[b], fams[b], opts[b]);
   }
