@@ -50,10 +50,10 @@ for p, s in db.items():
         x = x.strip().split(" ")[0]
         if x:
             provides.setdefault(x, p)
-todo = [p for p, s in db.items() if field(s, "Essential") == "yes" or field(s, "Priority") == "required"] + ["apt"]
+pending = [p for p, s in db.items() if field(s, "Essential") == "yes" or field(s, "Priority") == "required"] + ["apt"]
 keep = set()
-while todo:
-    p = todo.pop().split(":")[0]
+while pending:
+    p = pending.pop().split(":")[0]
     p = p if p in db else provides.get(p, p)
     if p in keep or p not in db:
         continue
@@ -62,7 +62,7 @@ while todo:
         for alt in field(db[p], f).split(","):
             for a in (x.strip().split(" ")[0].split(":")[0] for x in alt.split("|") if x.strip()):
                 if a in db or a in provides:
-                    todo.append(a)
+                    pending.append(a)
                     break
 open(sys.argv[1], "w").write("\n\n".join(db[p] for p in sorted(keep)) + "\n\n")
 print(f"minimal base: {len(keep)} packages (Essential or required, with their dependencies)")
