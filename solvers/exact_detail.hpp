@@ -31,13 +31,14 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Everything the passes share: the ladder in rate order, the per-position rate in
 // "capacity units" (integer units when the ladder is on the 1/64 grid, else bits), and
-// the cost offsets of each sorted position for the strided view.
+// the cost offsets of each sorted position for the strided view (an item's disallowed
+// tiers, CostView::allowed, read as its penalty).
 struct Setup {
   const MckpInstance& inst;
   LadderGeometry geom;
   RateUnits units;
   std::vector<double> cap_rate;        // rate[k] in capacity units
-  std::vector<std::int64_t> offset;    // order[k] * tier_stride
+  std::vector<std::int64_t> offset;    // cost.offset(order[k])
   double capacity = 0;                 // T: capacity above N r_min, in capacity units
   double capacity_bits = 0;            // T in bits (K u when integral: the tighter, equivalent form)
   double unit_bits = 1;                // bits per capacity unit
@@ -47,7 +48,7 @@ struct Setup {
     cap_rate.resize(m);
     offset.resize(m);
     for (int k = 0; k < m; ++k) {
-      offset[k] = static_cast<std::int64_t>(geom.order[k]) * inst.cost.tier_stride;
+      offset[k] = inst.cost.offset(geom.order[k]);
       cap_rate[k] = units.integral ? static_cast<double>(units.tier_units[geom.order[k]]) : geom.rate[k];
     }
     if (units.integral) {
@@ -66,7 +67,7 @@ struct Setup {
     const double* row = inst.cost.data + i * inst.cost.item_stride;
     bool ok = true;
     for (int k = 0; k < geom.m; ++k) {
-      c[k] = row[offset[k]];
+      c[k] = inst.cost.is_allowed(i, geom.order[k]) ? row[offset[k]] : inst.cost.penalty;
       ok &= std::isfinite(c[k]);
     }
     if (!ok)

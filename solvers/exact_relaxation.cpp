@@ -226,6 +226,12 @@ void main_pass(const Setup& s, double lo, double hi, Relaxed& r, MainScan& out) 
         std::memcpy(cbuf[k], src, sizeof(double) * static_cast<std::size_t>(L));
       else
         for (int t = 0; t < L; ++t) cbuf[k][t] = src[t * stride];
+      if (s.inst.cost.allowed != nullptr) {
+        const std::uint8_t* allowed = s.inst.cost.allowed + i0;
+        const int bit = order[k];
+        for (int t = 0; t < L; ++t)
+          if (((allowed[t] >> bit) & 1) == 0) cbuf[k][t] = s.inst.cost.penalty;
+      }
     }
     // Eight items per step, kParts native vectors of kLanes items each.
     Acc8 w_above, w_total, units, rbits, cost_sum, scale_v;

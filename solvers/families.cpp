@@ -120,13 +120,13 @@ void FamilyProblem::validate(FamilySolver solver) const {
   check_budget(budget, "FamilyProblem.budget");
   for (std::size_t h = 0; h < heads.size(); ++h) {
     const FamilyHead& hd = heads[h];
-    if (!hd.cost) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost is null.");
-    if (hd.cost->rows() != static_cast<Eigen::Index>(rates.size()))
-      throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost has " + std::to_string(hd.cost->rows()) +
+    if (!hd.has_cost()) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost is null.");
+    if (hd.cost().rows() != static_cast<Eigen::Index>(rates.size()))
+      throw InputError("FamilyProblem.heads[" + std::to_string(h) + "].cost has " + std::to_string(hd.cost().rows()) +
                        " tier rows but the ladder has " + std::to_string(rates.size()) + " rates.");
-    if (hd.cost->cols() < 1) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "] has no tokens.");
+    if (hd.cost().cols() < 1) throw InputError("FamilyProblem.heads[" + std::to_string(h) + "] has no tokens.");
     if (solver == FamilySolver::Waterfill) {
-      if (!hd.weights || hd.weights->size() != hd.cost->cols())
+      if (!hd.weights || hd.weights->size() != hd.cost().cols())
         throw InputError("FamilyProblem.heads[" + std::to_string(h) +
                          "].weights must hold a_t for every token when the solver is waterfill.");
       if (!(hd.noise.alpha > 0) || !(hd.noise.beta > 1) || !std::isfinite(hd.noise.alpha) || !std::isfinite(hd.noise.beta))
@@ -156,10 +156,38 @@ std::vector<int> FamilyResult::family_counts() const {
 
 // ---- restricted cost views ----------------------------------------------------
 
+FamilyHead::FamilyHead(const MatrixRMd* cost, const VectorD* w, DistortionModel n) : weights(w), noise(n) {
+  if (cost) {
+    data_ = cost->data();
+    rows_ = cost->rows();
+    cols_ = cost->cols();
+    stride_ = cost->cols();
+  }
+}
+
+FamilyHead FamilyHead::columns(const MatrixRMd& pooled, Eigen::Index first, Eigen::Index count, const VectorD* w,
+                               DistortionModel n) {
+  if (first < 0 || count < 0 || first + count > pooled.cols())
+    throw InputError("FamilyHead::columns: columns [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                     ") are outside the " + std::to_string(pooled.cols()) + " columns of the pooled costs.");
+  FamilyHead h(nullptr, w, n);
+  h.data_ = pooled.data() + first;
+  h.rows_ = pooled.rows();
+  h.cols_ = count;
+  h.stride_ = pooled.cols();
+  return h;
+}
+
 MckpInstance RestrictedCosts::instance(double budget) const {
   MckpInstance inst;
   inst.rates = rates;
-  inst.cost = CostView::of_tier_major(cost);
+  if (is_view()) {
+    inst.cost = view;
+    inst.cost.allowed = allowed.empty() ? nullptr : allowed.data();
+    inst.cost.penalty = penalty;
+  } else {
+    inst.cost = CostView::of_tier_major(cost);
+  }
   inst.budget = budget;
   return inst;
 }
@@ -184,6 +212,61 @@ void rate_groups(const std::vector<int>& tiers, const std::vector<double>& rates
   }
 }
 
+// restrict_costs without a copy, where the costs allow it (RestrictedCosts states when):
+// the view reads the heads' rows in place; a tier an option lacks reads as the penalty,
+// computed as the copy computes it (the same sum in the same order), so both forms give the
+// solvers the same numbers. False when the copy is needed.
+bool restrict_in_place(const FamilyProblem& p, const std::vector<int>& heads,
+                       const std::vector<const TierOption*>& options, std::int64_t N, RestrictedCosts& rc) {
+  const int m = static_cast<int>(rc.rates.size());
+  if (heads.empty() || N < 1) return false;
+  for (const auto& group : rc.members)
+    if (group.size() != 1) return false;  // equal rates: each token takes the cheaper member
+  const FamilyHead& first = p.heads[static_cast<std::size_t>(heads.front())];
+  const double* next = first.data();
+  for (int h : heads) {
+    const FamilyHead& hd = p.heads[static_cast<std::size_t>(h)];
+    if (hd.data() != next || hd.stride() != first.stride()) return false;
+    next = hd.data() + hd.tokens();
+  }
+  // Which restricted tiers each head's option allows (bit k).
+  std::vector<std::uint8_t> head_bits(heads.size(), 0);
+  bool every = true;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    for (int k = 0; k < m; ++k)
+      for (int j : options[i]->tiers)
+        if (j == rc.members[static_cast<std::size_t>(k)].front()) head_bits[i] |= static_cast<std::uint8_t>(1u << k);
+    every &= head_bits[i] == static_cast<std::uint8_t>((1u << m) - 1);
+  }
+  if (!every && m > 8) return false;
+  rc.view.data = first.data();
+  rc.view.items = N;
+  rc.view.tiers = m;
+  rc.view.item_stride = 1;
+  rc.view.tier_stride = first.stride();
+  rc.view.offsets.resize(static_cast<std::size_t>(m));
+  for (int k = 0; k < m; ++k)
+    rc.view.offsets[static_cast<std::size_t>(k)] = rc.members[static_cast<std::size_t>(k)].front() * first.stride();
+  if (every) return true;
+  rc.allowed.resize(static_cast<std::size_t>(N));
+  long double abs_sum = 0.0L;
+  std::int64_t base = 0;
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    const CostBlock c = p.heads[static_cast<std::size_t>(heads[i])].cost();
+    const std::int64_t T = c.cols();
+    std::fill(rc.allowed.begin() + base, rc.allowed.begin() + base + T, head_bits[i]);
+    for (std::int64_t t = 0; t < T; ++t) {
+      double worst = 0.0;
+      for (int k = 0; k < m; ++k)
+        if ((head_bits[i] >> k) & 1) worst = std::max(worst, std::fabs(c(rc.members[static_cast<std::size_t>(k)].front(), t)));
+      abs_sum += worst;
+    }
+    base += T;
+  }
+  rc.penalty = abs_sum > 0 ? static_cast<double>(4.0L * abs_sum) : 1.0;
+  return true;
+}
+
 }  // namespace
 
 RestrictedCosts restrict_costs(const FamilyProblem& p, const std::vector<int>& heads,
@@ -202,6 +285,7 @@ RestrictedCosts restrict_costs(const FamilyProblem& p, const std::vector<int>& h
   const int m = static_cast<int>(rc.rates.size());
   std::int64_t N = 0;
   for (int h : heads) N += p.heads.at(static_cast<std::size_t>(h)).tokens();
+  if (restrict_in_place(p, heads, options, N, rc)) return rc;
   rc.cost.resize(m, N);
   rc.pick.assign(static_cast<std::size_t>(N) * m, 255);
   const int L = static_cast<int>(p.rates.size());
@@ -209,7 +293,7 @@ RestrictedCosts restrict_costs(const FamilyProblem& p, const std::vector<int>& h
   long double abs_sum = 0.0L;
   std::int64_t base = 0;
   for (std::size_t i = 0; i < heads.size(); ++i) {
-    const MatrixRMd& c = *p.heads[static_cast<std::size_t>(heads[i])].cost;
+    const CostBlock c = p.heads[static_cast<std::size_t>(heads[i])].cost();
     std::vector<char> allowed(static_cast<std::size_t>(L), 0);
     for (int j : options[i]->tiers) allowed[static_cast<std::size_t>(j)] = 1;
     const std::int64_t T = c.cols();
@@ -310,7 +394,7 @@ bool split_choice(const FamilyProblem& p, const RestrictedCosts& rc, const std::
 
 // sum_t c_t(tiers_t) and sum_t r(tiers_t) of one head (long double accumulation).
 void score_head(const FamilyProblem& p, int h, FamilyHeadResult& r) {
-  const MatrixRMd& c = *p.heads[static_cast<std::size_t>(h)].cost;
+  const CostBlock c = p.heads[static_cast<std::size_t>(h)].cost();
   long double obj = 0.0L, rate = 0.0L;
   for (std::size_t t = 0; t < r.tiers.size(); ++t) {
     obj += c(r.tiers[t], static_cast<Eigen::Index>(t));
@@ -468,11 +552,11 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
     // depend on the number of threads.
     std::vector<double> head_value(H, 0.0);
     long long work = 0;
-    for (std::size_t h = 0; h < H; ++h) work += static_cast<long long>(p.heads[h].cost->cols());
+    for (std::size_t h = 0; h < H; ++h) work += static_cast<long long>(p.heads[h].tokens());
     work *= static_cast<long long>(options.size());
 #pragma omp parallel for schedule(dynamic, 1) if (H > 1 && work >= (1LL << 16))
     for (std::size_t h = 0; h < H; ++h) {
-      const MatrixRMd& c = *p.heads[h].cost;
+      const CostBlock c = p.heads[h].cost();
       const Eigen::Index T = c.cols();
       double best_v = std::numeric_limits<double>::infinity(), best_r = 0.0;
       int best_o = -1;
@@ -534,7 +618,7 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
     double r0 = std::numeric_limits<double>::infinity();
     for (const auto& s : sorted) r0 = std::min(r0, p.rates[s.front()]);
     min_bits += static_cast<long double>(r0) * p.heads[h].tokens();
-    max_cost = std::max(max_cost, p.heads[h].cost->cwiseAbs().maxCoeff());
+    max_cost = std::max(max_cost, p.heads[h].cost().cwiseAbs().maxCoeff());
   }
   if (static_cast<double>(min_bits) > budget_bits + tol) {
     out.status = SolveStatus::Infeasible;
@@ -613,7 +697,7 @@ void rate_quant(const FamilyProblem& p, const std::vector<TierOption>& options, 
   std::vector<std::uint8_t> pick(H * static_cast<std::size_t>(m));
   WaterfillProblem wp;
   for (std::size_t h = 0; h < H; ++h) {
-    const MatrixRMd& c = *p.heads[h].cost;
+    const CostBlock c = p.heads[h].cost();
     for (int k = 0; k < m; ++k) {
       double best = std::numeric_limits<double>::infinity();
       int arg = -1;

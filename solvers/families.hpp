@@ -95,12 +95,34 @@ struct TierOption {
 // (this order breaks ties). Throws InputError when the ladder has no finite tier and Q is asked.
 std::vector<TierOption> family_options(const RateLadder& ladder, FamilyChoice choice);
 
-// One head as the family solvers read it (pointers stay owned by the caller).
+// One head's costs as the family solvers read them: ladder.size() x T, tier-major, either a
+// matrix of its own or T columns of a matrix that holds several heads side by side (a pooled
+// scope whose heads lie next to each other in one matrix is solved on it in place, with no
+// restricted copy: restrict_costs).
+using CostBlock = Eigen::Map<const MatrixRMd, 0, Eigen::OuterStride<>>;
+
+// One head as the family solvers read it (the costs and weights stay owned by the caller).
 struct FamilyHead {
-  const MatrixRMd* cost = nullptr;   // ladder.size() x T, tier-major: cost(j, t) = c_t(tau_j)
+  FamilyHead() = default;
+  // cost: ladder.size() x T, tier-major: cost(j, t) = c_t(tau_j)
+  FamilyHead(const MatrixRMd* cost, const VectorD* weights = nullptr, DistortionModel noise = {});
+  // Columns [first, first + count) of `pooled` (ladder.size() x sum of the heads' T).
+  static FamilyHead columns(const MatrixRMd& pooled, Eigen::Index first, Eigen::Index count,
+                            const VectorD* weights = nullptr, DistortionModel noise = {});
+
   const VectorD* weights = nullptr;  // a_t, T entries (waterfill only)
   DistortionModel noise;             // n_h(b) on the budget's rate kind (waterfill only)
-  std::int64_t tokens() const { return cost ? cost->cols() : 0; }
+
+  bool has_cost() const { return data_ != nullptr; }
+  CostBlock cost() const { return CostBlock(data_, rows_, cols_, Eigen::OuterStride<>(stride_)); }
+  std::int64_t tokens() const { return cols_; }
+  // Where the costs lie (restrict_costs: heads next to each other in one matrix).
+  const double* data() const { return data_; }
+  Eigen::Index stride() const { return stride_; }
+
+ private:
+  const double* data_ = nullptr;
+  Eigen::Index rows_ = 0, cols_ = 0, stride_ = 0;
 };
 
 struct FamilyProblem {
@@ -124,15 +146,27 @@ struct FamilyOptions {
 // their concatenated tokens. Restricted tier k has rate rates[k] (distinct, increasing)
 // and stands for the ladder tiers members[k] (equal rates), of which each token takes the
 // cheapest its head's option allows; a tier the option lacks costs `penalty`.
+// Two forms with the same costs: a view in place (`view`, when every restricted tier is one
+// ladder tier, the heads lie next to each other in one matrix in the order given, and, when
+// options differ, the union has at most 8 tiers: an item's allowed tiers are then one byte),
+// or a copy (`cost` and `pick`) otherwise. The view saves a copy of every head's costs in a
+// model-wide solve (336 MB at 256 heads x 32k tokens, docs/performance.md).
 struct RestrictedCosts {
   std::vector<double> rates;
   std::vector<std::vector<int>> members;
-  MatrixRMd cost;                  // rates.size() x N, tier-major
-  std::vector<std::uint8_t> pick;  // N x rates.size(): ladder tier behind (item, k); 255 = not allowed
+  MatrixRMd cost;                  // copy: rates.size() x N, tier-major
+  std::vector<std::uint8_t> pick;  // copy: N x rates.size(): ladder tier behind (item, k); 255 = not allowed
+  CostView view;                   // view: data null for the copy
+  std::vector<std::uint8_t> allowed;  // view: bit k of allowed[item]; empty when every tier is allowed
   double penalty = 0.0;            // 0 when every tier is allowed for every item
-  std::int64_t items() const { return cost.cols(); }
+  bool is_view() const { return view.data != nullptr; }
+  std::int64_t items() const { return is_view() ? view.items : cost.cols(); }
   MckpInstance instance(double budget) const;
   std::uint8_t ladder_tier(std::int64_t item, int k) const {
+    if (is_view())
+      return allowed.empty() || ((allowed[static_cast<std::size_t>(item)] >> k) & 1)
+                 ? static_cast<std::uint8_t>(members[static_cast<std::size_t>(k)].front())
+                 : std::uint8_t{255};
     return pick[static_cast<std::size_t>(item) * rates.size() + static_cast<std::size_t>(k)];
   }
 };

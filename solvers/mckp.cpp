@@ -36,11 +36,23 @@ void throw_nonfinite_cost(std::int64_t i, int j, double v) {
 }
 
 CostView CostView::item_major(const double* data, std::int64_t items, int tiers) {
-  return CostView{data, items, tiers, tiers, 1};
+  CostView v;
+  v.data = data;
+  v.items = items;
+  v.tiers = tiers;
+  v.item_stride = tiers;
+  v.tier_stride = 1;
+  return v;
 }
 
 CostView CostView::tier_major(const double* data, int tiers, std::int64_t items) {
-  return CostView{data, items, tiers, 1, items};
+  CostView v;
+  v.data = data;
+  v.items = items;
+  v.tiers = tiers;
+  v.item_stride = 1;
+  v.tier_stride = items;
+  return v;
 }
 
 CostView CostView::of_tier_major(const MatrixRMd& m) {
@@ -58,6 +70,14 @@ void MckpInstance::validate() const {
   if (cost.items < 0) throw InputError("MckpInstance.cost has a negative item count " + std::to_string(cost.items) + ".");
   if (cost.items > 0 && cost.data == nullptr) throw InputError("MckpInstance.cost.data is null for " +
                                                                 std::to_string(cost.items) + " items.");
+  if (!cost.offsets.empty() && cost.offsets.size() != static_cast<std::size_t>(m))
+    throw InputError("MckpInstance.cost.offsets has " + std::to_string(cost.offsets.size()) + " entries for " +
+                     std::to_string(m) + " tiers.");
+  if (cost.allowed != nullptr && m > 8)
+    throw InputError("MckpInstance.cost.allowed marks tiers by bits of one byte; " + std::to_string(m) +
+                     " tiers do not fit.");
+  if (cost.allowed != nullptr && !std::isfinite(cost.penalty))
+    throw InputError("MckpInstance.cost.penalty = " + number_text(cost.penalty) + " is not finite.");
   for (int j = 0; j < m; ++j) {
     if (!std::isfinite(rates[j]) || rates[j] < 0)
       throw InputError("MckpInstance.rates[" + std::to_string(j) + "] = " + number_text(rates[j]) +

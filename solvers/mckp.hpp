@@ -48,15 +48,27 @@ struct CompensatedSum {
 // A read-only view of the cost matrix c_ij with arbitrary strides, so that both an
 // item-major N x m array and the model's tier-major SurrogateCosts::cost
 // (ladder.size() x T, row-major) are used in place, without copying:
-//   cost(i, j) = data[i * item_stride + j * tier_stride]
+//   cost(i, j) = data[i * item_stride + offset(j)],  offset(j) = j * tier_stride
+// or, with `offsets`, offset(j) = offsets[j] (some rows of a larger matrix: the tiers of one
+// family option taken from every head's costs in place, solvers/families.hpp). With
+// `allowed` (one byte per item, bit j for view tier j; at most 8 tiers) a tier whose bit is
+// clear costs `penalty` instead: an option that lacks the tier, in a pooled instance whose
+// heads have different options.
 struct CostView {
   const double* data = nullptr;
   std::int64_t items = 0;
   int tiers = 0;
   std::int64_t item_stride = 0;
   std::int64_t tier_stride = 0;
+  std::vector<std::int64_t> offsets;      // empty: j * tier_stride
+  const std::uint8_t* allowed = nullptr;  // null: every tier of every item
+  double penalty = 0.0;
 
-  double operator()(std::int64_t i, int j) const { return data[i * item_stride + j * tier_stride]; }
+  std::int64_t offset(int j) const { return offsets.empty() ? j * tier_stride : offsets[static_cast<std::size_t>(j)]; }
+  bool is_allowed(std::int64_t i, int j) const { return allowed == nullptr || ((allowed[i] >> j) & 1) != 0; }
+  double operator()(std::int64_t i, int j) const {
+    return is_allowed(i, j) ? data[i * item_stride + offset(j)] : penalty;
+  }
 
   // N x m row-major (one item's costs contiguous).
   static CostView item_major(const double* data, std::int64_t items, int tiers);

@@ -273,9 +273,7 @@ SeedAllocation routed(const SeedProblem& pr, const MethodParams& p) {
   fp.rates = rates;
   fp.budget = pr.budget;
   for (const SurrogateCosts* c : pr.heads) {
-    FamilyHead fh;
-    fh.cost = &c->cost;
-    fh.weights = &c->weights.a;
+    FamilyHead fh(&c->cost, &c->weights.a);
     if (fo.solver == FamilySolver::Waterfill) {
       const HeadNoiseModel fit = fit_head_noise(*c, rates);  // the library's convention, as `tierlab solve`
       fh.noise = {fit.alpha, fit.beta};

@@ -331,3 +331,88 @@ TEST_CASE("greedy, greedy-raw and waterfill families stay feasible and never bea
     }
   }
 }
+
+TEST_CASE("heads side by side in one matrix are solved in place, with the allocations of separate matrices",
+          "[families]") {
+  // The pooled costs read in place (restrict_costs' view, a tier an option lacks read as its
+  // penalty through CostView::allowed) against the restricted copy of separate matrices: the
+  // same numbers reach the solver, so every allocation, objective and bound is the same.
+  std::mt19937_64 rng(21);
+  const RateLadder L = ladder5();
+  for (int T : {3, 700}) {
+    const int H = T == 3 ? 3 : 6;
+    std::vector<MatrixRMd> heads;
+    for (int h = 0; h < H; ++h) heads.push_back(random_head(rng, T));
+    MatrixRMd pooled(5, static_cast<Eigen::Index>(H) * T);
+    for (int h = 0; h < H; ++h) pooled.middleCols(static_cast<Eigen::Index>(h) * T, T) = heads[static_cast<std::size_t>(h)];
+    for (double B : {1.0, 2.5, 4.0, 9.0}) {
+      const FamilyProblem separate = problem_of(heads, B);
+      FamilyProblem inplace = separate;
+      inplace.heads.clear();
+      for (int h = 0; h < H; ++h) inplace.heads.push_back(FamilyHead::columns(pooled, static_cast<Eigen::Index>(h) * T, T));
+      std::vector<int> all(static_cast<std::size_t>(H));
+      for (int h = 0; h < H; ++h) all[static_cast<std::size_t>(h)] = h;
+      for (auto choice : {FamilyChoice::Mixed, FamilyChoice::Quantize, FamilyChoice::Evict, FamilyChoice::Routed}) {
+        if (choice == FamilyChoice::Quantize && B < 2.0) continue;
+        const auto opts = family_options(L, choice);
+        // Every head on the first option, then the heads on different options (a penalty).
+        std::vector<const TierOption*> same(all.size(), &opts[0]), mixed(all.size());
+        for (std::size_t h = 0; h < all.size(); ++h) mixed[h] = &opts[h % opts.size()];
+        for (const auto* chosen : {&same, &mixed}) {
+          const RestrictedCosts a = restrict_costs(separate, all, *chosen);
+          const RestrictedCosts b = restrict_costs(inplace, all, *chosen);
+          CHECK_FALSE(a.is_view());
+          REQUIRE(b.is_view());
+          REQUIRE(a.items() == b.items());
+          CHECK(a.penalty == b.penalty);
+          const MckpInstance ia = a.instance(B), ib = b.instance(B);
+          for (std::int64_t i = 0; i < a.items(); ++i)
+            for (int k = 0; k < ia.tiers(); ++k) {
+              REQUIRE(ia.cost(i, k) == ib.cost(i, k));
+              REQUIRE(a.ladder_tier(i, k) == b.ladder_tier(i, k));
+            }
+        }
+        for (auto solver : {FamilySolver::Exact, FamilySolver::Greedy, FamilySolver::GreedyRaw}) {
+          FamilyOptions o;
+          o.solver = solver;
+          const auto x = solve_families_pooled(separate, opts, o);
+          const auto y = solve_families_pooled(inplace, opts, o);
+          REQUIRE(x.has_solution() == y.has_solution());
+          if (!x.has_solution()) continue;
+          CHECK(x.objective == y.objective);
+          CHECK(x.lower_bound == y.lower_bound);
+          for (int h = 0; h < H; ++h) {
+            CHECK(x.heads[static_cast<std::size_t>(h)].option == y.heads[static_cast<std::size_t>(h)].option);
+            CHECK(x.heads[static_cast<std::size_t>(h)].tiers == y.heads[static_cast<std::size_t>(h)].tiers);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a cost view reads an item's disallowed tiers as the penalty, and rejects masks it cannot hold",
+          "[families]") {
+  const MatrixRMd c = (MatrixRMd(3, 2) << 1, 2, 3, 4, 5, 6).finished();
+  MckpInstance inst;
+  inst.rates = {0, 1, 2};
+  inst.cost = CostView::of_tier_major(c);
+  inst.budget = 1;
+  const std::vector<std::uint8_t> allowed{0b101, 0b111};
+  inst.cost.allowed = allowed.data();
+  inst.cost.penalty = 99;
+  CHECK(inst.cost(0, 0) == 1);
+  CHECK(inst.cost(0, 1) == 99);
+  CHECK(inst.cost(0, 2) == 5);
+  CHECK(inst.cost(1, 1) == 4);
+  inst.cost.offsets = {2 * 2, 0, 2};  // tiers read in the order 2, 0, 1
+  CHECK(inst.cost(1, 0) == 6);
+  CHECK(inst.cost(0, 1) == 99);
+  CHECK(inst.cost(1, 2) == 4);
+  CHECK_NOTHROW(inst.validate());
+  inst.cost.offsets = {0, 2};
+  CHECK_THROWS_WITH(inst.validate(), Catch::Contains("offsets has 2 entries for 3 tiers"));
+  inst.cost.offsets.clear();
+  inst.cost.penalty = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH(inst.validate(), Catch::Contains("penalty"));
+}

@@ -24,9 +24,15 @@ namespace tierlab {
 
 namespace {
 
+// Every head's surrogate costs side by side, for the model-wide solves: ladder.size() x
+// (heads x T), head i in columns [i T, (i + 1) T). One matrix, so that a pooled solve reads
+// the heads' costs in place rather than a restricted copy of them (restrict_costs): at 256
+// heads x 32k tokens the copy was 378 MB on top of these 336 (docs/performance.md).
 struct KeptCosts {
   MatrixRMd cost;
-  VectorD a;
+  Eigen::Index tokens = 0;  // T of every head
+  int heads = 0;
+  FamilyHead head(int i) const { return FamilyHead::columns(cost, i * tokens, tokens); }
 };
 
 // One family pooled over every head of the trace at model budget B, repaired until the mean
@@ -40,8 +46,7 @@ struct ModelSolution {
 };
 
 ModelSolution solve_model_family(const TraceReader& trace, const InteriorOptions& opt,
-                                 const std::vector<KeptCosts>& costs, const std::vector<double>& rates, double B,
-                                 FamilyChoice family) {
+                                 const KeptCosts& costs, const std::vector<double>& rates, double B, FamilyChoice family) {
   const TraceMeta& meta = trace.meta();
   const std::vector<TierOption> options = family_options(opt.ladder, family);
   FamilyOptions fo;
@@ -70,7 +75,7 @@ ModelSolution solve_model_family(const TraceReader& trace, const InteriorOptions
     FamilyProblem p;
     p.rates = rates;
     p.budget = b;
-    for (const KeptCosts& k : costs) p.heads.push_back(FamilyHead{&k.cost, &k.a, {}});
+    for (int i = 0; i < costs.heads; ++i) p.heads.push_back(costs.head(i));
     Attempt a{solve_families_pooled(p, options, fo), {}};
     if (a.r.has_solution()) a.rate = measure(a.r);
     return a;
@@ -104,7 +109,7 @@ struct ModelScopeSolved {
 };
 
 ModelScopeSolved solve_model_scope(const TraceReader& trace, const InteriorOptions& opt,
-                                   const std::vector<KeptCosts>& costs, const std::vector<double>& rates, double B) {
+                                   const KeptCosts& costs, const std::vector<double>& rates, double B) {
   ModelScopeSolved s;
   ModelScopeReport& m = s.m;
   ModelSolution &q = s.q, &e = s.e, &routed = s.routed;
@@ -226,7 +231,12 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
   }
   const RateLadder& ladder = opt.ladder;
   const int total = meta.n_heads();
-  std::vector<KeptCosts> kept(model_scope ? static_cast<std::size_t>(total) : 0);  // every head's costs
+  KeptCosts kept;  // model_scope: every head's costs
+  if (model_scope) {
+    kept.tokens = meta.prompt_len;
+    kept.heads = total;
+    kept.cost.resize(static_cast<Eigen::Index>(ladder.size()), kept.tokens * total);
+  }
   std::vector<std::vector<double>> head_rates(static_cast<std::size_t>(total));
   std::vector<std::vector<HeadInterior>> head_reps(static_cast<std::size_t>(total));  // [head][budget]
   int done = 0;
@@ -241,7 +251,13 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
     head_rates[u] = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
     for (std::size_t b = 0; b < budgets.size(); ++b)
       head_reps[u].push_back(head_interior(head, meta.rope, sc, head_rates[u], opts[b], backend));
-    if (model_scope) kept[u] = {sc.cost, sc.weights.a};
+    if (model_scope) {
+      if (sc.cost.cols() != kept.tokens)
+        throw InputError("interior: head " + std::to_string(i / meta.n_kv_heads) + "." + std::to_string(i % meta.n_kv_heads) +
+                         " has " + std::to_string(sc.cost.cols()) + " tokens, the trace's prompt_len is " +
+                         std::to_string(kept.tokens) + "; the model-wide allocation needs every head at prompt_len.");
+      kept.cost.middleCols(i * kept.tokens, kept.tokens) = sc.cost;
+    }
     if (progress) {
       const std::lock_guard<std::mutex> lock(progress_lock);
       progress(++done, total);
@@ -276,7 +292,7 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
     // The solves were the last readers of every head's costs (ladder x T doubles per head: 336
     // MB at 256 heads x 32k tokens): freed, and given back, before the recomputation pass's
     // working sets come.
-    std::vector<KeptCosts>().swap(kept);
+    kept = KeptCosts{};
     release_freed_buffers();
     const std::vector<std::vector<ModelFamily>> fams = recompute_model_families(trace, opt, sols, backend);
     for (std::size_t b = 0; b < budgets.size(); ++b) reps[b].model = model_scope_report(solved[b], fams[b], opts[b]);
