@@ -667,8 +667,20 @@ using cpu::PreparedHead;
 using cpu::RowSums;
 using cpu::Workspace;
 
+class CpuPreparedSet;
+
+// The exact half of one query set, per chunk of query rows (evaluate_batch's chunks).
+struct PreparedChunks {
+  int chunk = 0;
+  std::vector<PreparedHead> heads;
+};
+
 class CpuRecomputer final : public Recomputer {
+  friend class CpuPreparedSet;
+
  public:
+  std::unique_ptr<PreparedQuerySet> prepare(const HeadProblem& exact) override;
+
   std::string name() const override { return "cpu"; }
   bool concurrent_calls() const override { return true; }  // no state between calls
   std::string description() const override {
@@ -733,8 +745,10 @@ class CpuRecomputer final : public Recomputer {
  private:
   // One batch. threads_inside: share its work among the threads (workspace per thread in
   // `all`); else run on the calling thread with `own`.
+  // prepared: the exact half of earlier calls on the same query set (PreparedSet), reused when
+  // its chunks are this batch's, else replaced by this batch's; null: prepared here for this call.
   static std::vector<ErrorMetrics> evaluate_batch(const HeadBatch& batch, bool threads_inside, Workspace& own,
-                                                  std::vector<Workspace>& all) {
+                                                  std::vector<Workspace>& all, PreparedChunks* prepared = nullptr) {
     const HeadProblem& hp = batch.problem;
     const int nsel = static_cast<int>(batch.selections.size());
     std::vector<ErrorMetrics> out(nsel);
@@ -755,10 +769,26 @@ class CpuRecomputer final : public Recomputer {
     std::vector<RowSums> acc(nsel);
     std::vector<double> logit(nsel, 0.0);
     std::vector<double> kept(nsel, 0.0);  // (row, kept token it sees) pairs
+    // Kept between calls only when one chunk holds every row: a query set of several chunks
+    // holds one at a time, as a call without a prepared set does (bounded memory).
+    if (prepared && nq > chunk) prepared = nullptr;
+    const bool reuse = prepared && prepared->chunk == chunk && !prepared->heads.empty();
+    if (prepared && !reuse) {  // the exact half of every chunk, without variants; kept for later calls
+      prepared->heads.clear();
+      prepared->chunk = chunk;
+      HeadProblem exact = hp;
+      exact.variants.clear();
+      for (int c0 = 0; c0 < nq; c0 += chunk) prepared->heads.push_back(cpu::prepare_head(exact, c0, std::min(nq, c0 + chunk)));
+    }
 
-    for (int c0 = 0; c0 < nq; c0 += chunk) {
+    for (int c0 = 0, ci = 0; c0 < nq; c0 += chunk, ++ci) {
       const int c1 = std::min(nq, c0 + chunk);
-      const PreparedHead ph = cpu::prepare_head(hp, c0, c1);  // threads inside unless in a parallel region
+      PreparedHead local;
+      if (prepared)
+        cpu::set_variants(prepared->heads[static_cast<std::size_t>(ci)], hp.variants);
+      else
+        local = cpu::prepare_head(hp, c0, c1);  // threads inside unless in a parallel region
+      const PreparedHead& ph = prepared ? prepared->heads[static_cast<std::size_t>(ci)] : local;
       const int rows = c1 - c0;
       // The chunk's blocks (above): results are bit-identical whatever OMP_NUM_THREADS is (an
       // MPI rank on a share of a node's cores computes the same cell as a whole-node process)
@@ -796,6 +826,13 @@ class CpuRecomputer final : public Recomputer {
         logit[s] += cpu::kept_logit_sq(ph, batch.selections[s], &pairs);
         kept[s] += pairs;
       }
+      if (prepared) {  // the kept chunk holds its exact half only: this call's variants are done
+        PreparedHead& kept_ph = prepared->heads[static_cast<std::size_t>(ci)];
+        std::vector<MatrixRM>().swap(kept_ph.u);
+        std::vector<VectorD>().swap(kept_ph.logit_sq);
+        kept_ph.identical.clear();
+        kept_ph.problem.variants.clear();
+      }
     }
     for (int s = 0; s < nsel; ++s) {
       out[s].rel_error = acc[s].rel / nq;
@@ -806,6 +843,14 @@ class CpuRecomputer final : public Recomputer {
     return out;
   }
 
+  // One batch on a prepared query set (CpuPreparedSet), on the calling thread's team.
+  static std::vector<ErrorMetrics> evaluate_prepared(const HeadBatch& batch, bool threads_inside, std::vector<Workspace>& ws,
+                                                     PreparedChunks& prepared) {
+    std::vector<ErrorMetrics> out = evaluate_batch(batch, threads_inside, ws[0], ws, &prepared);
+    throw_if_cancelled(current_cancel_flag());
+    return out;
+  }
+
   static void reserve(Workspace& w, int T, int d, int rows) {
     cpu::grow(w.u, std::size_t(T));
     cpu::grow(w.zeros, std::size_t(T));
@@ -813,6 +858,49 @@ class CpuRecomputer final : public Recomputer {
     cpu::grow(w.out, std::size_t(std::min(rows, kEvaluateRowBlock)) * d);
   }
 };
+
+// One query set of one head: the exact half prepared by the first call and kept (the chunks of
+// query rows depend on the variant count; a call whose chunks differ prepares them again).
+class CpuPreparedSet final : public PreparedQuerySet {
+ public:
+  explicit CpuPreparedSet(const HeadProblem& exact) : exact_(exact) { exact_.variants.clear(); }
+
+  EvalResult evaluate(const HeadBatch& batch) override {
+    EvalResult res;
+    const HeadProblem& hp = batch.problem;
+    std::string why = check_batch(batch);
+    if (why.empty() && (hp.queries != exact_.queries || hp.exact_keys != exact_.exact_keys || hp.values != exact_.values ||
+                        hp.visible != exact_.visible))
+      why = "the batch's queries, exact keys, values or visible limits are not the prepared query set's.";
+    if (!why.empty()) {
+      res.ok = false;
+      res.message = "Prepared query set: " + why;
+      return res;
+    }
+    const int nthreads = omp_get_max_threads();
+    std::vector<Workspace> ws(nthreads);
+    try {
+      res.errors.push_back(CpuRecomputer::evaluate_prepared(batch, nthreads > 1, ws, chunks_));
+    } catch (const Cancelled&) {
+      chunks_ = PreparedChunks{};  // a chunk may be half prepared
+      throw;
+    } catch (const std::exception& e) {
+      chunks_ = PreparedChunks{};
+      res.ok = false;
+      res.message = std::string("The cpu backend failed: ") + e.what();
+      res.errors.clear();
+    }
+    return res;
+  }
+
+ private:
+  HeadProblem exact_;
+  PreparedChunks chunks_;
+};
+
+std::unique_ptr<PreparedQuerySet> CpuRecomputer::prepare(const HeadProblem& exact) {
+  return std::make_unique<CpuPreparedSet>(exact);
+}
 
 }  // namespace
 

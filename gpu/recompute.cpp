@@ -110,19 +110,21 @@ std::string use_cuda_device(int local_rank, std::string* reason) {
 #endif
 }
 
-std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches) {
-  const PhaseScope phase(Phase::Recompute);
-  // Dense work (phases.hpp): the exact logits, each variant's logit change and each selection's
-  // output change D = delta V, 2 nq T d flops each; bytes: the keys, values and variants read,
-  // the prepared p and each variant's u (nq x T floats) written once and read by every selection.
-  for (const HeadBatch& b : batches) {
-    const double nq = static_cast<double>(b.problem.queries->rows()), T = static_cast<double>(b.problem.exact_keys->rows()),
-                 d = static_cast<double>(b.problem.exact_keys->cols()), nv = static_cast<double>(b.problem.variants.size()),
-                 ns = static_cast<double>(b.selections.size());
-    add_phase_work(Phase::Recompute, 2 * nq * T * d * (1 + nv + ns),
-                   4 * T * d * (2 + nv) + 4 * nq * d + T * ns + 4 * nq * T * (1 + nv) + 8 * nq * T * ns);
-  }
-  EvalResult r = backend.evaluate(batches);
+namespace {
+
+// Dense work (phases.hpp): the exact logits (`exact`: not when a prepared set has them), each
+// variant's logit change and each selection's output change D = delta V, 2 nq T d flops each;
+// bytes: the keys, values and variants read, the prepared p and each variant's u (nq x T
+// floats) written once and read by every selection.
+void count_work(const HeadBatch& b, bool exact) {
+  const double nq = static_cast<double>(b.problem.queries->rows()), T = static_cast<double>(b.problem.exact_keys->rows()),
+               d = static_cast<double>(b.problem.exact_keys->cols()), nv = static_cast<double>(b.problem.variants.size()),
+               ns = static_cast<double>(b.selections.size()), e = exact ? 1.0 : 0.0;
+  add_phase_work(Phase::Recompute, 2 * nq * T * d * (e + nv + ns),
+                 4 * T * d * (2 * e + nv) + 4 * nq * d + T * ns + 4 * nq * T * (e + nv) + 8 * nq * T * ns);
+}
+
+void check_errors(const Recomputer& backend, const EvalResult& r) {
   if (!r.ok) throw RecomputeError("recomputation failed on backend " + backend.description() + ": " + r.message);
   for (std::size_t b = 0; b < r.errors.size(); ++b)
     for (std::size_t s = 0; s < r.errors[b].size(); ++s)
@@ -131,6 +133,39 @@ std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std:
                              std::to_string(b) + ", selection " + std::to_string(s) +
                              ") although the head is within the magnitude range of docs/model.md section 12, "
                              "convention 10; this is a defect: please report it with the trace.");
+}
+
+// A backend that keeps nothing between calls: each call evaluates the batch on its own.
+class UnpreparedSet final : public PreparedQuerySet {
+ public:
+  explicit UnpreparedSet(Recomputer& backend) : backend_(backend) {}
+  EvalResult evaluate(const HeadBatch& batch) override { return backend_.evaluate({batch}); }
+  bool keeps_exact() const override { return false; }
+
+ private:
+  Recomputer& backend_;
+};
+
+}  // namespace
+
+std::unique_ptr<PreparedQuerySet> Recomputer::prepare(const HeadProblem&) { return std::make_unique<UnpreparedSet>(*this); }
+
+std::vector<ErrorMetrics> recompute(Recomputer& backend, PreparedQuerySet& prepared, const HeadBatch& batch) {
+  const PhaseScope phase(Phase::Recompute);
+  // The exact half is counted where it is computed: by the first call on a set that keeps it,
+  // by every call on one that does not.
+  count_work(batch, prepared.calls == 0 || !prepared.keeps_exact());
+  ++prepared.calls;
+  EvalResult r = prepared.evaluate(batch);
+  check_errors(backend, r);
+  return std::move(r.errors.at(0));
+}
+
+std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches) {
+  const PhaseScope phase(Phase::Recompute);
+  for (const HeadBatch& b : batches) count_work(b, true);
+  EvalResult r = backend.evaluate(batches);
+  check_errors(backend, r);
   return std::move(r.errors);
 }
 

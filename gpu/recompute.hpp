@@ -58,6 +58,21 @@ struct EvalResult {
   std::vector<std::vector<ErrorMetrics>> errors;  // [batch][selection]
 };
 
+// One query set of one head with the exact half of its recomputation (the exact logits, their
+// softmax and output: the same for every allocation) kept between calls: a cell evaluates a
+// head's allocations budget by budget, and prepares the exact half once instead of once per
+// budget (docs/performance.md). evaluate(batch) returns the numbers Recomputer::evaluate({batch})
+// returns, bit for bit; the batch's problem must name the prepared queries, exact keys and values
+// (the same objects, which must outlive this) and the same visible limits, else the call fails
+// (ok false, message).
+class PreparedQuerySet {
+ public:
+  virtual ~PreparedQuerySet() = default;
+  virtual EvalResult evaluate(const HeadBatch& batch) = 0;
+  virtual bool keeps_exact() const { return true; }  // false: each call computes the exact half again
+  int calls = 0;  // calls through recompute() so far (its work counters count the exact half once)
+};
+
 class Recomputer {
  public:
   virtual ~Recomputer() = default;
@@ -68,6 +83,9 @@ class Recomputer {
   // scenarios/pipeline/parallel_heads.hpp). The CPU backend keeps no state between calls; a
   // CUDA device is one queue, and a backend that does not say otherwise is called by one thread.
   virtual bool concurrent_calls() const { return false; }
+  // The query set of `exact` (its variants are ignored) for several evaluate calls. A backend
+  // that keeps nothing between calls (the default) returns a set whose evaluate calls evaluate().
+  virtual std::unique_ptr<PreparedQuerySet> prepare(const HeadProblem& exact);
 };
 
 // The one seam between the backends' call status and the rest of the library: evaluates the
@@ -77,6 +95,8 @@ class Recomputer {
 // A result with a non-finite metric also throws RecomputeError: heads within the magnitude
 // range (model/io/head_range.hpp, checked by every reader) give finite numbers, so it is a defect.
 std::vector<std::vector<ErrorMetrics>> recompute(Recomputer& backend, const std::vector<HeadBatch>& batches);
+// The same seam for one batch on a prepared query set of `backend` (Recomputer::prepare).
+std::vector<ErrorMetrics> recompute(Recomputer& backend, PreparedQuerySet& prepared, const HeadBatch& batch);
 
 // "" when every metric of m is finite, else "rel_error = nan" (the first that is not).
 std::string non_finite_metric(const ErrorMetrics& m);

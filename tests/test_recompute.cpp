@@ -641,3 +641,64 @@ TEST_CASE("the CUDA kernels have no races the order of threads would show", "[re
       }
 }
 #endif
+
+TEST_CASE("a prepared query set gives every call the numbers of a call on the backend alone", "[recompute]") {
+  // Recomputer::prepare keeps the exact half (logits, softmax, output) between calls that bring
+  // different variants, as a cell's budgets do; each call must still equal evaluate({batch})
+  // bit for bit on the CPU (its work is the same, in the same order) and within the backend's
+  // tolerance elsewhere, whatever variants the calls before it brought.
+  on_every_backend([](Recomputer& rc) {
+    std::mt19937 rng(20261205);
+    for (const auto& [nq, T, d] : std::vector<std::array<int, 3>>{{64, 600, 32}, {5, 40, 8}, {12, 1100, 128}}) {
+      std::vector<Head> groups;  // three calls, each with its own variants of the same head
+      const Head base = random_head(rng, nq, T, d, {0.4f, 0.05f, 1e-4f}, 2.0f);
+      HeadProblem exact{&base.q, &base.k, &base.v, {}, {}};
+      if (nq == 12)
+        for (int r = 0; r < nq; ++r) exact.visible.push_back(T - nq + r + 1);
+      const std::unique_ptr<PreparedQuerySet> set = rc.prepare(exact);
+      std::vector<std::vector<MatrixRM>> variants;
+      for (int call = 0; call < 3; ++call) {
+        variants.emplace_back();
+        for (int v = 0; v < 1 + call; ++v) {
+          MatrixRM kv = base.k;
+          std::normal_distribution<float> n01(0.0f, 1.0f);
+          for (int i = 0; i < kv.size(); ++i) kv.data()[i] += (0.3f / (1 + v)) * n01(rng);
+          variants.back().push_back(kv);
+        }
+      }
+      for (int call = 0; call < 3; ++call) {
+        HeadBatch b{exact, {}};
+        for (const MatrixRM& kv : variants[static_cast<std::size_t>(call)]) b.problem.variants.push_back(&kv);
+        const int nv = int(b.problem.variants.size());
+        b.selections.push_back(random_selection(rng, T, nv, 0.3));
+        b.selections.push_back(random_selection(rng, T, nv, 0.0));
+        const EvalResult alone = evaluate_ok(rc, {b});
+        const EvalResult prepared = set->evaluate(b);
+        INFO("nq " << nq << ", T " << T << ", call " << call << ": " << prepared.message);
+        REQUIRE(prepared.ok);
+        REQUIRE(prepared.errors.size() == 1);
+        for (std::size_t s = 0; s < b.selections.size(); ++s) {
+          const ErrorMetrics& x = prepared.errors[0][s];
+          const ErrorMetrics& y = alone.errors[0][s];
+          if (rc.name() == "cpu") {
+            CHECK(x.rel_error == y.rel_error);
+            CHECK(x.abs_error == y.abs_error);
+            CHECK(x.attn_tv == y.attn_tv);
+            CHECK(x.logit_error == y.logit_error);
+          } else {
+            check_close(x, y);
+          }
+        }
+      }
+      // Another query set's batch is refused with a sentence, and nothing is computed.
+      const Head other = random_head(rng, nq, T, d, {0.1f}, 2.0f);
+      HeadBatch foreign{other.problem(), {Selection(T, std::uint8_t(1))}};
+      foreign.problem.visible = exact.visible;
+      const EvalResult refused = set->evaluate(foreign);
+      if (rc.name() == "cpu") {
+        CHECK_FALSE(refused.ok);
+        CHECK(refused.message.find("not the prepared query set's") != std::string::npos);
+      }
+    }
+  });
+}

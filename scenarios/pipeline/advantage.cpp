@@ -171,14 +171,15 @@ std::vector<std::vector<ModelFamily>> recompute_model_families(const TraceReader
     const HeadData head = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
     head_obs[u].resize(nb);
     head_dec[u].resize(nb);
+    HeadEvaluations evaluations(head, backend);  // the exact half once for every budget
     for (std::size_t b = 0; b < nb; ++b) {
       if (live[b].empty()) continue;
       std::vector<MaterializedKeys> mats;
       for (std::size_t k : live[b])
         mats.push_back(materialize(head, meta.rope, opt.ladder, sols[b][k]->result.heads[u].tiers));
-      for (const ErrorMetrics& e : evaluate_obs_queries(head, mats, backend)) head_obs[u][b].push_back(e.rel_error);
+      for (const ErrorMetrics& e : evaluations.obs(mats)) head_obs[u][b].push_back(e.rel_error);
       if (meta.decode_steps > 0)
-        for (const ErrorMetrics& e : evaluate_decode_steps(head, std::move(mats), backend)) head_dec[u][b].push_back(e.rel_error);
+        for (const ErrorMetrics& e : evaluations.decode(std::move(mats))) head_dec[u][b].push_back(e.rel_error);
     }
   });
   for (std::size_t b = 0; b < nb; ++b) {
@@ -249,8 +250,9 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
     const HeadData head = trace.head(i / meta.n_kv_heads, i % meta.n_kv_heads);
     const SurrogateCosts sc = surrogate_costs(head, meta.rope, observation_queries(head), ladder);
     head_rates[u] = ladder_rates(head, meta.rope, ladder, opt.rate_kind);
+    HeadEvaluations evaluations(head, backend);  // the exact half once for every budget
     for (std::size_t b = 0; b < budgets.size(); ++b)
-      head_reps[u].push_back(head_interior(head, meta.rope, sc, head_rates[u], opts[b], backend));
+      head_reps[u].push_back(head_interior(head, meta.rope, sc, head_rates[u], opts[b], backend, &evaluations));
     if (model_scope) {
       if (sc.cost.cols() != kept.tokens)
         throw InputError("interior: head " + std::to_string(i / meta.n_kv_heads) + "." + std::to_string(i % meta.n_kv_heads) +

@@ -77,18 +77,35 @@ std::vector<ErrorMetrics> in_batches_of_variants(const std::vector<MaterializedK
   return out;
 }
 
-// One problem over the T + S tokens, the exact softmax prepared once for every variant:
-// approx[k] is allocation k's keys followed by the S decode keys, kept[k] its kept mask.
-std::vector<ErrorMetrics> decode_batch_of(const HeadData& head, std::vector<MatrixRM>& approx,
-                                          const std::vector<const std::vector<std::uint8_t>*>& kept, Recomputer& backend) {
-  const int S = static_cast<int>(head.decode_keys.rows());
-  const int T = static_cast<int>(head.keys.rows());
-  const int d = static_cast<int>(head.keys.cols());
-  MatrixRM exact(T + S, d), values(T + S, d);
+// Runs one batch: on the backend alone, or on a prepared query set (HeadEvaluations).
+using RunBatch = std::function<std::vector<ErrorMetrics>(HeadBatch&&)>;
+
+RunBatch run_on(Recomputer& backend) {
+  return [&backend](HeadBatch&& b) {
+    std::vector<HeadBatch> batches{std::move(b)};
+    return recompute(backend, batches).at(0);
+  };
+}
+
+// The decode steps' exact keys and values: the T prompt tokens followed by the S decode tokens.
+void decode_exact(const HeadData& head, MatrixRM& exact, MatrixRM& values) {
+  const Eigen::Index S = head.decode_keys.rows(), T = head.keys.rows(), d = head.keys.cols();
+  exact.resize(T + S, d);
+  values.resize(T + S, d);
   exact.topRows(T) = head.keys;
   exact.bottomRows(S) = head.decode_keys;
   values.topRows(T) = head.values;
   values.bottomRows(S) = head.decode_values;
+}
+
+// One problem over the T + S tokens (exact, values: decode_exact), the exact softmax prepared
+// once for every variant: approx[k] is allocation k's keys followed by the S decode keys,
+// kept[k] its kept mask.
+std::vector<ErrorMetrics> decode_batch_of(const HeadData& head, std::vector<MatrixRM>& approx,
+                                          const std::vector<const std::vector<std::uint8_t>*>& kept, const MatrixRM& exact,
+                                          const MatrixRM& values, const RunBatch& run) {
+  const int S = static_cast<int>(head.decode_keys.rows());
+  const int T = static_cast<int>(head.keys.rows());
   HeadBatch b;
   b.problem.queries = &head.decode_queries;
   b.problem.exact_keys = &exact;
@@ -100,13 +117,39 @@ std::vector<ErrorMetrics> decode_batch_of(const HeadData& head, std::vector<Matr
     for (int t = 0; t < T; ++t) sel[static_cast<std::size_t>(t)] = (*kept[k])[static_cast<std::size_t>(t)] ? static_cast<std::uint8_t>(k + 1) : 0;
     b.selections.push_back(std::move(sel));
   }
-  std::vector<HeadBatch> batches{std::move(b)};
-  return recompute(backend, batches).at(0);
+  return run(std::move(b));
+}
+
+std::vector<ErrorMetrics> decode_batch_of(const HeadData& head, std::vector<MatrixRM>& approx,
+                                          const std::vector<const std::vector<std::uint8_t>*>& kept, Recomputer& backend) {
+  MatrixRM exact, values;
+  decode_exact(head, exact, values);
+  return decode_batch_of(head, approx, kept, exact, values, run_on(backend));
 }
 
 bool no_decode_steps(const HeadData& head) { return head.decode_keys.rows() == 0 || head.decode_queries.rows() == 0; }
 
-std::vector<ErrorMetrics> decode_batch(const HeadData& head, const std::vector<MaterializedKeys>& mats, Recomputer& backend) {
+// The observation queries' batch of several allocations (at most kMaxVariants), run by `run`.
+std::vector<ErrorMetrics> obs_batch(const HeadData& head, const std::vector<MaterializedKeys>& mats, const RunBatch& run) {
+  HeadBatch obs;
+  obs.problem.queries = &head.obs_queries;
+  obs.problem.visible = observation_queries(head).visible;
+  obs.problem.exact_keys = &head.keys;
+  obs.problem.values = &head.values;
+  for (std::size_t k = 0; k < mats.size(); ++k) {
+    obs.problem.variants.push_back(&mats[k].keys);
+    Selection sel(mats[k].kept.size());
+    for (std::size_t t = 0; t < sel.size(); ++t) sel[t] = mats[k].kept[t] ? static_cast<std::uint8_t>(k + 1) : 0;
+    obs.selections.push_back(std::move(sel));
+  }
+  return run(std::move(obs));
+}
+
+
+// Runs the decode batch of some allocations' keys (T + S rows each), given their kept masks.
+using RunDecode = std::function<std::vector<ErrorMetrics>(std::vector<MatrixRM>&, const std::vector<const std::vector<std::uint8_t>*>&)>;
+
+std::vector<ErrorMetrics> decode_batch(const HeadData& head, const std::vector<MaterializedKeys>& mats, const RunDecode& run) {
   if (mats.empty()) return {};
   if (no_decode_steps(head)) return std::vector<ErrorMetrics>(mats.size());
   const Eigen::Index S = head.decode_keys.rows(), T = head.keys.rows(), d = head.keys.cols();
@@ -117,22 +160,18 @@ std::vector<ErrorMetrics> decode_batch(const HeadData& head, const std::vector<M
     approx[k].bottomRows(S) = head.decode_keys;
     kept.push_back(&mats[k].kept);
   }
-  return decode_batch_of(head, approx, kept, backend);
+  return run(approx, kept);
 }
 
-}  // namespace
-
-std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, const std::vector<MaterializedKeys>& mats,
-                                                Recomputer& backend) {
-  if (mats.size() <= kMaxVariants) return decode_batch(head, mats, backend);
-  return in_batches_of_variants(mats, [&](const std::vector<MaterializedKeys>& part) { return decode_batch(head, part, backend); });
+std::vector<ErrorMetrics> decode_steps(const HeadData& head, const std::vector<MaterializedKeys>& mats, const RunDecode& run) {
+  if (mats.size() <= kMaxVariants) return decode_batch(head, mats, run);
+  return in_batches_of_variants(mats, [&](const std::vector<MaterializedKeys>& part) { return decode_batch(head, part, run); });
 }
 
-std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, std::vector<MaterializedKeys>&& mats,
-                                                Recomputer& backend) {
+std::vector<ErrorMetrics> decode_steps(const HeadData& head, std::vector<MaterializedKeys>&& mats, const RunDecode& run) {
   if (mats.empty() || no_decode_steps(head) || mats.size() > kMaxVariants) {
     const std::vector<MaterializedKeys> given = std::move(mats);
-    return evaluate_decode_steps(head, given, backend);
+    return decode_steps(head, given, run);
   }
   // Each allocation's buffer grows by the S decode rows in place of a second copy.
   const Eigen::Index S = head.decode_keys.rows(), T = head.keys.rows(), d = head.keys.cols();
@@ -145,7 +184,52 @@ std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, std::vecto
     approx.back().bottomRows(S) = head.decode_keys;
     kept.push_back(&m.kept);
   }
-  return decode_batch_of(head, approx, kept, backend);
+  return run(approx, kept);
+}
+
+RunDecode decode_on(const HeadData& head, Recomputer& backend) {
+  return [&head, &backend](std::vector<MatrixRM>& approx, const std::vector<const std::vector<std::uint8_t>*>& kept) {
+    return decode_batch_of(head, approx, kept, backend);
+  };
+}
+
+}  // namespace
+
+std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, const std::vector<MaterializedKeys>& mats,
+                                                Recomputer& backend) {
+  return decode_steps(head, mats, decode_on(head, backend));
+}
+
+std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, std::vector<MaterializedKeys>&& mats,
+                                                Recomputer& backend) {
+  return decode_steps(head, std::move(mats), decode_on(head, backend));
+}
+
+// ---- one head's query sets prepared once ---------------------------------------------
+
+HeadEvaluations::HeadEvaluations(const HeadData& head, Recomputer& backend) : head_(head), backend_(backend) {}
+HeadEvaluations::~HeadEvaluations() = default;
+
+std::vector<ErrorMetrics> HeadEvaluations::obs(const std::vector<MaterializedKeys>& mats) {
+  if (mats.empty()) return {};
+  RunBatch run = [this](HeadBatch&& b) {
+    if (!obs_) obs_ = backend_.prepare(b.problem);
+    return recompute(backend_, *obs_, b);
+  };
+  if (mats.size() > kMaxVariants)
+    return in_batches_of_variants(mats, [&](const std::vector<MaterializedKeys>& part) { return obs_batch(head_, part, run); });
+  return obs_batch(head_, mats, run);
+}
+
+std::vector<ErrorMetrics> HeadEvaluations::decode(std::vector<MaterializedKeys>&& mats) {
+  RunDecode run = [this](std::vector<MatrixRM>& approx, const std::vector<const std::vector<std::uint8_t>*>& kept) {
+    if (exact_.rows() == 0) decode_exact(head_, exact_, values_);
+    return decode_batch_of(head_, approx, kept, exact_, values_, [this](HeadBatch&& b) {
+      if (!decode_) decode_ = backend_.prepare(b.problem);
+      return recompute(backend_, *decode_, b);
+    });
+  };
+  return decode_steps(head_, std::move(mats), run);
 }
 
 MethodMeasure measure_compressed(const std::vector<std::vector<HeadData>>& heads,
@@ -215,24 +299,13 @@ ErrorMetrics evaluate_obs_queries(const HeadData& head, const MatrixRM& keys, co
   return single(backend, std::move(obs));
 }
 
+
 std::vector<ErrorMetrics> evaluate_obs_queries(const HeadData& head, const std::vector<MaterializedKeys>& mats,
                                                Recomputer& backend) {
   if (mats.empty()) return {};
   if (mats.size() > kMaxVariants)
     return in_batches_of_variants(mats, [&](const std::vector<MaterializedKeys>& part) { return evaluate_obs_queries(head, part, backend); });
-  HeadBatch obs;
-  obs.problem.queries = &head.obs_queries;
-  obs.problem.visible = observation_queries(head).visible;
-  obs.problem.exact_keys = &head.keys;
-  obs.problem.values = &head.values;
-  for (std::size_t k = 0; k < mats.size(); ++k) {
-    obs.problem.variants.push_back(&mats[k].keys);
-    Selection sel(mats[k].kept.size());
-    for (std::size_t t = 0; t < sel.size(); ++t) sel[t] = mats[k].kept[t] ? static_cast<std::uint8_t>(k + 1) : 0;
-    obs.selections.push_back(std::move(sel));
-  }
-  std::vector<HeadBatch> batches{std::move(obs)};
-  return recompute(backend, batches).at(0);
+  return obs_batch(head, mats, run_on(backend));
 }
 
 namespace {

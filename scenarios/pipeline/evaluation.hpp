@@ -11,6 +11,7 @@
 // relative error = sum_t c_t(tau_t) / mean_q ||o_q||^2.
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,29 @@ std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, const std:
 // above copies it, so a head holds one copy of each allocation (the same numbers).
 std::vector<ErrorMetrics> evaluate_decode_steps(const HeadData& head, std::vector<MaterializedKeys>&& mats,
                                                 Recomputer& backend);
+
+// One head's two query sets with the exact half of their recomputation prepared once
+// (Recomputer::prepare) for several groups of allocations of that head (a cell's budgets, each
+// evaluated in its own batch): obs and decode give, bit for bit, the numbers of
+// evaluate_obs_queries and of evaluate_decode_steps (the allocations taken), with the exact
+// logits, their softmax and output computed once per query set instead of once per call. Holds
+// the decode steps' exact keys and values (T + S rows each) until destroyed; `head` and
+// `backend` must outlive it. One thread at a time.
+class HeadEvaluations {
+ public:
+  HeadEvaluations(const HeadData& head, Recomputer& backend);
+  ~HeadEvaluations();
+  HeadEvaluations(const HeadEvaluations&) = delete;
+  HeadEvaluations& operator=(const HeadEvaluations&) = delete;
+  std::vector<ErrorMetrics> obs(const std::vector<MaterializedKeys>& mats);
+  std::vector<ErrorMetrics> decode(std::vector<MaterializedKeys>&& mats);
+
+ private:
+  const HeadData& head_;
+  Recomputer& backend_;
+  std::unique_ptr<PreparedQuerySet> obs_, decode_;
+  MatrixRM exact_, values_;  // the decode steps' T + S tokens
+};
 // The same on one decode step s (1 <= s <= S): its g query rows over the T + s tokens they
 // see (the s appended decode keys exact and kept). InputError when s is out of range.
 ErrorMetrics evaluate_decode_step(const HeadData& head, const MatrixRM& allocated_keys,

@@ -116,7 +116,8 @@ double interior_advantage_of(double err_m, double err_q, double err_e, double fl
 }
 
 HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
-                           const std::vector<double>& rates, const InteriorOptions& opt, Recomputer& backend) {
+                           const std::vector<double>& rates, const InteriorOptions& opt, Recomputer& backend,
+                           HeadEvaluations* evaluations) {
   const RateLadder& ladder = opt.ladder;
   HeadInterior hi;
   hi.layer = head.layer;
@@ -157,8 +158,10 @@ HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const S
     mat_of[2] = mat_of[f];  // the same allocation: recomputed once
   }
   if (!mats.empty()) {  // one batch per query set, one variant and one selection per allocation
-    const std::vector<ErrorMetrics> obs = evaluate_obs_queries(head, mats, backend);
-    const std::vector<ErrorMetrics> dec = evaluate_decode_steps(head, std::move(mats), backend);
+    const std::vector<ErrorMetrics> obs =
+        evaluations ? evaluations->obs(mats) : evaluate_obs_queries(head, mats, backend);
+    const std::vector<ErrorMetrics> dec =
+        evaluations ? evaluations->decode(std::move(mats)) : evaluate_decode_steps(head, std::move(mats), backend);
     for (int f = 0; f < 3; ++f)
       if (mat_of[f] >= 0) {
         outcomes[f]->obs = obs.at(static_cast<std::size_t>(mat_of[f]));

@@ -30,6 +30,8 @@
 
 namespace tierlab {
 
+class HeadEvaluations;  // scenarios/pipeline/evaluation.hpp
+
 struct HeadSolution {
   bool feasible = false;
   std::string option;               // "Q:kivi4", "E", "M" (the routed option for Routed)
@@ -128,7 +130,10 @@ bool all_below_floor(double err_m, double err_q, double err_e, double floor);
 
 // costs: surrogate_costs of the head on its observation queries for options.ladder;
 // rates: ladder_rates(head, rope, options.ladder, options.rate_kind).
+// evaluations (optional): the head's query sets prepared once for several calls (the budgets of
+// a cell, evaluation.hpp HeadEvaluations) on `backend`; the numbers are the same without it.
 HeadInterior head_interior(const HeadData& head, const RopeParams& rope, const SurrogateCosts& costs,
-                           const std::vector<double>& rates, const InteriorOptions& options, Recomputer& backend);
+                           const std::vector<double>& rates, const InteriorOptions& options, Recomputer& backend,
+                           HeadEvaluations* evaluations = nullptr);
 
 }  // namespace tierlab
