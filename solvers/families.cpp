@@ -2,6 +2,7 @@
 #include "solvers/families.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -552,7 +553,26 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
     std::vector<int> option;
     std::vector<double> head_rate;
   };
-  auto eval = [&](double lambda) {
+  // The memo (FamilyOptions::routing_memo) holds evaluations of these costs and options only.
+  RoutingMemo* memo = opt.routing_memo;
+  if (memo) {
+    std::vector<std::uintptr_t> sig;
+    for (const FamilyHead& hd : p.heads) {
+      sig.push_back(reinterpret_cast<std::uintptr_t>(hd.data()));
+      sig.push_back(static_cast<std::uintptr_t>(hd.tokens()));
+      sig.push_back(static_cast<std::uintptr_t>(hd.stride()));
+    }
+    for (const auto& tiers : sorted) {
+      sig.push_back(tiers.size());
+      for (int j : tiers) sig.push_back(static_cast<std::uintptr_t>(j));
+    }
+    for (double r : p.rates) sig.push_back(static_cast<std::uintptr_t>(std::bit_cast<std::uint64_t>(r)));
+    if (sig != memo->signature) {
+      memo->signature = std::move(sig);
+      memo->entries.clear();
+    }
+  }
+  auto compute = [&](double lambda) {
     Eval e;
     e.option.assign(H, -1);
     e.head_rate.assign(H, 0.0);
@@ -636,6 +656,18 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
     }
     e.L = static_cast<double>(L);
     e.rate = static_cast<double>(R);
+    return e;
+  };
+  auto eval = [&](double lambda) {
+    if (!memo) return compute(lambda);
+    const std::uint64_t key = std::bit_cast<std::uint64_t>(lambda);
+    if (const auto it = memo->entries.find(key); it != memo->entries.end()) {
+      ++memo->hits;
+      return Eval{it->second.L, it->second.rate, it->second.option, it->second.head_rate};
+    }
+    ++memo->misses;
+    Eval e = compute(lambda);
+    memo->entries.emplace(key, RoutingMemo::Entry{e.L, e.rate, e.option, e.head_rate});
     return e;
   };
 

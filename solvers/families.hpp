@@ -45,6 +45,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "model/base/linalg.hpp"
@@ -133,12 +134,31 @@ struct FamilyProblem {
   void validate(FamilySolver solver) const;  // InputError naming the field
 };
 
+// The multiplier routing's evaluations at every lambda it tried (L_h(lambda) summed, the rate,
+// each head's option and rate), kept between calls on the same heads' costs and the same
+// options at different budgets (the budgets an equal-memory repair tries, a cell's budgets):
+// the bisections of nearby budgets try the same first midpoints, and a lambda tried before is
+// looked up instead of read from every head's costs again (the same numbers: the same
+// arithmetic gave them). A memo used with other costs or options forgets what it held; the
+// caller must not change the costs' values while it uses one memo for them.
+struct RoutingMemo {
+  struct Entry {
+    double L = 0.0, rate = 0.0;
+    std::vector<int> option;
+    std::vector<double> head_rate;
+  };
+  std::vector<std::uintptr_t> signature;             // the costs (where, how many tokens) and options it holds
+  std::unordered_map<std::uint64_t, Entry> entries;  // by the bits of lambda
+  long long hits = 0, misses = 0;
+};
+
 struct FamilyOptions {
   FamilySolver solver = FamilySolver::Exact;
   double route_tolerance = 0.0;  // >= 0, see the header comment
   ExactOptions exact;
   int max_bisection_steps = 200;
   bool head_incumbent = true;  // exact, pooled: keep the per-head solution when better
+  RoutingMemo* routing_memo = nullptr;  // pooled: the multiplier routing's evaluations kept (optional)
   void validate() const;
 };
 

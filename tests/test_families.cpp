@@ -416,3 +416,38 @@ TEST_CASE("a cost view reads an item's disallowed tiers as the penalty, and reje
   inst.cost.penalty = std::numeric_limits<double>::infinity();
   CHECK_THROWS_WITH(inst.validate(), Catch::Contains("penalty"));
 }
+
+TEST_CASE("the multiplier routing's memo gives every budget the result of a solve without it, and forgets other costs",
+          "[families]") {
+  std::mt19937_64 rng(33);
+  const RateLadder L = ladder5();
+  std::vector<MatrixRMd> heads;
+  for (int h = 0; h < 5; ++h) heads.push_back(random_head(rng, 300));
+  std::vector<MatrixRMd> others;  // the same shapes, other values, elsewhere in memory
+  for (int h = 0; h < 5; ++h) others.push_back(random_head(rng, 300));
+  for (auto choice : {FamilyChoice::Quantize, FamilyChoice::Routed, FamilyChoice::Evict}) {
+    const auto opts = family_options(L, choice);
+    RoutingMemo memo;
+    FamilyOptions with;
+    with.routing_memo = &memo;
+    for (double B : {2.0, 2.5, 2.4999, 3.0, 2.5001, 6.0}) {
+      const FamilyProblem p = problem_of(heads, B);
+      const RoutingMultiplier a = route_by_multiplier(p, opts), b = route_by_multiplier(p, opts, with);
+      CHECK(a.lambda == b.lambda);
+      CHECK(a.bound == b.bound);
+      CHECK(a.option_of_head == b.option_of_head);
+      CHECK(a.head_rate_bits == b.head_rate_bits);
+      CHECK(a.steps == b.steps);
+      const FamilyResult x = solve_families_pooled(p, opts), y = solve_families_pooled(p, opts, with);
+      CHECK(x.objective == y.objective);
+      for (std::size_t h = 0; h < heads.size(); ++h) CHECK(x.heads[h].tiers == y.heads[h].tiers);
+    }
+    CHECK(memo.hits > 0);  // nearby budgets try the same first midpoints
+    // Other costs: the memo forgets what it held rather than answer from it.
+    const FamilyProblem q = problem_of(others, 2.5);
+    const RoutingMultiplier a = route_by_multiplier(q, opts), b = route_by_multiplier(q, opts, with);
+    CHECK(a.lambda == b.lambda);
+    CHECK(a.option_of_head == b.option_of_head);
+    CHECK(a.bound == b.bound);
+  }
+}

@@ -46,11 +46,13 @@ struct ModelSolution {
 };
 
 ModelSolution solve_model_family(const TraceReader& trace, const InteriorOptions& opt,
-                                 const KeptCosts& costs, const std::vector<double>& rates, double B, FamilyChoice family) {
+                                 const KeptCosts& costs, const std::vector<double>& rates, double B, FamilyChoice family,
+                                 RoutingMemo& memo) {
   const TraceMeta& meta = trace.meta();
   const std::vector<TierOption> options = family_options(opt.ladder, family);
   FamilyOptions fo;
   fo.exact = opt.exact;
+  fo.routing_memo = &memo;  // the repair's budgets and the cell's share the multiplier's evaluations
   // The mean measured rate of an allocation over the heads (equal T, so a plain mean), without
   // materialising it (allocation_rate: the same accounting); heads are read only for the tiers
   // whose bits depend on the data.
@@ -108,14 +110,20 @@ struct ModelScopeSolved {
   }
 };
 
+// The multiplier routing's evaluations of each family, kept across a cell's budgets (one set of
+// costs: RoutingMemo).
+struct ModelMemos {
+  RoutingMemo q, e, routed;
+};
+
 ModelScopeSolved solve_model_scope(const TraceReader& trace, const InteriorOptions& opt,
-                                   const KeptCosts& costs, const std::vector<double>& rates, double B) {
+                                   const KeptCosts& costs, const std::vector<double>& rates, double B, ModelMemos& memos) {
   ModelScopeSolved s;
   ModelScopeReport& m = s.m;
   ModelSolution &q = s.q, &e = s.e, &routed = s.routed;
-  if (opt.ladder.size() > 2) q = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Quantize);
-  e = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Evict);
-  routed = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Routed);
+  if (opt.ladder.size() > 2) q = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Quantize, memos.q);
+  e = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Evict, memos.e);
+  routed = solve_model_family(trace, opt, costs, rates, B, FamilyChoice::Routed, memos.routed);
   // Nested at equal memory: Q*'s and E*'s allocations meet the measured budget and are
   // allocations of the routed family (its options contain Q's and E's), so the routed one is
   // never worse under the surrogate than either.
@@ -286,9 +294,12 @@ std::vector<InteriorReport> interior_advantage(const TraceReader& trace, const I
     std::vector<ModelScopeSolved> solved;
     solved.reserve(budgets.size());
     std::vector<std::vector<const ModelSolution*>> sols;
-    for (std::size_t b = 0; b < budgets.size(); ++b) {
-      throw_if_cancelled(stop);
-      solved.push_back(solve_model_scope(trace, opts[b], kept, common_rates, budgets[b]));
+    {
+      ModelMemos memos;
+      for (std::size_t b = 0; b < budgets.size(); ++b) {
+        throw_if_cancelled(stop);
+        solved.push_back(solve_model_scope(trace, opts[b], kept, common_rates, budgets[b], memos));
+      }
     }
     for (const ModelScopeSolved& x : solved) sols.push_back(x.recomputed());
     // The solves were the last readers of every head's costs (ladder x T doubles per head: 336
