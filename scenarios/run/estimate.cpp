@@ -22,7 +22,7 @@ namespace tierlab {
 namespace {
 
 constexpr double kFixedResident = 64.0 * 1024 * 1024;
-constexpr double kMeasuredOverFormula = 1.25;
+constexpr double kMeasuredOverFormula = 1.0;
 
 struct Shape {
   double heads = 0, group = 1, dim = 0, tokens = 0, obs = 0, decode = 0, bytes_per_value = 4;

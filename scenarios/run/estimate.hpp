@@ -17,9 +17,10 @@
 //                 (T d floats each) and the prepared exact softmax of its query rows
 //                 (g (W + S) x T doubles, twice), plus a fixed 64 MiB:
 //                   64 MiB + 8 H L T + 4 T d (4 + L) + 16 g (W + S) T      (bytes)
-//                 times 1.25, the ratio of measured peak resident memory to this formula on
-//                 the paper-scale runs (docs/scenarios.md, "Paper-scale runs": 830 MB per
-//                 cell at 256 heads x 32k tokens, 160 MB at 4k).
+//                 with no margin: the peaks measured on paper/01's 256-head cells with one
+//                 thread (a `--jobs 2` job) are 0.89 of it at 32k tokens (584 MB; 940 MB
+//                 until the model-wide solves read the costs in place) and 0.69 at 4k (97 MB),
+//                 2026-12-05 (docs/performance.md, "Tenth" to "Twelfth").
 // A run of J jobs holds the J largest pending cells at once: its disk and memory are the
 // sums over those J cells.
 #include <cstdint>
