@@ -959,27 +959,3 @@ TEST_CASE("A generated trace checks its heads as a file's are checked: a wrong s
   CHECK_THROWS_WITH(nan_values.head(0, 0), Catch::Contains("layers.0.heads.0.values") && Catch::Contains("not finite"));
   CHECK_THROWS_WITH(TraceReader(meta, "gen", HeadGenerator{}), Catch::Contains("no generator"));
 }
-
-TEST_CASE("a head's bits do not depend on which heads were generated before it (the shared RoPE angle table)",
-          "[synthetic]") {
-  // The generator reads RoPE angles from a table shared by the heads of one length and kept
-  // between them; a head generated after a longer or shorter one, or after another theta, must
-  // still be the same bits.
-  SynthParams a = synth_preset("tiny"), b = a, c = a;
-  a.prompt_len = 96;
-  b.prompt_len = 300;
-  c.prompt_len = 96;
-  c.rope_theta = a.rope_theta * 3;
-  const HeadData first = synth_head(a, 0, 1);
-  (void)synth_head(b, 0, 1);                  // a longer table
-  const HeadData again = synth_head(a, 0, 1);  // after a longer table
-  const HeadData other = synth_head(c, 0, 1);  // another theta
-  const HeadData last = synth_head(a, 0, 1);   // after another theta's table
-  for (const HeadData* h : {&again, &last}) {
-    CHECK(h->keys == first.keys);
-    CHECK(h->decode_keys == first.decode_keys);
-    CHECK(h->obs_queries == first.obs_queries);
-    CHECK(h->decode_queries == first.decode_queries);
-  }
-  CHECK_FALSE(other.keys == first.keys);
-}

@@ -4,8 +4,6 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <memory>
-#include <mutex>
 #include <numbers>
 #include <sstream>
 
@@ -30,50 +28,6 @@ void rope_rotate(const double* in, double* out, double pos, const std::vector<do
   for (std::size_t i = 0; i < omega.size(); ++i) {
     const double a = pos * omega[i];
     const double c = std::cos(a), s = std::sin(a);
-    const double x = in[2 * i], y = in[2 * i + 1];
-    out[2 * i] = x * c - y * s;
-    out[2 * i + 1] = x * s + y * c;
-  }
-}
-
-// cos and sin of pos * omega_i for positions 0..positions-1, computed as rope_rotate computes
-// them, so that a rotation read from the table has rope_rotate's bits. The angles depend on the
-// position and the head dimension's frequencies only, not on the head: one table serves every
-// head of a model (a cell generates each of its heads twice; the sincos calls were a sixth of a
-// paper cell's generation, docs/performance.md).
-struct RopeTable {
-  std::vector<double> omega;
-  int positions = 0;
-  std::vector<double> cs;  // [pos][pair][cos, sin]
-};
-
-// The table of these frequencies over at least `positions` positions: the last one built is
-// kept (a run's cells share it) and replaced when a head needs another.
-std::shared_ptr<const RopeTable> rope_table(const std::vector<double>& omega, int positions) {
-  static std::mutex lock;
-  static std::shared_ptr<const RopeTable> last;
-  const std::lock_guard<std::mutex> guard(lock);
-  if (last && last->omega == omega && last->positions >= positions) return last;
-  auto t = std::make_shared<RopeTable>();
-  t->omega = omega;
-  t->positions = positions;
-  t->cs.resize(static_cast<std::size_t>(positions) * omega.size() * 2);
-  for (int pos = 0; pos < positions; ++pos)
-    for (std::size_t i = 0; i < omega.size(); ++i) {
-      const double a = static_cast<double>(pos) * omega[i];
-      t->cs[(static_cast<std::size_t>(pos) * omega.size() + i) * 2] = std::cos(a);
-      t->cs[(static_cast<std::size_t>(pos) * omega.size() + i) * 2 + 1] = std::sin(a);
-    }
-  last = t;
-  return last;
-}
-
-// rope_rotate at an integer position, the angles read from `table` where it has them.
-void rope_rotate(const double* in, double* out, int pos, const RopeTable& table) {
-  if (pos < 0 || pos >= table.positions) return rope_rotate(in, out, static_cast<double>(pos), table.omega);
-  const double* cs = table.cs.data() + static_cast<std::size_t>(pos) * table.omega.size() * 2;
-  for (std::size_t i = 0; i < table.omega.size(); ++i) {
-    const double c = cs[2 * i], s = cs[2 * i + 1];
     const double x = in[2 * i], y = in[2 * i + 1];
     out[2 * i] = x * c - y * s;
     out[2 * i + 1] = x * s + y * c;
@@ -147,7 +101,6 @@ class HeadSynth {
   const int d, P, T, W, S, g;
   const double sqrt_d;
   const std::vector<double> omega;
-  const std::shared_ptr<const RopeTable> rope;  // omega's angles at positions 0..T+S-1
 
   // Key content: mean_c + sigma_c z (z unit AR(1) over positions); outlier channels have
   // mean +-0.8 S and sigma 0.6 S, the others mean 0 and sigma 1.
@@ -185,7 +138,6 @@ HeadSynth::HeadSynth(const SynthParams& params, int layer_index, int kv_head_ind
       g(p.group_size),
       sqrt_d(std::sqrt(static_cast<double>(d))),
       omega(rope_frequencies(d, p.rope_theta)),
-      rope(rope_table(omega, T + S)),
       sigma(d, 1.0),
       mean(d, 0.0),
       is_outlier(d, false),
@@ -229,7 +181,7 @@ void HeadSynth::draw_span_structure(Rng& srng) {
     for (int t = plan.spans[j].begin; t < plan.spans[j].end; ++t) {
       span_of[t] = static_cast<int>(j);
       span_token_amp[t] = span_amp * srng.uniform(kSpanTokenMin, 1.0);
-      rope_rotate(v.data(), rot.data(), t, *rope);
+      rope_rotate(v.data(), rot.data(), t, omega);
       for (int c = 0; c < d; ++c) target[c] += rot[c];
     }
     normalize(target);
@@ -289,7 +241,7 @@ void HeadSynth::synth_prompt_keys(HeadData& out) {
   std::vector<double> pre(d), post(d), state(d, 0.0);
   for (int t = 0; t < T; ++t) {
     make_key(rng, t, state, t == 0, pre.data());
-    rope_rotate(pre.data(), post.data(), t, *rope);
+    rope_rotate(pre.data(), post.data(), t, omega);
     store_key(t, post);
     for (int c = 0; c < d; ++c) {
       out.keys_pre_rope(t, c) = static_cast<float>(pre[c]);
@@ -311,7 +263,7 @@ void HeadSynth::synth_decode_keys(HeadData& out) {
   for (int s = 1; s <= S; ++s) {
     const int pos = T + s - 1;
     make_key(rng, pos, state, false, pre.data());
-    rope_rotate(pre.data(), post.data(), pos, *rope);
+    rope_rotate(pre.data(), post.data(), pos, omega);
     store_key(pos, post);
     for (int c = 0; c < d; ++c) out.decode_keys(s - 1, c) = static_cast<float>(post[c]);
   }
@@ -470,7 +422,7 @@ void HeadSynth::add_structure(int pos, const Shares& sh, const std::vector<doubl
   logits(q, ref, a);
   if (sh.local > 0.0) {
     std::vector<double> local_post(d);
-    rope_rotate(local_dir.data(), local_post.data(), pos, *rope);
+    rope_rotate(local_dir.data(), local_post.data(), pos, omega);
     logits(local_post, ref, v);
     for (double& x : v) x *= sqrt_d / local_amp;  // kappa v_t = kappa g(pos - t) + cross terms
     std::vector<char> in_window(n, 0);
@@ -539,7 +491,7 @@ void HeadSynth::synth_queries(HeadData& out) const {
     auto make_query = [&](Rng& rng, int pos, const std::vector<double>* extra, float* row) {
       const double nu = std::exp(kQuerySharpnessSpread * rng.normal() - nu_shift);
       for (int c = 0; c < d; ++c) pre[c] = nu * (base[c] + kQueryInnovation * s_q * query_weight[c] * rng.normal());
-      rope_rotate(pre.data(), post.data(), pos, *rope);
+      rope_rotate(pre.data(), post.data(), pos, omega);
       if (extra)
         for (int c = 0; c < d; ++c) post[c] += (*extra)[c];
       for (const auto& tau : span_targets) {  // no content along the span directions
