@@ -536,15 +536,6 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
     sorted[o] = options[o].tiers;
     std::stable_sort(sorted[o].begin(), sorted[o].end(), [&](int a, int b) { return p.rates[a] < p.rates[b]; });
   }
-  // The tiers any option uses, and where each option's tiers sit among them (the term rows).
-  std::vector<int> used;
-  for (const auto& tiers : sorted)
-    for (int j : tiers)
-      if (std::find(used.begin(), used.end(), j) == used.end()) used.push_back(j);
-  std::vector<std::vector<int>> slot(options.size());
-  for (std::size_t o = 0; o < options.size(); ++o)
-    for (int j : sorted[o])
-      slot[o].push_back(static_cast<int>(std::find(used.begin(), used.end(), j) - used.begin()));
   const double budget_bits = p.budget * static_cast<double>(p.tokens());
   const double tol = budget_tolerance(budget_bits);
 
@@ -590,49 +581,29 @@ RoutingMultiplier route_by_multiplier(const FamilyProblem& p, const std::vector<
       double best_v = std::numeric_limits<double>::infinity(), best_r = 0.0;
       int best_o = -1;
       // Per token the least Lagrangian term over the option's tiers (a strict comparison in
-      // increasing-rate order), then the sums over tokens: both in vector lanes (the sums in
-      // double with lane-wise partial sums; the search was 15% of a paper cell with sequential
-      // long-double sums, docs/performance.md). Block by block of tokens, each tier's term is
-      // formed once and every option's minimum taken from it (the options share the exact and
-      // eviction tiers); each option's minima go to its own row, summed afterwards by the one
-      // loop per option, so the sums' order does not depend on the blocking.
-      constexpr Eigen::Index kBlock = 512;
-      const std::size_t O = options.size();
-      thread_local std::vector<double> min_value, min_rate, term;
-      min_value.resize(O * static_cast<std::size_t>(T));
-      min_rate.resize(O * static_cast<std::size_t>(T));
-      term.resize(used.size() * static_cast<std::size_t>(kBlock));
-      for (Eigen::Index t0 = 0; t0 < T; t0 += kBlock) {
-        const Eigen::Index n = std::min(kBlock, T - t0);
-        for (std::size_t u = 0; u < used.size(); ++u) {
-          const int j = used[u];
-          const double* cj = c.row(j).data() + t0;
+      // increasing-rate order), tier by tier over all tokens, then the sums over tokens: both in
+      // vector lanes (the sums in double with lane-wise partial sums; the search was 15% of a
+      // paper cell with sequential long-double sums, docs/performance.md).
+      thread_local std::vector<double> min_value, min_rate;
+      min_value.resize(static_cast<std::size_t>(T));
+      min_rate.resize(static_cast<std::size_t>(T));
+      double* mv = min_value.data();
+      double* mr = min_rate.data();
+      for (std::size_t o = 0; o < options.size(); ++o) {
+        const std::vector<int>& tiers = sorted[o];
+        std::fill(mv, mv + T, std::numeric_limits<double>::infinity());
+        std::fill(mr, mr + T, 0.0);
+        for (int j : tiers) {
+          const double* cj = c.row(j).data();
           const double rj = p.rates[static_cast<std::size_t>(j)];
-          double* xj = term.data() + u * kBlock;
 #pragma omp simd
-          for (Eigen::Index t = 0; t < n; ++t) xj[t] = lagrangian_term(cj[t], lambda, rj);
-        }
-        for (std::size_t o = 0; o < O; ++o) {
-          double* mv = min_value.data() + o * static_cast<std::size_t>(T) + t0;
-          double* mr = min_rate.data() + o * static_cast<std::size_t>(T) + t0;
-          std::fill(mv, mv + n, std::numeric_limits<double>::infinity());
-          std::fill(mr, mr + n, 0.0);
-          for (std::size_t k = 0; k < sorted[o].size(); ++k) {
-            const double* xj = term.data() + static_cast<std::size_t>(slot[o][k]) * kBlock;
-            const double rj = p.rates[static_cast<std::size_t>(sorted[o][k])];
-#pragma omp simd
-            for (Eigen::Index t = 0; t < n; ++t) {
-              const double x = xj[t];
-              const bool lower = x < mv[t];
-              mv[t] = lower ? x : mv[t];
-              mr[t] = lower ? rj : mr[t];
-            }
+          for (Eigen::Index t = 0; t < T; ++t) {
+            const double x = lagrangian_term(cj[t], lambda, rj);
+            const bool lower = x < mv[t];
+            mv[t] = lower ? x : mv[t];
+            mr[t] = lower ? rj : mr[t];
           }
         }
-      }
-      for (std::size_t o = 0; o < O; ++o) {
-        const double* mv = min_value.data() + o * static_cast<std::size_t>(T);
-        const double* mr = min_rate.data() + o * static_cast<std::size_t>(T);
         double v = 0.0, r = 0.0;
 #pragma omp simd reduction(+ : v, r)
         for (Eigen::Index t = 0; t < T; ++t) {
