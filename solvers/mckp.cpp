@@ -35,24 +35,26 @@ void throw_nonfinite_cost(std::int64_t i, int j, double v) {
                    " is not finite; costs must be finite numbers.");
 }
 
-CostView CostView::item_major(const double* data, std::int64_t items, int tiers) {
+namespace {
+
+CostView strided(const double* data, std::int64_t items, int tiers, std::int64_t item_stride, std::int64_t tier_stride) {
   CostView v;
   v.data = data;
   v.items = items;
   v.tiers = tiers;
-  v.item_stride = tiers;
-  v.tier_stride = 1;
+  v.item_stride = item_stride;
+  v.tier_stride = tier_stride;
   return v;
 }
 
+}  // namespace
+
+CostView CostView::item_major(const double* data, std::int64_t items, int tiers) {
+  return strided(data, items, tiers, tiers, 1);
+}
+
 CostView CostView::tier_major(const double* data, int tiers, std::int64_t items) {
-  CostView v;
-  v.data = data;
-  v.items = items;
-  v.tiers = tiers;
-  v.item_stride = 1;
-  v.tier_stride = items;
-  return v;
+  return strided(data, items, tiers, 1, items);
 }
 
 CostView CostView::of_tier_major(const MatrixRMd& m) {
