@@ -24,6 +24,7 @@ constexpr int kPrepareTokenBlock = 256;  // tokens per tile in prepare_head
 constexpr int kOutputRowBlock = 16;      // query rows per task of the exact output o = p V
 constexpr int kEvaluateRowBlock = 64;    // most query rows in one delta GEMM
 constexpr int kMinEvaluateTasks = 16;    // row blocks wanted per query set (enough tasks for 8 threads)
+constexpr int kTasksPerThread = 4;       // groups of row blocks per thread of a team, at least
 constexpr int kFusedVariants = 4;        // up to this many variants are gathered in one pass
 constexpr int kSumBlock = 512;           // tv: float partial sums (16 lanes x 32 terms), then double
 constexpr double kMaxFastLogitRise = 30.0;  // nats; above, expm1 products leave float's comfort zone
@@ -136,6 +137,57 @@ auto thread_scratch(int& nthreads, Make make) {
 
 void grow(std::vector<float>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
+}
+
+// ---- D = delta V, one fused multiply-add chain per entry ------------------------------
+// D (nb x d, row-major, leading dimension d) = delta (nb x T, leading dimension T) times the
+// values V (T x d, row-major): every entry is the chain acc = fma(delta_rt, V_tc, acc) over
+// t = 0 .. T-1 in order, starting from 0. How the rows and columns are tiled never changes an
+// entry's operations, so a row's D is the same bits in a product of 1 row or of 64, on any
+// thread (unlike a BLAS-style product, whose kernel paths depend on the product's shape). Tiles
+// of kValueRows rows x kValueCols columns keep their sums in registers over a block of
+// kValueTokens tokens (its rows of V stay in the cache for every row tile); no operand is packed.
+constexpr int kValueTokens = 512, kValueRows = 8, kValueCols = 32;
+
+template <int R, int C>
+void value_tile(const float* delta, int ld_delta, const float* V, int d, float* D, int t0, int t1) {
+  float acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = D[std::size_t(r) * d + c];
+  for (int t = t0; t < t1; ++t) {
+    const float* v = V + std::size_t(t) * d;
+    for (int r = 0; r < R; ++r) {
+      const float a = delta[std::size_t(r) * ld_delta + t];
+#pragma omp simd
+      for (int c = 0; c < C; ++c) acc[r][c] = std::fma(a, v[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) D[std::size_t(r) * d + c] = acc[r][c];
+}
+
+// Rows [r0, r0 + R) of the product over tokens [t0, t1), columns [0, d): full column tiles,
+// then 16-wide, then one column at a time (the same chain per entry in each).
+template <int R>
+void value_rows(const float* delta, int T, const float* V, int d, float* D, int t0, int t1) {
+  int c0 = 0;
+  for (; c0 + kValueCols <= d; c0 += kValueCols) value_tile<R, kValueCols>(delta, T, V + c0, d, D + c0, t0, t1);
+  for (; c0 + 16 <= d; c0 += 16) value_tile<R, 16>(delta, T, V + c0, d, D + c0, t0, t1);
+  for (; c0 < d; ++c0) value_tile<R, 1>(delta, T, V + c0, d, D + c0, t0, t1);
+}
+
+void delta_times_values(const float* delta, int nb, int T, const MatrixRM& V, float* D) {
+  const int d = static_cast<int>(V.cols());
+  std::fill(D, D + std::size_t(nb) * d, 0.0f);
+  const float* v = V.data();
+  for (int t0 = 0; t0 < T; t0 += kValueTokens) {
+    const int t1 = std::min(T, t0 + kValueTokens);
+    int r = 0;
+    for (; r + kValueRows <= nb; r += kValueRows)
+      value_rows<kValueRows>(delta + std::size_t(r) * T, T, v, d, D + std::size_t(r) * d, t0, t1);
+    for (; r + 4 <= nb; r += 4) value_rows<4>(delta + std::size_t(r) * T, T, v, d, D + std::size_t(r) * d, t0, t1);
+    for (; r < nb; ++r) value_rows<1>(delta + std::size_t(r) * T, T, v, d, D + std::size_t(r) * d, t0, t1);
+  }
 }
 
 }  // namespace
@@ -348,19 +400,28 @@ double kept_logit_sq(const PreparedHead& ph, const Selection& sel, double* n_pai
 }
 
 RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int r1, Workspace& ws) {
+  RowSums sums;
+  for (int b0 = r0; b0 < r1; b0 += kEvaluateRowBlock) {  // one GEMM block at a time
+    RowSums s;
+    evaluate_row_blocks(ph, sel, b0, std::min(r1, b0 + kEvaluateRowBlock), kEvaluateRowBlock, ws, &s);
+    sums.rel += s.rel;
+    sums.abs += s.abs;
+    sums.tv += s.tv;
+  }
+  return sums;
+}
+
+void evaluate_row_blocks(const PreparedHead& ph, const Selection& sel, int r0, int r1, int block, Workspace& ws,
+                         RowSums* block_sums) {
   const int T = ph.T, d = ph.d, nb = r1 - r0;
   const int nv = static_cast<int>(ph.identical.size());
-  RowSums sums;
-  if (nb <= 0) return sums;
-  if (nb > kEvaluateRowBlock) {  // one GEMM block at a time
-    for (int b0 = r0; b0 < r1; b0 += kEvaluateRowBlock) {
-      const RowSums s = evaluate_rows(ph, sel, b0, std::min(r1, b0 + kEvaluateRowBlock), ws);
-      sums.rel += s.rel;
-      sums.abs += s.abs;
-      sums.tv += s.tv;
-    }
-    return sums;
-  }
+  if (nb <= 0) return;
+  if (nb > kEvaluateRowBlock || block < 1)
+    throw std::invalid_argument("evaluate_row_blocks: " + std::to_string(nb) + " rows in blocks of " +
+                                std::to_string(block) + " (at most " + std::to_string(kEvaluateRowBlock) + " rows)");
+  const int nblocks = (nb + block - 1) / block;
+  for (int k = 0; k < nblocks; ++k) block_sums[k] = RowSums{};
+  auto sums_of = [&](int rr) -> RowSums& { return block_sums[rr / block]; };  // rr: row within [r0, r1)
 
   std::vector<char> used(nv, 0);
   int n_kept = 0;
@@ -370,12 +431,13 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
       ++n_kept;
     }
   if (n_kept == 0) {  // o^ = 0: e = 1, abs = ||o||^2, tv = 1/2
-    for (int r = r0; r < r1; ++r) {
+    for (int rr = 0; rr < nb; ++rr) {
+      RowSums& sums = sums_of(rr);
       sums.rel += 1.0;
-      sums.abs += ph.o_norm2[r];
+      sums.abs += ph.o_norm2[r0 + rr];
       sums.tv += 0.5;
     }
-    return sums;
+    return;
   }
 
   grow(ws.u, std::size_t(T));
@@ -463,13 +525,13 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
       }
       tv += ftv;
     }
-    sums.tv += 0.5 * tv;
+    sums_of(rr).tv += 0.5 * tv;
   }
 
-  Eigen::Map<const MatrixRM> delta(ws.delta.data(), nb, T);
-  Eigen::Map<MatrixRM> D(ws.out.data(), nb, d);
-  D.noalias() = delta * (*ph.problem.values);
+  delta_times_values(ws.delta.data(), nb, T, *ph.problem.values, ws.out.data());
+  Eigen::Map<const MatrixRM> D(ws.out.data(), nb, d);
   for (int rr = 0; rr < nb; ++rr) {
+    RowSums& sums = sums_of(rr);
     if (fallback[rr]) {
       sums.rel += direct[rr].rel;
       sums.abs += direct[rr].abs;
@@ -480,7 +542,6 @@ RowSums evaluate_rows(const PreparedHead& ph, const Selection& sel, int r0, int 
     sums.abs += n2;
     sums.rel += rel_of(n2, ph.o_norm2[r0 + rr]);
   }
-  return sums;
 }
 
 ErrorMetrics evaluate_selection(const PreparedHead& ph, const Selection& sel, Workspace& ws) {
@@ -795,23 +856,35 @@ class CpuRecomputer final : public Recomputer {
       // and however many selections share the batch.
       const int nblk = (rows + rpb - 1) / rpb;
       std::vector<RowSums> part(std::size_t(nsel) * nblk);
+      // A task is a group of `group` consecutive blocks of one selection, evaluated in one delta
+      // GEMM (evaluate_row_blocks: each block's sums the same bits as alone). One thread takes
+      // as many blocks per product as fit in kEvaluateRowBlock rows; a team keeps at least
+      // kTasksPerThread tasks per thread.
+      const int most = std::max(1, kEvaluateRowBlock / rpb);
+      int group = most;
       if (threads_inside) {
-        for (auto& w : all) reserve(w, T, d, rpb);  // no allocation inside the parallel loop
+        const int want = kTasksPerThread * static_cast<int>(all.size());
+        while (group > 1 && nsel * ((nblk + group - 1) / group) < want) group = (group + 1) / 2;
+      }
+      const int ngroups = (nblk + group - 1) / group;
+      auto run_task = [&](int task, Workspace& w) {
+        const int s = task / ngroups, k0 = (task % ngroups) * group;
+        const int r0 = k0 * rpb, r1 = std::min(rows, (k0 + group) * rpb);
+        cpu::evaluate_row_blocks(ph, batch.selections[s], r0, r1, rpb, w, &part[std::size_t(s) * nblk + k0]);
+      };
+      if (threads_inside) {
+        for (auto& w : all) reserve(w, T, d, group * rpb);  // no allocation inside the parallel loop
         const std::atomic<bool>* cancel = current_cancel_flag();
 #pragma omp parallel for schedule(dynamic, 1)
-        for (int task = 0; task < nsel * nblk; ++task) {
+        for (int task = 0; task < nsel * ngroups; ++task) {
           if (cancel_requested(cancel)) continue;
-          const int s = task / nblk, k = task % nblk;
-          const int r0 = k * rpb, r1 = std::min(rows, r0 + rpb);
-          part[task] = cpu::evaluate_rows(ph, batch.selections[s], r0, r1, all[omp_get_thread_num()]);
+          run_task(task, all[omp_get_thread_num()]);
         }
       } else {
-        reserve(own, T, d, rpb);
-        for (int task = 0; task < nsel * nblk; ++task) {
+        reserve(own, T, d, group * rpb);
+        for (int task = 0; task < nsel * ngroups; ++task) {
           throw_if_cancelled(current_cancel_flag());
-          const int s = task / nblk, k = task % nblk;
-          const int r0 = k * rpb, r1 = std::min(rows, r0 + rpb);
-          part[task] = cpu::evaluate_rows(ph, batch.selections[s], r0, r1, own);
+          run_task(task, own);
         }
       }
       throw_if_cancelled(current_cancel_flag());  // skipped tasks left `part` unfinished

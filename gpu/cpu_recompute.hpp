@@ -31,7 +31,8 @@
 //   Ubar = sum_t p_t u_t / P1,  Z = sum_t p_t (1 + u_t) / P1 = sum_kept p~_t exp(ds_t)
 //   (double sums), p^_t = p~_t (1 + u_t) / Z with p~ = p / P1, hence the difference itself
 //     delta_t = p^_t - p~_t = p~_t (u_t - Ubar) / Z  (kept),   -p~_t  (evicted),
-//   D = delta V  (one float32 GEMM per block of up to 64 rows: (rows x T) (T x d)),
+//   D = delta V  (float32, up to 64 rows per product: (rows x T) (T x d); each entry one fused
+//     multiply-add chain over t in order, so a row's D does not depend on the rows beside it),
 //   e = ||D||^2 / on2,  abs = ||D||^2,  tv = 1/2 sum_t |delta_t|  (double sums),
 //   logit error = sum_kept L_{sel_t, t} / (number of (row, kept token the row sees) pairs;
 //   n_kept * rows without causal limits)  (0 when no row sees a kept token).
@@ -94,6 +95,13 @@ struct RowSums {
   double rel = 0, abs = 0, tv = 0;
 };
 RowSums evaluate_rows(const PreparedHead&, const Selection&, int r0, int r1, Workspace&);
+// The same for rows [r0, r1) (at most 64) in one delta GEMM, their sums kept per block of
+// `block` rows: block_sums[k] covers rows r0 + k block .. (ceil((r1 - r0) / block) entries),
+// each summed in row order, bit for bit what evaluate_rows gives for that block alone (a row's
+// D = delta V is one chain per entry, whatever rows share the product; tests/test_recompute.cpp
+// checks it). Fewer, larger products read the values V once per product.
+void evaluate_row_blocks(const PreparedHead&, const Selection&, int r0, int r1, int block, Workspace&,
+                         RowSums* block_sums);
 
 // sum over kept tokens of L_{sel_t, t}, and the number of (prepared row, kept token the row
 // sees) pairs: the logit error's denominator.

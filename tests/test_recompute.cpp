@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/cpu_recompute.hpp"
 #include "gpu/recompute.hpp"
 #include "model/base/error.hpp"
 
@@ -264,6 +265,47 @@ TEST_CASE("on the CPU reference a selection gives the same bits alone as in a ba
       CHECK(one.errors[0][0].abs_error == batched.errors[0][s].abs_error);
       CHECK(one.errors[0][0].attn_tv == batched.errors[0][s].attn_tv);
       CHECK(one.errors[0][0].logit_error == batched.errors[0][s].logit_error);
+    }
+  }
+}
+
+TEST_CASE("rows evaluated in one product give each block the bits it gives alone", "[recompute]") {
+  // cpu::evaluate_row_blocks forms delta V for up to 64 rows in one product and keeps each
+  // block's sums apart; the batch evaluation groups blocks that way. A row's D must not depend
+  // on how many rows share the product (long T: the product's depth is blocked; a sharp head:
+  // some rows take the double-precision guard path; a causal head; widths that leave a tail).
+  std::mt19937 rng(20261205);
+  struct Case {
+    int nq, T, d;
+    float query_scale;
+    bool causal;
+  };
+  for (const Case& c : std::vector<Case>{{64, 3000, 128, 2.0f, false}, {61, 700, 32, 12.0f, false},
+                                         {64, 900, 64, 2.0f, true}, {24, 5000, 16, 2.0f, false}}) {
+    const Head head = random_head(rng, c.nq, c.T, c.d, {0.4f, 0.05f}, c.query_scale);
+    HeadProblem hp = head.problem(true);
+    if (c.causal)
+      for (int r = 0; r < c.nq; ++r) hp.visible.push_back(c.T - c.nq + r + 1);
+    const cpu::PreparedHead ph = cpu::prepare_head(hp, 0, c.nq);
+    const int nv = int(hp.variants.size());
+    for (double evict : {0.0, 0.5}) {
+      const Selection sel = random_selection(rng, c.T, nv, evict);
+      for (int block : {1, 4, 8, 13}) {
+        cpu::Workspace alone_ws, grouped_ws;
+        for (int r0 = 0; r0 < c.nq; r0 += 64) {
+          const int r1 = std::min(c.nq, r0 + 64);
+          std::vector<cpu::RowSums> grouped((r1 - r0 + block - 1) / block);
+          cpu::evaluate_row_blocks(ph, sel, r0, r1, block, grouped_ws, grouped.data());
+          for (std::size_t k = 0; k < grouped.size(); ++k) {
+            const int b0 = r0 + int(k) * block;
+            const cpu::RowSums alone = cpu::evaluate_rows(ph, sel, b0, std::min(r1, b0 + block), alone_ws);
+            INFO("nq " << c.nq << ", T " << c.T << ", d " << c.d << ", block " << block << " at row " << b0);
+            CHECK(alone.rel == grouped[k].rel);
+            CHECK(alone.abs == grouped[k].abs);
+            CHECK(alone.tv == grouped[k].tv);
+          }
+        }
+      }
     }
   }
 }
