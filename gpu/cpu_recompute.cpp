@@ -277,7 +277,8 @@ PreparedHead prepare_head(const HeadProblem& hp, int row_begin, int row_end) {
   return ph;
 }
 
-void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants, const std::vector<std::uint8_t>* differ) {
+void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants, const std::vector<std::uint8_t>* differ,
+                  const std::vector<std::vector<std::uint8_t>>* read) {
   const HeadProblem& hp = ph.problem;
   const MatrixRM& Q = *hp.queries;
   const MatrixRM& K = *hp.exact_keys;
@@ -288,6 +289,14 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   if (differ && static_cast<int>(differ->size()) != T)
     throw std::invalid_argument("set_variants: differ has " + std::to_string(differ->size()) + " entries, not T = " +
                                 std::to_string(T));
+  if (read && read->size() != variants.size())
+    throw std::invalid_argument("set_variants: " + std::to_string(read->size()) + " read masks for " +
+                                std::to_string(variants.size()) + " variants");
+  if (read)
+    for (const auto& m : *read)
+      if (static_cast<int>(m.size()) != T)
+        throw std::invalid_argument("set_variants: a read mask has " + std::to_string(m.size()) + " entries, not T = " +
+                                    std::to_string(T));
   const TileGrid grid(rows, T);
   const int row_blocks = grid.row_blocks, token_blocks = grid.token_blocks;
   const std::atomic<bool>* cancel = current_cancel_flag();  // as in prepare_head
@@ -306,8 +315,26 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   ph.u.assign(nv, MatrixRM());
   ph.logit_sq.assign(nv, VectorD());
   ph.identical.assign(nv, false);
+  ph.read = read ? *read : std::vector<std::vector<std::uint8_t>>();
+  // With `read`: per variant, the token blocks holding a read token whose row differs from the
+  // exact key (flagged by `differ` where given); a variant with none is identical where it is read.
+  std::vector<std::vector<std::uint8_t>> block_work(static_cast<std::size_t>(nv));
   for (int v = 0; v < nv; ++v) {
-    ph.identical[v] = variants[v] == hp.exact_keys || (differ ? !any_differs : *variants[v] == K);
+    ph.identical[v] = variants[v] == hp.exact_keys || (differ && !any_differs);
+    if (!ph.identical[v] && read) {
+      std::vector<std::uint8_t>& work = block_work[static_cast<std::size_t>(v)];
+      work.assign(static_cast<std::size_t>(token_blocks), 0);
+      const std::vector<std::uint8_t>& rd = (*read)[static_cast<std::size_t>(v)];
+      bool any = false;
+      for (int t = 0; t < T; ++t) {
+        if (!rd[static_cast<std::size_t>(t)] || (differ && !(*differ)[static_cast<std::size_t>(t)])) continue;
+        if (work[static_cast<std::size_t>(t / kPrepareTokenBlock)]) continue;
+        if (variants[v]->row(t) != K.row(t)) work[static_cast<std::size_t>(t / kPrepareTokenBlock)] = 1, any = true;
+      }
+      ph.identical[v] = !any;
+    } else if (!ph.identical[v] && !differ) {
+      ph.identical[v] = *variants[v] == K;
+    }
     if (ph.identical[v]) continue;
     ph.u[v].resize(rows, T);
   }
@@ -339,8 +366,22 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
         if (ph.identical[v]) continue;
         auto kdiff = sc.kdiff.topRows(nt);
         auto ds = sc.ds.topLeftCorner(nr, nt);
-        const bool skip = differ && !block_differs[static_cast<std::size_t>(tb)];
-        if (!skip) kdiff = variants[v]->middleRows(t0, nt) - kblk;
+        double* lsq = logit_part[v][rb].data() + t0;
+        const bool skip = read ? !block_work[static_cast<std::size_t>(v)][static_cast<std::size_t>(tb)]
+                               : differ && !block_differs[static_cast<std::size_t>(tb)];
+        if (skip && read) {  // no token of the block is read where it differs: ds = u = 0
+          std::fill(lsq, lsq + nt, 0.0);
+          ph.u[v].block(r0, t0, nr, nt).setZero();
+          continue;
+        }
+        if (!skip) {
+          kdiff = variants[v]->middleRows(t0, nt) - kblk;
+          if (read) {  // a token not read gets ds = 0 (its column of the product is its row's alone)
+            const std::vector<std::uint8_t>& rd = (*read)[static_cast<std::size_t>(v)];
+            for (int t = 0; t < nt; ++t)
+              if (!rd[static_cast<std::size_t>(t0 + t)]) kdiff.row(t).setZero();
+          }
+        }
         if (skip || kdiff.isZero(0.0f)) {
           ds.setZero();
         } else {
@@ -351,7 +392,6 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
           const int lim = row_limit(hp, row_begin + r0 + r);
           if (lim < t0 + nt) ds.row(r).tail(t0 + nt - std::max(lim, t0)).setZero();
         }
-        double* lsq = logit_part[v][rb].data() + t0;
         std::fill(lsq, lsq + nt, 0.0);
         for (int r = 0; r < nr; ++r) {
           const float* x = ds.row(r).data();
@@ -430,6 +470,11 @@ void evaluate_row_blocks(const PreparedHead& ph, const Selection& sel, int r0, i
       used[sel[t] - 1] = 1;
       ++n_kept;
     }
+  if (!ph.read.empty())  // set_variants formed each variant at its read tokens only
+    for (int t = 0; t < T; ++t)
+      if (sel[t] != 0 && !ph.read[static_cast<std::size_t>(sel[t] - 1)][static_cast<std::size_t>(t)])
+        throw std::invalid_argument("evaluate_rows: the selection uses variant " + std::to_string(sel[t]) + " at token " +
+                                    std::to_string(t) + ", where set_variants' read mask says it is not read");
   if (n_kept == 0) {  // o^ = 0: e = 1, abs = ||o||^2, tv = 1/2
     for (int rr = 0; rr < nb; ++rr) {
       RowSums& sums = sums_of(rr);
@@ -834,21 +879,25 @@ class CpuRecomputer final : public Recomputer {
     // holds one at a time, as a call without a prepared set does (bounded memory).
     if (prepared && nq > chunk) prepared = nullptr;
     const bool reuse = prepared && prepared->chunk == chunk && !prepared->heads.empty();
-    if (prepared && !reuse) {  // the exact half of every chunk, without variants; kept for later calls
+    HeadProblem exact_only = hp;  // the exact half is prepared without variants
+    exact_only.variants.clear();
+    if (prepared && !reuse) {  // the exact half of every chunk; kept for later calls
       prepared->heads.clear();
       prepared->chunk = chunk;
-      HeadProblem exact = hp;
-      exact.variants.clear();
-      for (int c0 = 0; c0 < nq; c0 += chunk) prepared->heads.push_back(cpu::prepare_head(exact, c0, std::min(nq, c0 + chunk)));
+      for (int c0 = 0; c0 < nq; c0 += chunk)
+        prepared->heads.push_back(cpu::prepare_head(exact_only, c0, std::min(nq, c0 + chunk)));
     }
+    // Each variant is formed at the tokens the batch's selections read it (set_variants).
+    std::vector<std::vector<std::uint8_t>> read(static_cast<std::size_t>(nv), std::vector<std::uint8_t>(std::size_t(T), 0));
+    for (const Selection& sel : batch.selections)
+      for (int t = 0; t < T; ++t)
+        if (sel[t] != 0) read[static_cast<std::size_t>(sel[t] - 1)][static_cast<std::size_t>(t)] = 1;
 
     for (int c0 = 0, ci = 0; c0 < nq; c0 += chunk, ++ci) {
       const int c1 = std::min(nq, c0 + chunk);
       PreparedHead local;
-      if (prepared)
-        cpu::set_variants(prepared->heads[static_cast<std::size_t>(ci)], hp.variants);
-      else
-        local = cpu::prepare_head(hp, c0, c1);  // threads inside unless in a parallel region
+      if (!prepared) local = cpu::prepare_head(exact_only, c0, c1);  // threads inside unless in a parallel region
+      cpu::set_variants(prepared ? prepared->heads[static_cast<std::size_t>(ci)] : local, hp.variants, nullptr, &read);
       const PreparedHead& ph = prepared ? prepared->heads[static_cast<std::size_t>(ci)] : local;
       const int rows = c1 - c0;
       // The chunk's blocks (above): results are bit-identical whatever OMP_NUM_THREADS is (an
@@ -904,6 +953,7 @@ class CpuRecomputer final : public Recomputer {
         std::vector<MatrixRM>().swap(kept_ph.u);
         std::vector<VectorD>().swap(kept_ph.logit_sq);
         kept_ph.identical.clear();
+        std::vector<std::vector<std::uint8_t>>().swap(kept_ph.read);
         kept_ph.problem.variants.clear();
       }
     }

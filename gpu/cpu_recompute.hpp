@@ -67,7 +67,8 @@ struct PreparedHead {
   VectorD o_norm2;              // rows: ||o||^2
   std::vector<MatrixRM> u;      // per variant: rows x T, expm1(ds); empty when identical
   std::vector<VectorD> logit_sq;  // per variant: T, sum over the rows of ds^2; empty when identical
-  std::vector<bool> identical;  // variant v equals the exact keys
+  std::vector<bool> identical;  // variant v equals the exact keys (where it is read, with read masks)
+  std::vector<std::vector<std::uint8_t>> read;  // set_variants' read masks, or empty (all read)
 };
 
 // Phase 1 for query rows [row_begin, row_end). Uses OpenMP threads when called outside a
@@ -81,9 +82,16 @@ PreparedHead prepare_head(const HeadProblem&, int row_begin, int row_end);
 // keys costs no product. `differ` (optional, T entries): the caller's statement that a
 // variant's row t may differ from the exact key only where differ[t] != 0 (rows elsewhere are
 // not read: blocks without a flagged token cost no pass at all, and a variant is identical
-// when no token is flagged). Uses OpenMP threads when called outside a parallel region.
+// when no token is flagged). `read` (optional, one mask of T entries per variant): the tokens at
+// which the selections to be evaluated use each variant (code v + 1). ds, u and L are then
+// formed at those tokens only (0 elsewhere): a block with no read token whose row differs from
+// the exact key costs no product, and a variant whose read rows all equal the exact keys is
+// identical. The read tokens' numbers are the same bits as without masks (a token's ds is its
+// own row's product). evaluate_rows refuses a selection that uses a variant where it is not read.
+// Uses OpenMP threads when called outside a parallel region.
 void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants,
-                  const std::vector<std::uint8_t>* differ = nullptr);
+                  const std::vector<std::uint8_t>* differ = nullptr,
+                  const std::vector<std::vector<std::uint8_t>>* read = nullptr);
 
 // Scratch space of one thread (grown on demand, reused across calls).
 struct Workspace {

@@ -112,14 +112,25 @@ std::string use_cuda_device(int local_rank, std::string* reason) {
 
 namespace {
 
-// Dense work (phases.hpp): the exact logits (`exact`: not when a prepared set has them), each
-// variant's logit change and each selection's output change D = delta V, 2 nq T d flops each;
-// bytes: the keys, values and variants read, the prepared p and each variant's u (nq x T
-// floats) written once and read by every selection.
+// Dense work (phases.hpp): the exact logits (`exact`: not when a prepared set has them) and
+// each selection's output change D = delta V, 2 nq T d flops each, and each variant's logit
+// change at the tokens a selection reads it, 2 nq d per token (the CPU backend forms it there
+// only, and not where the variant's row equals the exact key: cpu_recompute.hpp set_variants;
+// so for it this count is an upper bound); bytes: the keys, values and variants read, the prepared p and
+// each variant's u (nq x T floats) written once and read by every selection.
 void count_work(const HeadBatch& b, bool exact) {
   const double nq = static_cast<double>(b.problem.queries->rows()), T = static_cast<double>(b.problem.exact_keys->rows()),
-               d = static_cast<double>(b.problem.exact_keys->cols()), nv = static_cast<double>(b.problem.variants.size()),
+               d = static_cast<double>(b.problem.exact_keys->cols()),
                ns = static_cast<double>(b.selections.size()), e = exact ? 1.0 : 0.0;
+  // nv: the variants' read tokens, in units of T.
+  const std::size_t nvar = b.problem.variants.size();
+  std::vector<std::uint8_t> read(nvar * static_cast<std::size_t>(T), 0);
+  for (const Selection& sel : b.selections)
+    for (std::size_t t = 0; t < sel.size(); ++t)
+      if (sel[t] != 0) read[std::size_t(sel[t] - 1) * sel.size() + t] = 1;
+  double read_tokens = 0;
+  for (const std::uint8_t r : read) read_tokens += r;
+  const double nv = T > 0 ? read_tokens / T : 0.0;
   add_phase_work(Phase::Recompute, 2 * nq * T * d * (e + nv + ns),
                  4 * T * d * (2 * e + nv) + 4 * nq * d + T * ns + 4 * nq * T * (e + nv) + 8 * nq * T * ns);
 }
