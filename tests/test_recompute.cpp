@@ -310,6 +310,47 @@ TEST_CASE("rows evaluated in one product give each block the bits it gives alone
   }
 }
 
+TEST_CASE("a variant formed only at the tokens a selection reads gives that selection the same bits", "[recompute]") {
+  // set_variants with read masks (what a batch passes: each variant where its selections use
+  // it) skips the logit changes elsewhere; the selection's numbers must not move, a variant
+  // whose read rows equal the exact keys becomes identical, and a selection that uses a variant
+  // where it was not formed is refused.
+  std::mt19937 rng(20261205);
+  for (const auto& [nq, T, d] : std::vector<std::array<int, 3>>{{64, 1000, 64}, {7, 300, 16}}) {
+    Head head = random_head(rng, nq, T, d, {0.4f, 0.05f});
+    // Variant 2 (index 1) equals the exact keys on the first half only.
+    for (int t = 0; t < T / 2; ++t) head.noisy[1].row(t) = head.k.row(t);
+    const HeadProblem hp = head.problem();
+    const int nv = int(hp.variants.size());
+    Selection sel = random_selection(rng, T, nv, 0.4);
+    for (int t = T / 2; t < T; ++t)
+      if (sel[t] == 2) sel[t] = 1;  // variant 2 read only where it is exact
+    std::vector<std::vector<std::uint8_t>> read(std::size_t(nv), std::vector<std::uint8_t>(std::size_t(T), 0));
+    for (int t = 0; t < T; ++t)
+      if (sel[t] != 0) read[std::size_t(sel[t] - 1)][std::size_t(t)] = 1;
+    HeadProblem exact = hp;
+    exact.variants.clear();
+    cpu::PreparedHead all = cpu::prepare_head(exact, 0, nq), masked = cpu::prepare_head(exact, 0, nq);
+    cpu::set_variants(all, hp.variants);
+    cpu::set_variants(masked, hp.variants, nullptr, &read);
+    CHECK(masked.identical[1]);
+    CHECK_FALSE(all.identical[1]);
+    cpu::Workspace ws;
+    const ErrorMetrics a = cpu::evaluate_selection(all, sel, ws), m = cpu::evaluate_selection(masked, sel, ws);
+    CHECK(a.rel_error == m.rel_error);
+    CHECK(a.abs_error == m.abs_error);
+    CHECK(a.attn_tv == m.attn_tv);
+    CHECK(a.logit_error == m.logit_error);
+    Selection elsewhere = sel;
+    for (int t = 0; t < T; ++t)
+      if (!read[0][std::size_t(t)]) {
+        elsewhere[t] = 1;
+        break;
+      }
+    CHECK_THROWS_AS(cpu::evaluate_selection(masked, elsewhere, ws), std::invalid_argument);
+  }
+}
+
 TEST_CASE("recomputation stays exact where float32 shortcuts would fail", "[recompute]") {
   on_every_backend([](Recomputer& rc) {
     std::mt19937 rng(7);
