@@ -14,6 +14,8 @@
 // so Ctrl-C in a Python call stops a long head (T = 32k: seconds) within a fraction of a second.
 #include "model/surrogate.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -37,6 +39,7 @@ constexpr Eigen::Index kQueryChunk = 64;
 constexpr Eigen::Index kParallelMinWork = 1 << 16;
 constexpr Eigen::Index kTokenBlock = 256;  // column blocks of A B^T
 constexpr Eigen::Index kRowBlock = 4;      // row blocks of P V
+constexpr Eigen::Index kPvTokens = 64;     // tokens of V per pass over a thread's row blocks (64 KB in double at d = 128)
 
 // out = scale * A B^T (A: C x d, B: T x d): one dot product per entry, by blocks of
 // B's rows; each entry's summation order is fixed by its length alone.
@@ -57,18 +60,28 @@ void product_abt(const Eigen::Ref<const MatrixRMd>& A, const MatrixRMd& B, doubl
   throw_if_cancelled(cancel);
 }
 
-// out = P V, accumulated over tokens in position order, by blocks of P's rows.
+// out = P V, accumulated over tokens in position order, by blocks of P's rows; each thread
+// walks the tokens in blocks of kPvTokens and takes all its row blocks over one block of V
+// before the next (V read from memory once per thread, not once per row block). Each entry's
+// sum is over t in order whatever the split.
 void product_pv(const MatrixRMd& P, const MatrixRMd& V, MatrixRMd& out, const std::atomic<bool>* cancel) {
   const Eigen::Index T = V.rows(), C = P.rows();
   out = MatrixRMd::Zero(C, V.cols());
   const Eigen::Index n_blocks = (C + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static) if (n_blocks > 1 && T * C >= kParallelMinWork)
-  for (Eigen::Index blk = 0; blk < n_blocks; ++blk) {
-    if (cancel_requested(cancel)) continue;
-    const Eigen::Index r1 = std::min(C, (blk + 1) * kRowBlock);
-    for (Eigen::Index t = 0; t < T; ++t) {
-      const auto v = V.row(t);
-      for (Eigen::Index r = blk * kRowBlock; r < r1; ++r) out.row(r).noalias() += P(r, t) * v;
+#pragma omp parallel if (n_blocks > 1 && T * C >= kParallelMinWork)
+  {
+    const Eigen::Index nth = omp_get_num_threads(), tid = omp_get_thread_num();
+    const Eigen::Index b0 = tid * n_blocks / nth, b1 = (tid + 1) * n_blocks / nth;
+    for (Eigen::Index t0 = 0; t0 < T && b0 < b1; t0 += kPvTokens) {
+      if (cancel_requested(cancel)) break;
+      const Eigen::Index t1 = std::min(T, t0 + kPvTokens);
+      for (Eigen::Index blk = b0; blk < b1; ++blk) {
+        const Eigen::Index r1 = std::min(C, (blk + 1) * kRowBlock);
+        for (Eigen::Index t = t0; t < t1; ++t) {
+          const auto v = V.row(t);
+          for (Eigen::Index r = blk * kRowBlock; r < r1; ++r) out.row(r).noalias() += P(r, t) * v;
+        }
+      }
     }
   }
   throw_if_cancelled(cancel);
@@ -105,21 +118,69 @@ void check_shapes(const MatrixRM& keys, const MatrixRM& values, const CausalQuer
 // ||o^ - o||^2 = p^2 ||v* - o||^2 / (1 - p)^2 = p^2 ||v* - o_rest||^2, with o_rest the
 // softmax output over the other visible tokens 0..T-1 (its own max subtraction). With T = 1
 // the output after removal is zero and the cost is ||v*||^2.
-double removal_cost_stable(const double* s, const MatrixRMd& V, Eigen::Index T, Eigen::Index t_star, double p_star) {
-  if (T == 1) return V.row(0).squaredNorm();
-  double m = -std::numeric_limits<double>::infinity();
-  for (Eigen::Index u = 0; u < T; ++u)
-    if (u != t_star) m = std::max(m, s[u]);
-  Eigen::RowVectorXd o_rest = Eigen::RowVectorXd::Zero(V.cols());
-  double z = 0.0;
-  for (Eigen::Index u = 0; u < T; ++u) {
-    if (u == t_star) continue;
-    const double w = std::exp(s[u] - m);
-    z += w;
-    o_rest.noalias() += w * V.row(u);
+// Several queries' costs are formed in one pass over V (a 32k-token head's values are 32 MB
+// in double, read once per batch instead of once per query); each query's sums are still
+// taken over u in order, so its cost is the same bits alone or batched.
+struct Removal {
+  const double* s = nullptr;  // the query's logits (T entries)
+  Eigen::Index T = 0, t_star = 0;
+  double p_star = 0.0;
+  double cost = 0.0;  // out
+};
+constexpr int kRemovalBatch = 8;  // queries per pass over V
+
+void removal_costs_stable(Removal* q, int n, const MatrixRMd& V) {
+  const Eigen::Index d = V.cols();
+  double m[kRemovalBatch], z[kRemovalBatch];
+  Eigen::RowVectorXd o_rest[kRemovalBatch];
+  Eigen::Index t_end = 0;
+  for (int j = 0; j < n; ++j) {
+    if (q[j].T == 1) continue;
+    m[j] = -std::numeric_limits<double>::infinity();
+    for (Eigen::Index u = 0; u < q[j].T; ++u)
+      if (u != q[j].t_star) m[j] = std::max(m[j], q[j].s[u]);
+    z[j] = 0.0;
+    o_rest[j] = Eigen::RowVectorXd::Zero(d);
+    t_end = std::max(t_end, q[j].T);
   }
-  o_rest /= z;
-  return p_star * p_star * (V.row(t_star) - o_rest).squaredNorm();
+  for (Eigen::Index u = 0; u < t_end; ++u) {
+    const double* v = V.row(u).data();
+    for (int j = 0; j < n; ++j) {
+      if (q[j].T == 1 || u == q[j].t_star || u >= q[j].T) continue;
+      const double w = std::exp(q[j].s[u] - m[j]);
+      z[j] += w;
+      double* o = o_rest[j].data();
+#pragma omp simd
+      for (Eigen::Index c = 0; c < d; ++c) o[c] = std::fma(w, v[c], o[c]);
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    if (q[j].T == 1) {
+      q[j].cost = V.row(0).squaredNorm();
+      continue;
+    }
+    o_rest[j] /= z[j];
+    q[j].cost = q[j].p_star * q[j].p_star * (V.row(q[j].t_star) - o_rest[j]).squaredNorm();
+  }
+}
+
+// The softmax of one row of logits over its first Tr of T tokens into p (0 past Tr), max
+// subtracted, in double; returns the index of the largest weight. One function, so that a
+// row's softmax is the same bits wherever it is formed.
+Eigen::Index softmax_row(const double* s, Eigen::Index Tr, Eigen::Index T, double* p) {
+  const double mx = *std::max_element(s, s + Tr);
+  double z = 0.0;
+  for (Eigen::Index t = 0; t < Tr; ++t) {
+    p[t] = std::exp(s[t] - mx);
+    z += p[t];
+  }
+  for (Eigen::Index t = Tr; t < T; ++t) p[t] = 0.0;
+  Eigen::Index arg = 0;
+  for (Eigen::Index t = 0; t < Tr; ++t) {
+    p[t] /= z;
+    if (p[t] > p[arg]) arg = t;
+  }
+  return arg;
 }
 
 // The causal mask (CausalQueries::visible): query r has p_{r,t} = 0 for t >= visible[r], so it adds
@@ -159,10 +220,12 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
 
     // Softmax per row (S becomes P), and the stable removal cost of a
     // dominant token (p > 1/2; at most one per query).
-    // (Each row's softmax is formed in a buffer, then replaces the row's logits in S: the
-    // removal cost still reads the logits, and the chunk holds one C x T matrix, not two.)
+    // (Each row's softmax is formed in a buffer, then replaces the row's logits in S; a row
+    // with a dominant token keeps its logits until the removal costs have read them, then
+    // its softmax is formed again by the same function: the chunk holds one C x T matrix.)
     star_t.assign(C, -1);
     star_cost.assign(C, 0.0);
+    std::vector<double> star_p(static_cast<std::size_t>(C), 0.0);
 #pragma omp parallel if (C * T >= kParallelMinWork)
     {
     std::vector<double> prow(static_cast<std::size_t>(T));
@@ -172,23 +235,40 @@ Accumulated accumulate(const MatrixRM& keys, const MatrixRM& values, const Causa
       double* s = S.row(r).data();
       double* p = prow.data();
       const Eigen::Index Tr = qs.visible[static_cast<std::size_t>(q0 + r)];
-      const double mx = *std::max_element(s, s + Tr);
-      double z = 0.0;
-      for (Eigen::Index t = 0; t < Tr; ++t) {
-        p[t] = std::exp(s[t] - mx);
-        z += p[t];
-      }
-      for (Eigen::Index t = Tr; t < T; ++t) p[t] = 0.0;
-      Eigen::Index arg = 0;
-      for (Eigen::Index t = 0; t < Tr; ++t) {
-        p[t] /= z;
-        if (p[t] > p[arg]) arg = t;
-      }
+      const Eigen::Index arg = softmax_row(s, Tr, T, p);
       if (p[arg] > 0.5) {
         star_t[r] = arg;
-        star_cost[r] = removal_cost_stable(s, V, Tr, arg, p[arg]);
+        star_p[r] = p[arg];
+        continue;  // its logits stay for the removal cost
       }
       std::copy(p, p + T, s);
+    }
+    }  // omp parallel
+    throw_if_cancelled(cancel);
+    std::vector<Eigen::Index> stars;
+    for (Eigen::Index r = 0; r < C; ++r)
+      if (star_t[r] >= 0) stars.push_back(r);
+    const int n_batches = (static_cast<int>(stars.size()) + kRemovalBatch - 1) / kRemovalBatch;
+#pragma omp parallel if (n_batches > 1 && C * T >= kParallelMinWork)
+    {
+    std::vector<double> prow(static_cast<std::size_t>(T));
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < n_batches; ++b) {
+      if (cancel_requested(cancel)) continue;
+      Removal batch[kRemovalBatch];
+      const int first = b * kRemovalBatch, n = std::min<int>(kRemovalBatch, static_cast<int>(stars.size()) - first);
+      for (int j = 0; j < n; ++j) {
+        const Eigen::Index r = stars[static_cast<std::size_t>(first + j)];
+        batch[j] = Removal{S.row(r).data(), qs.visible[static_cast<std::size_t>(q0 + r)], star_t[r], star_p[r]};
+      }
+      removal_costs_stable(batch, n, V);
+      for (int j = 0; j < n; ++j) {
+        const Eigen::Index r = stars[static_cast<std::size_t>(first + j)];
+        star_cost[r] = batch[j].cost;
+        double* s = S.row(r).data();
+        softmax_row(s, batch[j].T, T, prow.data());
+        std::copy(prow.begin(), prow.end(), s);
+      }
     }
     }  // omp parallel
     throw_if_cancelled(cancel);
