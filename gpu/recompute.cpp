@@ -114,9 +114,10 @@ namespace {
 
 // Dense work (phases.hpp): the exact logits (`exact`: not when a prepared set has them) and
 // each selection's output change D = delta V, 2 nq T d flops each, and each variant's logit
-// change at the tokens a selection reads it, 2 nq d per token (the CPU backend forms it there
-// only, and not where the variant's row equals the exact key: cpu_recompute.hpp set_variants;
-// so for it this count is an upper bound); bytes: the keys, values and variants read, the prepared p and
+// change at the tokens a selection reads it, 2 nq d per token: the work the numbers need (the
+// CPU backend forms it there only, and not where the variant's row equals the exact key, so for
+// it this count is an upper bound: cpu_recompute.hpp set_variants; the CUDA backend forms it at
+// every token, more than this count); bytes: the keys, values and variants read, the prepared p and
 // each variant's u (nq x T floats) written once and read by every selection.
 void count_work(const HeadBatch& b, bool exact) {
   const double nq = static_cast<double>(b.problem.queries->rows()), T = static_cast<double>(b.problem.exact_keys->rows()),
