@@ -2,6 +2,7 @@
 // SVG and CSV, explicit category ticks, and errors for unknown formats.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -66,4 +67,32 @@ TEST_CASE("export_figure picks the format from the extension; CSV holds every po
   CHECK_THROWS_WITH(export_figure(categories(), (d / "a.jpg").string()),
                     Catch::Contains("a.jpg") && Catch::Contains(".png, .pdf, .svg, .csv"));
   CHECK_THROWS_AS(render_figure(categories(), (d / "c").string(), {"gif"}), InputError);
+}
+
+TEST_CASE("a wrapped title, label or note never splits a short formula or an interval") {
+  // A 89 mm figure's title wrapped as "... share (B =" / "2)" (seen in paper/01's figure): a
+  // sign is glued to the words on both sides, so "(B = 2)" and "R_h(2-bit) >= 1)" stay whole.
+  setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  Figure f = categories();
+  f.title = "Interior advantage vs dominated share (B = 2)";
+  f.xlabel = "dominated share (fraction of the cell's heads with R_h(2-bit) >= 1)";
+  f.note = "Spearman rho = -0.84, 95% cluster-bootstrap interval [-0.93, -0.49], 27 cells in 9 clusters.";
+  FigureStyle paper;
+  paper.width_pt = parse_length_pt("89mm", "width");
+  paper.font_pt = 8;
+  // One box per drawn line.
+  bool title_whole = false, title_formula = false, label_formula = false, interval_whole = false;
+  for (const TextBox& b : figure_text_boxes(f, paper)) {
+    INFO("line: '" << b.text << "'");
+    title_whole = title_whole || b.text == f.title;
+    title_formula = title_formula || b.text.find("(B = 2)") != std::string::npos;
+    label_formula = label_formula || b.text.find("R_h(2-bit) >= 1)") != std::string::npos;
+    interval_whole = interval_whole || b.text.find("[-0.93, -0.49]") != std::string::npos;
+    for (const char* sign : {" =", " >="})  // no line ends on a sign
+      CHECK_FALSE((b.text.size() >= std::strlen(sign) && b.text.compare(b.text.size() - std::strlen(sign), std::string::npos, sign) == 0));
+  }
+  CHECK(title_formula);
+  CHECK(label_formula);
+  CHECK(interval_whole);
+  CHECK_FALSE(title_whole);  // the case is exercised: the title wraps at this width
 }

@@ -100,14 +100,54 @@ QFont text_font(const FigureStyle& st, double pt, bool bold = false, bool italic
   return f;
 }
 
+// A word made only of comparison or arithmetic signs ("=", ">=", "+").
+bool is_sign(const QString& w) {
+  static const QString signs = QString::fromUtf8("=<>+-*/\u2264\u2265\u2248\u2260\u00b1\u2212\u00d7");
+  if (w.isEmpty() || w.size() > 2) return false;
+  for (const QChar c : w)
+    if (!signs.contains(c)) return false;
+  return true;
+}
+
+// The words of one paragraph, a sign glued to the words on both sides ("(B = 2)", "R_h(2-bit) >=
+// 1" stay on one line) and an interval's words to each other ("[-0.93, -0.49]"), while the
+// glued group stays short.
+QStringList wrap_units(const QString& para) {
+  constexpr int kMaxGlued = 28;  // characters
+  const QStringList words = para.split(' ', Qt::SkipEmptyParts);
+  QStringList units;
+  for (int i = 0; i < words.size(); ++i) {
+    if (words[i].startsWith('[') && !words[i].contains(']')) {  // an interval opens here
+      QString glued = words[i];
+      int j = i + 1;
+      while (j < words.size() && glued.size() <= kMaxGlued && !glued.contains(']')) glued += ' ' + words[j++];
+      if (glued.contains(']') && glued.size() <= kMaxGlued) {
+        units << glued;
+        i = j - 1;
+        continue;
+      }
+    }
+    if (is_sign(words[i]) && !units.isEmpty() && i + 1 < words.size()) {
+      const QString glued = units.back() + ' ' + words[i] + ' ' + words[i + 1];
+      if (glued.size() <= kMaxGlued) {
+        units.back() = glued;
+        ++i;
+        continue;
+      }
+    }
+    units << words[i];
+  }
+  return units;
+}
+
 // `text` broken at spaces into lines no wider than `width` canvas units (a word longer than a
-// line stays whole).
+// line stays whole; a short formula around a sign is one word: wrap_units).
 QString wrapped(const std::string& text, const QFont& font, double width) {
   const QFontMetricsF fm(font);
   QStringList lines;
   for (const QString& para : QString::fromStdString(text).split('\n')) {
     QString line;
-    for (const QString& word : para.split(' ', Qt::SkipEmptyParts)) {
+    for (const QString& word : wrap_units(para)) {
       const QString tried = line.isEmpty() ? word : line + ' ' + word;
       if (!line.isEmpty() && fm.horizontalAdvance(tried) > width) {
         lines << line;
