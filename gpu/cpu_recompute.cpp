@@ -413,6 +413,15 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
   throw_if_cancelled(cancel);
 }
 
+std::vector<std::vector<std::uint8_t>> read_masks(const HeadBatch& batch) {
+  const std::size_t T = static_cast<std::size_t>(batch.problem.exact_keys->rows());
+  std::vector<std::vector<std::uint8_t>> read(batch.problem.variants.size(), std::vector<std::uint8_t>(T, 0));
+  for (const Selection& sel : batch.selections)
+    for (std::size_t t = 0; t < T; ++t)
+      if (sel[t] != 0) read[static_cast<std::size_t>(sel[t] - 1)][t] = 1;
+  return read;
+}
+
 double kept_logit_sq(const PreparedHead& ph, const Selection& sel, double* n_pairs) {
   double s = 0;
   int kept = 0;
@@ -888,10 +897,7 @@ class CpuRecomputer final : public Recomputer {
         prepared->heads.push_back(cpu::prepare_head(exact_only, c0, std::min(nq, c0 + chunk)));
     }
     // Each variant is formed at the tokens the batch's selections read it (set_variants).
-    std::vector<std::vector<std::uint8_t>> read(static_cast<std::size_t>(nv), std::vector<std::uint8_t>(std::size_t(T), 0));
-    for (const Selection& sel : batch.selections)
-      for (int t = 0; t < T; ++t)
-        if (sel[t] != 0) read[static_cast<std::size_t>(sel[t] - 1)][static_cast<std::size_t>(t)] = 1;
+    const std::vector<std::vector<std::uint8_t>> read = cpu::read_masks(batch);
 
     for (int c0 = 0, ci = 0; c0 < nq; c0 += chunk, ++ci) {
       const int c1 = std::min(nq, c0 + chunk);

@@ -93,6 +93,10 @@ void set_variants(PreparedHead& ph, const std::vector<const MatrixRM*>& variants
                   const std::vector<std::uint8_t>* differ = nullptr,
                   const std::vector<std::vector<std::uint8_t>>* read = nullptr);
 
+// The read masks of a batch for set_variants: mask v holds the tokens at which some selection
+// of the batch uses variant v (code v + 1).
+std::vector<std::vector<std::uint8_t>> read_masks(const HeadBatch& batch);
+
 // Scratch space of one thread (grown on demand, reused across calls).
 struct Workspace {
   std::vector<float> u, zeros, delta, out;

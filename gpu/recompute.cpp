@@ -120,17 +120,14 @@ namespace {
 // every token, more than this count); bytes: the keys, values and variants read, the prepared p and
 // each variant's u (nq x T floats) written once and read by every selection.
 void count_work(const HeadBatch& b, bool exact) {
+  if (!check_batch(b).empty()) return;  // a malformed batch is refused by the backend, not counted
   const double nq = static_cast<double>(b.problem.queries->rows()), T = static_cast<double>(b.problem.exact_keys->rows()),
                d = static_cast<double>(b.problem.exact_keys->cols()),
                ns = static_cast<double>(b.selections.size()), e = exact ? 1.0 : 0.0;
   // nv: the variants' read tokens, in units of T.
-  const std::size_t nvar = b.problem.variants.size();
-  std::vector<std::uint8_t> read(nvar * static_cast<std::size_t>(T), 0);
-  for (const Selection& sel : b.selections)
-    for (std::size_t t = 0; t < sel.size(); ++t)
-      if (sel[t] != 0) read[std::size_t(sel[t] - 1) * sel.size() + t] = 1;
   double read_tokens = 0;
-  for (const std::uint8_t r : read) read_tokens += r;
+  for (const std::vector<std::uint8_t>& mask : cpu::read_masks(b))
+    for (const std::uint8_t r : mask) read_tokens += r;
   const double nv = T > 0 ? read_tokens / T : 0.0;
   add_phase_work(Phase::Recompute, 2 * nq * T * d * (e + nv + ns),
                  4 * T * d * (2 * e + nv) + 4 * nq * d + T * ns + 4 * nq * T * (e + nv) + 8 * nq * T * ns);
